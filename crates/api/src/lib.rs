@@ -1,0 +1,1 @@
+//! kamaji-api: the API types of kamaji-rs (see shared/design/ARCHITECTURE.md §3).

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes, etcd and Cluster API programs that the tests run,
+# from the Go module proxy, into a per-machine cache outside the repository.
+#
+#   tests/tools/build.sh            build what is missing, print the bin directory
+#
+# Cache: ${KAMAJI_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kamaji-rs/tools}/<group>-<version>-<hash>/
+# keyed by the pinned version and a hash of the group's go.mod/go.sum, so a
+# second run rebuilds nothing and a pin change builds afresh. All binaries are
+# linked into <cache>/bin-<hash>/, whose path is written to target/tools-bin
+# for the Rust test environment (which also honours $KAMAJI_TOOLS_BIN).
+#
+# On failure it prints one line naming the cause; the full log stays on disk.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cache=${KAMAJI_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kamaji-rs/tools}
+
+K8S_VERSION=v1.36.3
+ETCD_VERSION=v3.6.16
+CAPI_VERSION=v1.14.2
+
+die() { echo "make tools: $*" >&2; exit 1; }
+
+command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH (install Go >= 1.26 and retry)"
+mkdir -p "$cache" || die "cannot create the tools cache $cache"
+
+hash_of() { cat "$1/go.mod" "$1/go.sum" "$here/build.sh" | sha256sum | cut -c1-12; }
+
+# build GROUP VERSION LDFLAGS OUT=PKG...
+build() {
+    local group=$1 version=$2 ldflags=$3; shift 3
+    local dir="$cache/$group-$version-$(hash_of "$here/$group")"
+    if [ -f "$dir/.complete" ]; then echo "$dir"; return 0; fi
+    rm -rf "$dir" && mkdir -p "$dir/bin"
+    local log="$cache/$group-$version.log"
+    echo "building $group $version (first time on this machine; log: $log)" >&2
+    local start=$SECONDS pair
+    : >"$log"
+    for pair in "$@"; do
+        if ! (cd "$here/$group" && CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$dir/bin/${pair%%=*}" "${pair#*=}") >>"$log" 2>&1; then
+            local cause
+            cause=$(grep -m1 -E 'go: |cannot find|not found|no such host|connection refused|dial tcp|reading .*: 4[0-9][0-9]|error' "$log" || tail -n1 "$log")
+            rm -rf "$dir"
+            die "building ${pair%%=*} ($group $version) failed: ${cause:-see $log} (full log: $log)"
+        fi
+    done
+    touch "$dir/.complete"
+    echo "built $group $version in $((SECONDS - start))s" >&2
+    echo "$dir"
+}
+
+now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$now -X $pkg.gitCommit=0000000000000000000000000000000000000000"
+done
+
+etcd_dir=$(build etcd "$ETCD_VERSION" "-s -w" etcd=go.etcd.io/etcd/server/v3) || exit 1
+k8s_dir=$(build k8s "$K8S_VERSION" "$k8s_ldflags" \
+    kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
+    kubeadm=k8s.io/kubernetes/cmd/kubeadm \
+    kubectl=k8s.io/kubernetes/cmd/kubectl) || exit 1
+capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI_VERSION -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14"
+capi_dir=$(build capi "$CAPI_VERSION" "$capi_ldflags" \
+    capi-manager=sigs.k8s.io/cluster-api/core \
+    capi-kubeadm-bootstrap-manager=sigs.k8s.io/cluster-api/bootstrap/kubeadm) || exit 1
+
+# The CAPI CRDs come from the same module version the manager was built from.
+capi_src=$(cd "$here/capi" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api 2>/dev/null) \
+    || die "cannot locate sigs.k8s.io/cluster-api $CAPI_VERSION in the module cache"
+
+bin="$cache/bin-$(echo "$etcd_dir $k8s_dir $capi_dir" | sha256sum | cut -c1-12)"
+mkdir -p "$bin/crds/capi"
+for d in "$etcd_dir" "$k8s_dir" "$capi_dir"; do ln -sf "$d"/bin/* "$bin/"; done
+for d in core/config/crd/bases bootstrap/kubeadm/config/crd/bases; do
+    cp -f "$capi_src/$d"/*.yaml "$bin/crds/capi/"
+done
+chmod -R u+w "$bin/crds"
+mkdir -p "$root/target"
+echo "$bin" >"$root/target/tools-bin"
+echo "$bin"
