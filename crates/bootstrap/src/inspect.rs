@@ -1,0 +1,277 @@
+//! Reading certificates back (x509-parser) and deciding whether a leaf is still good.
+//!
+//! [`decide_leaf`] returns a [`LeafDecision`], which has no "replace CA" variant, and its spec
+//! argument is a [`LeafSpec`], which cannot describe a CA: replacing a CA is not expressible
+//! through this module (ARCHITECTURE.md §5, style pattern 11).
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rcgen::{KeyPair, PublicKeyData};
+use x509_parser::certificate::X509Certificate;
+use x509_parser::extensions::GeneralName;
+use x509_parser::pem::parse_x509_pem;
+
+use crate::error::{Error, parse_err};
+use crate::pki::{CertAndKey, CertificateAuthority, LeafSpec};
+
+/// Renew a leaf when less than this is left: CAPI's `ClientCertificateRenewalDuration`
+/// (365 days / 2), the rule CAPI applies to the kubeconfig's client certificate (contract
+/// item 54), applied to every leaf.
+pub const RENEWAL_WINDOW: Duration = Duration::from_hours(365 * 24 / 2);
+
+/// What a certificate says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateInfo {
+    /// Subject common name (first CN), if any.
+    pub common_name: Option<String>,
+    /// Subject organisations, in order.
+    pub organizations: Vec<String>,
+    /// DER of the subject name.
+    pub subject_der: Vec<u8>,
+    /// DER of the issuer name.
+    pub issuer_der: Vec<u8>,
+    /// DNS SANs.
+    pub dns_names: BTreeSet<String>,
+    /// IP SANs.
+    pub ip_addresses: BTreeSet<IpAddr>,
+    /// Key usage extension, if present.
+    pub key_usage: Option<KeyUsageFlags>,
+    /// Extended key usage: serverAuth.
+    pub server_auth: bool,
+    /// Extended key usage: clientAuth.
+    pub client_auth: bool,
+    /// Basic constraints say CA.
+    pub is_ca: bool,
+    /// Start of validity.
+    pub not_before: SystemTime,
+    /// End of validity.
+    pub not_after: SystemTime,
+    /// DER of the SubjectPublicKeyInfo.
+    pub spki_der: Vec<u8>,
+}
+
+/// The key usage bits this project cares about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyUsageFlags {
+    /// digitalSignature
+    pub digital_signature: bool,
+    /// keyEncipherment
+    pub key_encipherment: bool,
+    /// keyCertSign
+    pub key_cert_sign: bool,
+}
+
+fn to_system_time(ts: i64) -> SystemTime {
+    if ts >= 0 {
+        UNIX_EPOCH + Duration::from_secs(ts.unsigned_abs())
+    } else {
+        UNIX_EPOCH
+            .checked_sub(Duration::from_secs(ts.unsigned_abs()))
+            .unwrap_or(UNIX_EPOCH)
+    }
+}
+
+fn with_cert<T>(
+    pem: &str,
+    what: &str,
+    f: impl FnOnce(&X509Certificate<'_>) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let (_, pem) = parse_x509_pem(pem.as_bytes()).map_err(|e| parse_err(what, e))?;
+    if pem.label != "CERTIFICATE" {
+        return Err(parse_err(
+            what,
+            format!("PEM block is {:?}, not CERTIFICATE", pem.label),
+        ));
+    }
+    let cert = pem.parse_x509().map_err(|e| parse_err(what, e))?;
+    f(&cert)
+}
+
+impl CertificateInfo {
+    /// Parses the first certificate of a PEM string.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] when there is no parseable certificate or an extension is malformed.
+    pub fn from_pem(pem: &str) -> Result<Self, Error> {
+        with_cert(pem, "certificate", Self::from_x509)
+    }
+
+    fn from_x509(c: &X509Certificate<'_>) -> Result<Self, Error> {
+        let what = "certificate extensions";
+        let mut dns_names = BTreeSet::new();
+        let mut ip_addresses = BTreeSet::new();
+        if let Some(san) = c
+            .subject_alternative_name()
+            .map_err(|e| parse_err(what, e))?
+        {
+            for n in &san.value.general_names {
+                match n {
+                    GeneralName::DNSName(d) => {
+                        dns_names.insert((*d).to_owned());
+                    }
+                    GeneralName::IPAddress(b) => {
+                        let ip = match b.len() {
+                            4 => <[u8; 4]>::try_from(*b).ok().map(IpAddr::from),
+                            16 => <[u8; 16]>::try_from(*b).ok().map(IpAddr::from),
+                            _ => None,
+                        };
+                        ip_addresses.insert(ip.ok_or_else(|| parse_err(what, "bad IP SAN"))?);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let key_usage = c
+            .key_usage()
+            .map_err(|e| parse_err(what, e))?
+            .map(|k| KeyUsageFlags {
+                digital_signature: k.value.digital_signature(),
+                key_encipherment: k.value.key_encipherment(),
+                key_cert_sign: k.value.key_cert_sign(),
+            });
+        let (server_auth, client_auth) = c
+            .extended_key_usage()
+            .map_err(|e| parse_err(what, e))?
+            .map_or((false, false), |e| {
+                (e.value.server_auth, e.value.client_auth)
+            });
+        let is_ca = c
+            .basic_constraints()
+            .map_err(|e| parse_err(what, e))?
+            .is_some_and(|b| b.value.ca);
+        let attr = |it: &mut dyn Iterator<Item = &x509_parser::x509::AttributeTypeAndValue<'_>>| {
+            it.filter_map(|a| a.as_str().ok().map(ToOwned::to_owned))
+                .collect::<Vec<_>>()
+        };
+        Ok(Self {
+            common_name: attr(&mut c.subject().iter_common_name()).into_iter().next(),
+            organizations: attr(&mut c.subject().iter_organization()),
+            subject_der: c.subject().as_raw().to_vec(),
+            issuer_der: c.issuer().as_raw().to_vec(),
+            dns_names,
+            ip_addresses,
+            key_usage,
+            server_auth,
+            client_auth,
+            is_ca,
+            not_before: to_system_time(c.validity().not_before.timestamp()),
+            not_after: to_system_time(c.validity().not_after.timestamp()),
+            spki_der: c.public_key().raw.to_vec(),
+        })
+    }
+}
+
+/// True when `key_pem` is the private key of the certificate in `cert_pem` (their public keys
+/// are equal).
+///
+/// # Errors
+/// [`Error::Parse`] when either does not parse.
+pub fn key_matches_certificate(cert_pem: &str, key_pem: &str) -> Result<bool, Error> {
+    let info = CertificateInfo::from_pem(cert_pem)?;
+    let key = KeyPair::from_pem(key_pem).map_err(|e| parse_err("private key", e))?;
+    Ok(key.subject_public_key_info() == info.spki_der)
+}
+
+/// True when the certificate in `cert_pem` names `ca_cert_pem`'s subject as its issuer and its
+/// signature verifies with the CA's public key.
+///
+/// # Errors
+/// [`Error::Parse`] when either certificate does not parse.
+pub fn is_signed_by(cert_pem: &str, ca_cert_pem: &str) -> Result<bool, Error> {
+    with_cert(ca_cert_pem, "CA certificate", |ca| {
+        with_cert(cert_pem, "certificate", |c| {
+            Ok(c.issuer().as_raw() == ca.subject().as_raw()
+                && c.verify_signature(Some(ca.public_key())).is_ok())
+        })
+    })
+}
+
+/// Why a leaf must be issued again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReissueReason {
+    /// No certificate exists yet.
+    Missing,
+    /// The certificate or key does not parse.
+    Unparseable,
+    /// The key does not belong to the certificate.
+    KeyMismatch,
+    /// It was not signed by the current CA (the CA changed, or it was never ours).
+    IssuerChanged,
+    /// Subject (CN / O) differs from what the role needs now.
+    SubjectChanged,
+    /// The set of DNS or IP SANs differs (endpoint, certSANs, Service IP changed).
+    SansChanged,
+    /// Key usages or extended key usages differ from kubeadm's for the role.
+    UsageChanged,
+    /// Less than the renewal window of validity left, or already expired.
+    ExpiresSoon,
+    /// Not valid yet at `now` (clock skew beyond the backdate, or a bogus certificate).
+    NotYetValid,
+}
+
+/// The only outcomes for a leaf: there is no variant that touches a CA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeafDecision {
+    /// The existing certificate and key are good: keep them.
+    Keep,
+    /// Issue a new leaf (new key) from the current CA.
+    Reissue(ReissueReason),
+}
+
+/// Decides whether an existing leaf for `desired` can be kept.
+///
+/// Checks in order: present → parses (certificate and key) → key matches → signed by `ca` →
+/// subject (CN and O) → SAN set (order-insensitive) → key usages / EKUs → `now` within
+/// validity → more than `renewal_window` left. The first failing check is the reason.
+///
+/// `ca` is borrowed immutably and the result is a [`LeafDecision`]: a CA is never replaced by
+/// this decision, whatever the inputs.
+#[must_use]
+pub fn decide_leaf(
+    existing: Option<&CertAndKey>,
+    desired: &LeafSpec,
+    ca: &CertificateAuthority,
+    now: SystemTime,
+    renewal_window: Duration,
+) -> LeafDecision {
+    use LeafDecision::{Keep, Reissue};
+    let Some(existing) = existing else {
+        return Reissue(ReissueReason::Missing);
+    };
+    let Ok(info) = CertificateInfo::from_pem(existing.cert_pem()) else {
+        return Reissue(ReissueReason::Unparseable);
+    };
+    match key_matches_certificate(existing.cert_pem(), existing.key_pem()) {
+        Err(_) => return Reissue(ReissueReason::Unparseable),
+        Ok(false) => return Reissue(ReissueReason::KeyMismatch),
+        Ok(true) => {}
+    }
+    if !is_signed_by(existing.cert_pem(), ca.cert_pem()).unwrap_or(false) {
+        return Reissue(ReissueReason::IssuerChanged);
+    }
+    if info.common_name.as_deref() != Some(desired.common_name())
+        || info.organizations != desired.organizations()
+    {
+        return Reissue(ReissueReason::SubjectChanged);
+    }
+    let want_dns: BTreeSet<String> = desired.dns_names().iter().cloned().collect();
+    let want_ips: BTreeSet<IpAddr> = desired.ip_addresses().iter().copied().collect();
+    if info.dns_names != want_dns || info.ip_addresses != want_ips {
+        return Reissue(ReissueReason::SansChanged);
+    }
+    let ku_ok = info
+        .key_usage
+        .is_some_and(|k| k.digital_signature && k.key_encipherment && !k.key_cert_sign);
+    if !ku_ok || info.is_ca || (info.server_auth, info.client_auth) != desired.usage().flags() {
+        return Reissue(ReissueReason::UsageChanged);
+    }
+    if now < info.not_before {
+        return Reissue(ReissueReason::NotYetValid);
+    }
+    match info.not_after.duration_since(now) {
+        Ok(left) if left > renewal_window => Keep,
+        _ => Reissue(ReissueReason::ExpiresSoon),
+    }
+}
