@@ -1,0 +1,110 @@
+//! Condition types and reasons written to `KamajiControlPlane.status.conditions`
+//! (`metav1.Condition`).
+//!
+//! The CAPI v1beta2 vocabulary (`kubernetes-sigs/cluster-api:api/core/v1beta2/condition_consts.go`,
+//! KCP's set; shared/reference/capi-contract.md items 87-88) plus kamaji-rs' own types for the
+//! steps of its pipeline. CAPI reads `Available` (mirrored to the Cluster's
+//! `ControlPlaneAvailable`), `RollingOut`, `ScalingUp`, `ScalingDown`, `Paused` and `Deleting`.
+
+/// Condition types.
+pub mod types {
+    /// The control plane serves requests (CAPI mirrors it to `ControlPlaneAvailable`).
+    pub const AVAILABLE: &str = "Available";
+    /// The API server has accepted requests at least once (sticky).
+    pub const INITIALIZED: &str = "Initialized";
+    /// Control-plane pods are being replaced because the spec changed.
+    pub const ROLLING_OUT: &str = "RollingOut";
+    /// Fewer control-plane pods exist than `spec.replicas`.
+    pub const SCALING_UP: &str = "ScalingUp";
+    /// More control-plane pods exist than `spec.replicas`.
+    pub const SCALING_DOWN: &str = "ScalingDown";
+    /// Reconciliation is paused (Cluster `spec.paused` or the `cluster.x-k8s.io/paused`
+    /// annotation).
+    pub const PAUSED: &str = "Paused";
+    /// The KamajiControlPlane is being deleted.
+    pub const DELETING: &str = "Deleting";
+    /// The CA, service-account key, front-proxy CA and leaf certificates exist.
+    pub const CERTIFICATES_AVAILABLE: &str = "CertificatesAvailable";
+    /// The `<cluster>-kubeconfig` Secret is up to date.
+    pub const KUBECONFIG_AVAILABLE: &str = "KubeconfigAvailable";
+    /// The DataStore exists, is supported, and this control plane's prefix/user is set up.
+    pub const DATASTORE_READY: &str = "DataStoreReady";
+    /// The control-plane endpoint is known and written to `spec.controlPlaneEndpoint`.
+    pub const ENDPOINT_READY: &str = "ControlPlaneEndpointReady";
+    /// The control-plane Deployment has the desired pods ready.
+    pub const DEPLOYMENT_READY: &str = "ControlPlaneDeploymentReady";
+    /// The kubeadm artifacts (cluster-info, kubeadm-config, kubelet-config, bootstrap-token
+    /// RBAC, addons) exist in the tenant.
+    pub const TENANT_BOOTSTRAPPED: &str = "TenantBootstrapped";
+    /// The spec passed the controller's own validation (checks CEL cannot express, such as
+    /// the DNS Service IP lying inside the Cluster's service CIDR).
+    pub const SPEC_VALID: &str = "SpecValid";
+    /// The owner Cluster was found through the ownerReferences.
+    pub const CLUSTER_FOUND: &str = "ClusterFound";
+}
+
+/// Condition reasons (CamelCase, as `metav1.Condition.reason` requires).
+pub mod reasons {
+    /// `Available` True.
+    pub const AVAILABLE: &str = "Available";
+    /// `Available` False.
+    pub const NOT_AVAILABLE: &str = "NotAvailable";
+    /// `Available` Unknown.
+    pub const AVAILABLE_UNKNOWN: &str = "AvailableUnknown";
+    /// `Initialized` True.
+    pub const INITIALIZED: &str = "Initialized";
+    /// `Initialized` False.
+    pub const NOT_INITIALIZED: &str = "NotInitialized";
+    /// `RollingOut` True.
+    pub const ROLLING_OUT: &str = "RollingOut";
+    /// `RollingOut` False.
+    pub const NOT_ROLLING_OUT: &str = "NotRollingOut";
+    /// `ScalingUp` True.
+    pub const SCALING_UP: &str = "ScalingUp";
+    /// `ScalingUp` False.
+    pub const NOT_SCALING_UP: &str = "NotScalingUp";
+    /// `ScalingDown` True.
+    pub const SCALING_DOWN: &str = "ScalingDown";
+    /// `ScalingDown` False.
+    pub const NOT_SCALING_DOWN: &str = "NotScalingDown";
+    /// `Paused` True.
+    pub const PAUSED: &str = "Paused";
+    /// `Paused` False.
+    pub const NOT_PAUSED: &str = "NotPaused";
+    /// `Deleting` True.
+    pub const DELETING: &str = "Deleting";
+    /// `Deleting` False.
+    pub const NOT_DELETING: &str = "NotDeleting";
+    /// `Deleting`: the control-plane Deployment and Services are being removed.
+    pub const WAITING_FOR_CONTROL_PLANE_DELETION: &str = "WaitingForControlPlaneDeletion";
+    /// `Deleting`: this control plane's DataStore data is being removed.
+    pub const WAITING_FOR_DATASTORE_CLEANUP: &str = "WaitingForDataStoreCleanup";
+    /// `Deleting`: everything is gone; the finalizer is about to be removed.
+    pub const DELETION_COMPLETED: &str = "DeletionCompleted";
+    /// Generic True reason for kamaji-rs' own conditions.
+    pub const READY: &str = "Ready";
+    /// The owner Cluster is not set yet (CAPI sets the ownerRef).
+    pub const WAITING_FOR_OWNER_CLUSTER: &str = "WaitingForOwnerCluster";
+    /// The control-plane Service has no address yet.
+    pub const WAITING_FOR_ENDPOINT: &str = "WaitingForControlPlaneEndpoint";
+    /// The control-plane pods are not ready yet.
+    pub const WAITING_FOR_PODS: &str = "WaitingForControlPlanePods";
+    /// The tenant API server does not answer yet.
+    pub const WAITING_FOR_API_SERVER: &str = "WaitingForAPIServer";
+    /// The control plane is scaled to zero (`spec.replicas: 0`).
+    pub const SCALED_TO_ZERO: &str = "ScaledToZero";
+    /// The DataStore named by `spec.dataStoreName` (or the default) does not exist.
+    pub const DATASTORE_NOT_FOUND: &str = "DataStoreNotFound";
+    /// The DataStore's driver is not implemented by kamaji-rs yet.
+    pub const DATASTORE_DRIVER_UNSUPPORTED: &str = "DataStoreDriverUnsupported";
+    /// The spec is invalid; the message names the field.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A requested feature is not supported (for example `deployment.externalClusterReference`).
+    pub const UNSUPPORTED: &str = "Unsupported";
+    /// Certificates are being generated or rotated.
+    pub const CERTIFICATES_PENDING: &str = "CertificatesPending";
+    /// An unexpected error; the message says which step.
+    pub const INTERNAL_ERROR: &str = "InternalError";
+    /// Observing a dependency failed.
+    pub const INSPECTION_FAILED: &str = "InspectionFailed";
+}

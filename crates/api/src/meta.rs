@@ -1,0 +1,66 @@
+//! Names the controller and CAPI share: API groups, contract labels, label and annotation
+//! keys, the finalizer and the field manager.
+
+/// API group of `KamajiControlPlane` and `KamajiControlPlaneTemplate`.
+pub const CONTROL_PLANE_GROUP: &str = "controlplane.cluster.x-k8s.io";
+/// Storage version of the control-plane kinds.
+pub const STORAGE_VERSION: &str = "v1alpha2";
+/// Every served version of the control-plane kinds, oldest first.
+pub const SERVED_VERSIONS: &[&str] = &["v1alpha1", "v1alpha2"];
+/// API group of `DataStore` (shared with Kamaji).
+pub const DATASTORE_GROUP: &str = "kamaji.clastix.io";
+/// API group of CAPI core (`Cluster`).
+pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+
+/// CRD label naming the served versions that follow the CAPI v1beta2 contract.
+pub const CONTRACT_V1BETA2_LABEL: &str = "cluster.x-k8s.io/v1beta2";
+/// CRD label naming the served versions that follow the CAPI v1beta1 contract.
+pub const CONTRACT_V1BETA1_LABEL: &str = "cluster.x-k8s.io/v1beta1";
+/// Value of both contract labels: the served versions joined with `_`.
+pub const CONTRACT_VERSIONS: &str = "v1alpha1_v1alpha2";
+
+/// Field manager of every server-side apply kamaji-rs sends.
+pub const FIELD_MANAGER: &str = "kamaji-rs";
+/// Finalizer kamaji-rs puts on a `KamajiControlPlane` to clean up its control plane and
+/// DataStore data before the object goes.
+pub const FINALIZER: &str = "kamaji-rs.controlplane.cluster.x-k8s.io/finalizer";
+
+/// Label set by CAPI on objects of a Cluster (value: Cluster name); required on the
+/// kubeconfig and certificate Secrets.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// Annotation (any value) that pauses reconciliation of the object carrying it.
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// Label of objects created by the CAPI topology controller.
+pub const TOPOLOGY_OWNED_LABEL: &str = "topology.cluster.x-k8s.io/owned";
+/// Label clusterctl uses to find provider components.
+pub const PROVIDER_LABEL: &str = "cluster.x-k8s.io/provider";
+/// Value of [`PROVIDER_LABEL`] for kamaji-rs.
+pub const PROVIDER_NAME: &str = "control-plane-kamaji";
+/// `type` of the CAPI kubeconfig and certificate Secrets.
+pub const CLUSTER_SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
+/// Key of the kubeconfig in `<cluster>-kubeconfig`.
+pub const KUBECONFIG_SECRET_KEY: &str = "value";
+
+/// Kamaji label: component that created the object (`capi` on the CAPI Secrets).
+pub const KAMAJI_COMPONENT_LABEL: &str = "kamaji.clastix.io/component";
+/// Kamaji label: kind of Secret (`kubeconfig`, `ca`, ...).
+pub const KAMAJI_SECRET_LABEL: &str = "kamaji.clastix.io/secret";
+/// Kamaji label: Cluster name.
+pub const KAMAJI_CLUSTER_LABEL: &str = "kamaji.clastix.io/cluster";
+/// Kamaji label: control-plane name.
+pub const KAMAJI_TCP_LABEL: &str = "kamaji.clastix.io/tcp";
+/// Label on the control-plane pods, Deployment and Service: the KamajiControlPlane name
+/// (Kamaji uses the same key). Part of the pod selector.
+pub const KAMAJI_NAME_LABEL: &str = "kamaji.clastix.io/name";
+/// Annotation selecting the kubeconfig variant of `<cluster>-kubeconfig`
+/// (`admin.conf`, `admin.svc`, `super-admin.conf`, `super-admin.svc`).
+pub const KUBECONFIG_SECRET_KEY_ANNOTATION: &str = "kamaji.clastix.io/kubeconfig-secret-key";
+/// Annotation `kubectl apply` leaves behind; never propagated.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Standard label: the application name.
+pub const APP_NAME_LABEL: &str = "app.kubernetes.io/name";
+/// Standard label: the component within the application.
+pub const APP_COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+/// Standard label: the tool managing the object (value [`FIELD_MANAGER`]).
+pub const APP_MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
