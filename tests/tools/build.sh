@@ -26,7 +26,7 @@ die() { echo "make tools: $*" >&2; exit 1; }
 command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH (install Go >= 1.26 and retry)"
 mkdir -p "$cache" || die "cannot create the tools cache $cache"
 
-hash_of() { cat "$1/go.mod" "$1/go.sum" "$here/build.sh" | sha256sum | cut -c1-12; }
+hash_of() { cat "$1/go.mod" "$1/go.sum" | sha256sum | cut -c1-12; }
 
 # build GROUP VERSION LDFLAGS OUT=PKG...
 build() {
@@ -41,7 +41,12 @@ build() {
     for pair in "$@"; do
         if ! (cd "$here/$group" && CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$dir/bin/${pair%%=*}" "${pair#*=}") >>"$log" 2>&1; then
             local cause
-            cause=$(grep -m1 -E 'go: |cannot find|not found|no such host|connection refused|dial tcp|reading .*: 4[0-9][0-9]|error' "$log" || tail -n1 "$log")
+            # The first line that states a cause (not go's progress lines), else the last line.
+            cause=$(grep -v -E '^go: (downloading|finding|extracting)' "$log" | grep -m1 -E 'disabled|cannot find|not found|no such host|connection refused|dial tcp|: 4[0-9][0-9] |error|failed|invalid' \
+                || grep -v -E '^go: (downloading|finding|extracting)' "$log" | tail -n1)
+            local fetching
+            fetching=$(grep -E '^go: downloading ' "$log" | tail -n1 | sed 's/^go: downloading //')
+            [ -n "$fetching" ] && cause="$cause (while downloading $fetching)"
             rm -rf "$dir"
             die "building ${pair%%=*} ($group $version) failed: ${cause:-see $log} (full log: $log)"
         fi
@@ -76,12 +81,14 @@ capi_src=$(cd "$here/capi" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api 2
     || die "cannot locate sigs.k8s.io/cluster-api $CAPI_VERSION in the module cache"
 
 bin="$cache/bin-$(echo "$etcd_dir $k8s_dir $capi_dir" | sha256sum | cut -c1-12)"
-mkdir -p "$bin/crds/capi"
-for d in "$etcd_dir" "$k8s_dir" "$capi_dir"; do ln -sf "$d"/bin/* "$bin/"; done
-for d in core/config/crd/bases bootstrap/kubeadm/config/crd/bases; do
-    cp -f "$capi_src/$d"/*.yaml "$bin/crds/capi/"
-done
-chmod -R u+w "$bin/crds"
+rm -rf "$bin.tmp" && mkdir -p "$bin.tmp/crds/capi-core" "$bin.tmp/crds/capi-kubeadm-bootstrap" "$bin.tmp/webhooks"
+for d in "$etcd_dir" "$k8s_dir" "$capi_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
+cp "$capi_src"/core/config/crd/bases/*.yaml "$bin.tmp/crds/capi-core/"
+cp "$capi_src"/bootstrap/kubeadm/config/crd/bases/*.yaml "$bin.tmp/crds/capi-kubeadm-bootstrap/"
+cp "$capi_src"/core/config/webhook/manifests.yaml "$bin.tmp/webhooks/capi-core.yaml"
+cp "$capi_src"/bootstrap/kubeadm/config/webhook/manifests.yaml "$bin.tmp/webhooks/capi-kubeadm-bootstrap.yaml"
+chmod -R u+w "$bin.tmp"
+rm -rf "$bin" && mv "$bin.tmp" "$bin"
 mkdir -p "$root/target"
 echo "$bin" >"$root/target/tools-bin"
 echo "$bin"

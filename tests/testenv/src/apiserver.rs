@@ -1,0 +1,53 @@
+//! kube-apiserver flags for the local management cluster.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::tools::Tools;
+
+/// Files and settings the API server is started with.
+pub(crate) struct ApiServerConfig<'a> {
+    pub dir: &'a Path,
+    pub port: u16,
+    pub etcd_url: &'a str,
+    pub service_cidr: &'a str,
+}
+
+/// Audit policy: every request at `Metadata` level (no bodies, so no Secret data in logs).
+pub(crate) const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+";
+
+/// Builds the kube-apiserver command: RBAC + Node authorizer, bootstrap-token authentication,
+/// service-account keys, audit log; everything on 127.0.0.1.
+pub(crate) fn command(tools: &Tools, c: &ApiServerConfig<'_>) -> Command {
+    let f = |name: &str| c.dir.join(name).display().to_string();
+    let mut cmd = Command::new(tools.path("kube-apiserver"));
+    cmd.arg(format!("--etcd-servers={}", c.etcd_url))
+        .arg("--bind-address=127.0.0.1")
+        .arg("--advertise-address=127.0.0.1")
+        .arg(format!("--secure-port={}", c.port))
+        .arg(format!("--tls-cert-file={}", f("apiserver.crt")))
+        .arg(format!("--tls-private-key-file={}", f("apiserver.key")))
+        .arg(format!("--client-ca-file={}", f("ca.crt")))
+        .arg(format!("--service-account-issuer=https://127.0.0.1:{}", c.port))
+        .arg(format!("--service-account-key-file={}", f("sa.pub")))
+        .arg(format!("--service-account-signing-key-file={}", f("sa.key")))
+        .arg(format!("--service-cluster-ip-range={}", c.service_cidr))
+        .arg("--authorization-mode=Node,RBAC")
+        .arg("--enable-bootstrap-token-auth=true")
+        .arg("--allow-privileged=true")
+        // No token volumes are injected: the local node runs control-plane pods, which
+        // authenticate with their own kubeconfigs.
+        .arg("--disable-admission-plugins=ServiceAccount")
+        .arg(format!("--audit-log-path={}", f("audit.log")))
+        .arg(format!("--audit-policy-file={}", f("audit-policy.yaml")))
+        .arg("--audit-log-maxsize=0")
+        .arg("--endpoint-reconciler-type=none")
+        .arg("--profiling=false")
+        .arg("--v=1");
+    cmd
+}

@@ -1,0 +1,84 @@
+//! Reading the API server's audit log.
+
+use serde::Deserialize;
+
+/// One audit event (`audit.k8s.io/v1` `Event`, stage `ResponseComplete` or `Panic`), reduced
+/// to the fields tests count by.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
+    pub verb: String,
+    /// The authenticated user.
+    pub user: AuditUser,
+    /// Request URI, e.g. `/api/v1/namespaces/default/secrets/x`.
+    pub request_u_r_i: String,
+    /// The target object, when the request names one.
+    #[serde(default)]
+    pub object_ref: Option<AuditObjectRef>,
+    /// Event stage (`ResponseComplete`, `ResponseStarted`, `Panic`).
+    pub stage: String,
+    /// HTTP status of the response, when complete.
+    #[serde(default)]
+    pub response_status: Option<AuditStatus>,
+}
+
+/// The user of an [`AuditEvent`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct AuditUser {
+    /// User name (client certificate CN, service account, …).
+    #[serde(default)]
+    pub username: String,
+    /// Groups.
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// The object an [`AuditEvent`] targets.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditObjectRef {
+    /// Resource plural, e.g. `secrets`.
+    #[serde(default)]
+    pub resource: String,
+    /// Namespace, when namespaced.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Object name, when named.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// API group (empty for core).
+    #[serde(default)]
+    pub api_group: Option<String>,
+    /// Subresource, e.g. `status`.
+    #[serde(default)]
+    pub subresource: Option<String>,
+}
+
+/// Response status of an [`AuditEvent`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct AuditStatus {
+    /// HTTP status code.
+    #[serde(default)]
+    pub code: u16,
+}
+
+impl AuditEvent {
+    /// True for verbs that change state (`create`, `update`, `patch`, `delete`,
+    /// `deletecollection`).
+    #[must_use]
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
+}
+
+/// Parses the JSON-lines audit log, keeping completed requests only.
+pub(crate) fn parse(text: &str) -> Vec<AuditEvent> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<AuditEvent>(l).ok())
+        .filter(|e| e.stage == "ResponseComplete" || e.stage == "Panic")
+        .collect()
+}

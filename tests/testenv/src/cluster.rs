@@ -1,0 +1,503 @@
+//! The local management cluster.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::apiserver::{self, ApiServerConfig};
+use crate::audit::{self, AuditEvent};
+use crate::capi;
+use crate::etcd::Etcd;
+use crate::pki::{self, TestCa};
+use crate::process::{Supervised, free_port};
+use crate::tools::{Tools, workspace_root};
+
+const FIELD_MANAGER: &str = "kamaji-testenv";
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Options for [`LocalCluster`]; obtain with [`LocalCluster::builder`].
+#[derive(Debug, Clone)]
+pub struct Builder {
+    capi: bool,
+    controllers: bool,
+    kamaji_crds: bool,
+    crd_dirs: Vec<PathBuf>,
+    service_cidr: String,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self {
+            capi: true,
+            controllers: false,
+            kamaji_crds: true,
+            crd_dirs: Vec::new(),
+            service_cidr: "10.0.0.0/24".to_owned(),
+        }
+    }
+}
+
+impl Builder {
+    /// Run the Cluster API core manager and serve its conversion and admission webhooks on
+    /// loopback (default: on). Without it the CAPI CRDs are still installed, but only their
+    /// storage version can be used.
+    #[must_use]
+    pub fn capi(mut self, on: bool) -> Self {
+        self.capi = on;
+        self
+    }
+
+    /// Run kube-controller-manager and kube-scheduler (default: off).
+    #[must_use]
+    pub fn controllers(mut self, on: bool) -> Self {
+        self.controllers = on;
+        self
+    }
+
+    /// Install kamaji-rs's CRDs from `config/crd/bases` when that directory exists
+    /// (default: on).
+    #[must_use]
+    pub fn kamaji_crds(mut self, on: bool) -> Self {
+        self.kamaji_crds = on;
+        self
+    }
+
+    /// Also install the CRDs found in `dir`.
+    #[must_use]
+    pub fn crds_from(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.crd_dirs.push(dir.into());
+        self
+    }
+
+    /// The API server's `--service-cluster-ip-range` (default `10.0.0.0/24`; the addresses
+    /// are virtual and nothing in the environment sends traffic to them).
+    #[must_use]
+    pub fn service_cidr(mut self, cidr: &str) -> Self {
+        cidr.clone_into(&mut self.service_cidr);
+        self
+    }
+
+    /// Starts the cluster and waits until it is ready.
+    ///
+    /// # Errors
+    /// When a program is missing (`make tools`), fails to start, or does not become ready in
+    /// 90 s; the message carries the tail of that program's log.
+    pub async fn start(self) -> Result<LocalCluster> {
+        LocalCluster::launch(self).await
+    }
+}
+
+/// A running local management cluster. Dropping it stops every process it started.
+pub struct LocalCluster {
+    // Fields drop in declaration order: controllers first, then the API server, then etcd,
+    // and the temporary directory last.
+    capi: Option<Supervised>,
+    scheduler: Option<Supervised>,
+    controller_manager: Option<Supervised>,
+    apiserver: Supervised,
+    etcd: Etcd,
+    client: Client,
+    kubeconfig: PathBuf,
+    server: String,
+    ca: TestCa,
+    tools: Tools,
+    service_cidr: String,
+    dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for LocalCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalCluster")
+            .field("server", &self.server)
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalCluster {
+    /// Starts etcd, kube-apiserver and the Cluster API core manager, with the CAPI CRDs and
+    /// kamaji-rs's CRDs installed. Shorthand for `LocalCluster::builder().start()`.
+    ///
+    /// # Errors
+    /// See [`Builder::start`].
+    pub async fn start() -> Result<Self> {
+        Builder::default().start().await
+    }
+
+    /// Options for a cluster with more or fewer parts.
+    #[must_use]
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    async fn launch(opts: Builder) -> Result<Self> {
+        let tools = Tools::locate()?;
+        let dir = tempfile::Builder::new().prefix("kamaji-testenv-").tempdir()?;
+        let d = dir.path().to_owned();
+        let etcd = Etcd::start(&tools, &d.join("etcd"), None).await?;
+
+        let ca = TestCa::new("kamaji-testenv-ca")?;
+        let port = free_port()?;
+        let first_service_ip = first_ip(&opts.service_cidr)?;
+        let serving = ca.serving(
+            "kube-apiserver",
+            &["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+            &[IpAddr::V4(Ipv4Addr::LOCALHOST), first_service_ip],
+        )?;
+        let admin = ca.client("kamaji-testenv-admin", &["system:masters"])?;
+        let (sa_key, sa_pub) = pki::key_pair()?;
+        let write = |name: &str, body: &str| std::fs::write(d.join(name), body);
+        write("ca.crt", &ca.cert_pem())?;
+        write("ca.key", &ca.pair().key_pem)?;
+        write("apiserver.crt", &serving.cert_pem)?;
+        write("apiserver.key", &serving.key_pem)?;
+        write("sa.key", &sa_key)?;
+        write("sa.pub", &sa_pub)?;
+        write("audit-policy.yaml", apiserver::AUDIT_POLICY)?;
+        let server = format!("https://127.0.0.1:{port}");
+        let kubeconfig = d.join("admin.kubeconfig");
+        write(
+            "admin.kubeconfig",
+            &pki::kubeconfig(&server, &ca.cert_pem(), "kamaji-testenv-admin", &admin),
+        )?;
+
+        let cmd = apiserver::command(
+            &tools,
+            &ApiServerConfig {
+                dir: &d,
+                port,
+                etcd_url: etcd.url(),
+                service_cidr: &opts.service_cidr,
+            },
+        );
+        let mut apiserver = Supervised::spawn("kube-apiserver", cmd, &d.join("kube-apiserver.log"))?;
+        let client = client_from_kubeconfig(&kubeconfig).await?;
+        wait_ready(&client, &mut apiserver).await?;
+
+        let mut cluster = Self {
+            capi: None,
+            scheduler: None,
+            controller_manager: None,
+            apiserver,
+            etcd,
+            client,
+            kubeconfig,
+            server,
+            ca,
+            tools,
+            service_cidr: opts.service_cidr.clone(),
+            dir,
+        };
+        if opts.controllers {
+            cluster.start_controllers()?;
+        }
+        cluster.install_crds(&opts).await?;
+        Ok(cluster)
+    }
+
+    fn start_controllers(&mut self) -> Result<()> {
+        let d = self.dir.path();
+        let kc = self.kubeconfig.display().to_string();
+        let f = |name: &str| d.join(name).display().to_string();
+        let mut kcm = Command::new(self.tools.path("kube-controller-manager"));
+        kcm.arg(format!("--kubeconfig={kc}"))
+            .arg(format!("--authentication-kubeconfig={kc}"))
+            .arg(format!("--authorization-kubeconfig={kc}"))
+            .arg("--controllers=*,bootstrapsigner,tokencleaner")
+            .arg(format!("--cluster-signing-cert-file={}", f("ca.crt")))
+            .arg(format!("--cluster-signing-key-file={}", f("ca.key")))
+            .arg(format!("--root-ca-file={}", f("ca.crt")))
+            .arg(format!("--service-account-private-key-file={}", f("sa.key")))
+            .arg(format!("--service-cluster-ip-range={}", self.service_cidr))
+            .arg("--leader-elect=false")
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={}", free_port()?))
+            .arg("--v=1");
+        self.controller_manager =
+            Some(Supervised::spawn("kube-controller-manager", kcm, &d.join("kcm.log"))?);
+        let mut sched = Command::new(self.tools.path("kube-scheduler"));
+        sched
+            .arg(format!("--kubeconfig={kc}"))
+            .arg(format!("--authentication-kubeconfig={kc}"))
+            .arg(format!("--authorization-kubeconfig={kc}"))
+            .arg("--leader-elect=false")
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={}", free_port()?))
+            .arg("--v=1");
+        self.scheduler = Some(Supervised::spawn("kube-scheduler", sched, &d.join("scheduler.log"))?);
+        Ok(())
+    }
+
+    async fn install_crds(&mut self, opts: &Builder) -> Result<()> {
+        let core_crds = capi::read_crds(&self.tools.capi_core_crds())?;
+        let mut crds = core_crds;
+        let webhook_port = free_port()?;
+        if opts.capi {
+            for crd in &mut crds {
+                capi::set_conversion_webhook(crd, webhook_port, &self.ca.cert_pem())?;
+            }
+        }
+        let ours = workspace_root().join("config/crd/bases");
+        if opts.kamaji_crds && ours.is_dir() {
+            crds.extend(capi::read_crds(&ours)?);
+        }
+        for dir in &opts.crd_dirs {
+            crds.extend(capi::read_crds(dir)?);
+        }
+        self.apply_crds(&crds).await?;
+        if opts.capi {
+            self.start_capi(webhook_port).await?;
+        }
+        Ok(())
+    }
+
+    /// Server-side applies CRDs and waits until each is `Established`.
+    ///
+    /// # Errors
+    /// When the API server rejects a CRD (the message names it) or it is not established
+    /// within 30 s.
+    pub async fn apply_crds(&self, crds: &[CustomResourceDefinition]) -> Result<()> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        for crd in crds {
+            self.apply(crd).await.with_context(|| format!("install CRD {}", crd.name_any()))?;
+        }
+        for crd in crds {
+            let name = crd.name_any();
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                await_condition(api.clone(), &name, conditions::is_crd_established()),
+            )
+            .await
+            .with_context(|| format!("CRD {name} not established in 30 s"))??;
+        }
+        Ok(())
+    }
+
+    async fn start_capi(&mut self, webhook_port: u16) -> Result<()> {
+        let d = self.dir.path().join("capi");
+        let certs = d.join("certs");
+        std::fs::create_dir_all(&certs)?;
+        let serving = self.ca.serving(
+            "capi-webhooks",
+            &["localhost"],
+            &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
+        )?;
+        std::fs::write(certs.join("tls.crt"), &serving.cert_pem)?;
+        std::fs::write(certs.join("tls.key"), &serving.key_pem)?;
+        let health = free_port()?;
+        let mut cmd = Command::new(self.tools.path("capi-manager"));
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg(format!("--webhook-port={webhook_port}"))
+            .arg(format!("--webhook-cert-dir={}", certs.display()))
+            .arg(format!("--health-addr=127.0.0.1:{health}"))
+            .arg(format!("--diagnostics-address=127.0.0.1:{}", free_port()?))
+            .arg("--insecure-diagnostics=true")
+            .arg("--leader-elect=false")
+            .arg("--feature-gates=ClusterTopology=true");
+        let mut process = Supervised::spawn("capi-manager", cmd, &d.join("capi-manager.log"))?;
+        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+        while http_status(health, "/readyz").await != Some(200) {
+            if process.exited().is_some() || tokio::time::Instant::now() > deadline {
+                bail!("the CAPI core manager did not become ready:\n{}", process.log_tail(30));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.capi = Some(process);
+        let hooks = capi::read_webhooks(
+            &self.tools.capi_core_webhooks(),
+            webhook_port,
+            &self.ca.cert_pem(),
+            "capi",
+        )?;
+        for m in &hooks.mutating {
+            self.apply::<MutatingWebhookConfiguration>(m).await?;
+        }
+        for v in &hooks.validating {
+            self.apply::<ValidatingWebhookConfiguration>(v).await?;
+        }
+        Ok(())
+    }
+
+    /// Server-side applies a cluster-scoped or namespaced object with the test
+    /// environment's field manager (forced).
+    ///
+    /// # Errors
+    /// When the API server rejects the object.
+    pub async fn apply<K>(&self, obj: &K) -> Result<K>
+    where
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+    {
+        let ar = ApiResource::erase::<K>(&());
+        let api: Api<DynamicObject> = match obj.meta().namespace.as_deref() {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        };
+        let name = obj.meta().name.clone().unwrap_or_default();
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let mut body = serde_json::to_value(obj)?;
+        body["apiVersion"] = serde_json::json!(ar.api_version);
+        body["kind"] = serde_json::json!(ar.kind);
+        let applied = api.patch(&name, &pp, &Patch::Apply(&body)).await?;
+        Ok(serde_json::from_value(serde_json::to_value(applied)?)?)
+    }
+
+    /// An admin client (`system:masters`).
+    #[must_use]
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Path of an admin kubeconfig file.
+    #[must_use]
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// API server URL, `https://127.0.0.1:<port>`.
+    #[must_use]
+    pub fn server_url(&self) -> &str {
+        &self.server
+    }
+
+    /// The management cluster CA certificate (PEM), which also signs its serving certs.
+    #[must_use]
+    pub fn ca_pem(&self) -> String {
+        self.ca.cert_pem()
+    }
+
+    /// The management cluster CA, to issue further certificates in tests.
+    #[must_use]
+    pub fn ca(&self) -> &TestCa {
+        &self.ca
+    }
+
+    /// The programs this cluster runs.
+    #[must_use]
+    pub fn tools(&self) -> &Tools {
+        &self.tools
+    }
+
+    /// The cluster's temporary directory (logs, certificates, kubeconfigs).
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The etcd client URL.
+    #[must_use]
+    pub fn etcd_url(&self) -> &str {
+        self.etcd.url()
+    }
+
+    /// The service CIDR of the API server.
+    #[must_use]
+    pub fn service_cidr(&self) -> &str {
+        &self.service_cidr
+    }
+
+    /// Process ids of every program this cluster started.
+    #[must_use]
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = vec![self.etcd.pid(), self.apiserver.pid()];
+        for p in [&self.controller_manager, &self.scheduler, &self.capi].into_iter().flatten() {
+            pids.push(p.pid());
+        }
+        pids
+    }
+
+    /// Writes a kubeconfig for user `user` in `groups` (a client certificate from the cluster
+    /// CA) and returns its path; use it to run a program under its own identity, so the
+    /// audit log tells its requests apart.
+    ///
+    /// # Errors
+    /// On certificate or file errors.
+    pub fn user_kubeconfig(&self, user: &str, groups: &[&str]) -> Result<PathBuf> {
+        let cert = self.ca.client(user, groups)?;
+        let path = self.dir.path().join(format!("{user}.kubeconfig").replace(':', "_"));
+        std::fs::write(&path, pki::kubeconfig(&self.server, &self.ca.cert_pem(), user, &cert))?;
+        Ok(path)
+    }
+
+    /// A client authenticating as `user` in `groups`.
+    ///
+    /// # Errors
+    /// On certificate or client errors.
+    pub async fn user_client(&self, user: &str, groups: &[&str]) -> Result<Client> {
+        client_from_kubeconfig(&self.user_kubeconfig(user, groups)?).await
+    }
+
+    /// Completed requests from the API server's audit log, oldest first.
+    ///
+    /// # Errors
+    /// When the log cannot be read.
+    pub fn audit_events(&self) -> Result<Vec<AuditEvent>> {
+        let text = std::fs::read_to_string(self.dir.path().join("audit.log"))?;
+        Ok(audit::parse(&text))
+    }
+
+    /// Stops the Cluster API core manager (its webhooks then refuse, as in a real outage).
+    pub fn stop_capi(&mut self) {
+        if let Some(mut p) = self.capi.take() {
+            p.stop(Duration::from_secs(5));
+        }
+    }
+}
+
+/// A client from a kubeconfig file.
+///
+/// # Errors
+/// When the file is unreadable or invalid.
+pub async fn client_from_kubeconfig(path: &Path) -> Result<Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(Client::try_from(config)?)
+}
+
+async fn wait_ready(client: &Client, apiserver: &mut Supervised) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    loop {
+        let req = http::Request::get("/readyz").body(Vec::new())?;
+        if let Ok(body) = client.request_text(req).await
+            && body.trim() == "ok"
+        {
+            return Ok(());
+        }
+        if apiserver.exited().is_some() || tokio::time::Instant::now() > deadline {
+            bail!("kube-apiserver did not become ready:\n{}", apiserver.log_tail(30));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// HTTP status of a plain `GET http://127.0.0.1:<port><path>`, `None` if unreachable.
+async fn http_status(port: u16, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut buf)).await.ok()?.ok()?;
+    let head = String::from_utf8_lossy(&buf);
+    head.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The first host address of an IPv4 CIDR (the `kubernetes` Service IP).
+fn first_ip(cidr: &str) -> Result<IpAddr> {
+    let (net, _) = cidr.split_once('/').context("service CIDR needs a prefix length")?;
+    let base: Ipv4Addr = net.parse().context("service CIDR must be IPv4 here")?;
+    Ok(IpAddr::V4(Ipv4Addr::from(u32::from(base) + 1)))
+}

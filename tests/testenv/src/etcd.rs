@@ -1,0 +1,86 @@
+//! An etcd member on loopback.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+
+use crate::process::{Supervised, free_port};
+use crate::tools::Tools;
+
+/// TLS material for an etcd that requires client certificates (files on disk).
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// Server certificate (PEM file); must cover 127.0.0.1.
+    pub cert_file: PathBuf,
+    /// Server key (PEM file).
+    pub key_file: PathBuf,
+    /// CA that client certificates must chain to (PEM file).
+    pub client_ca_file: PathBuf,
+}
+
+/// A single-member etcd listening on a free loopback port; stopped on drop.
+#[derive(Debug)]
+pub struct Etcd {
+    process: Supervised,
+    url: String,
+}
+
+impl Etcd {
+    /// Starts etcd with its data under `dir` (created), plain HTTP unless `tls` is given,
+    /// and waits until it answers `/health` (plain HTTP only) or its port accepts connections.
+    ///
+    /// # Errors
+    /// When etcd does not start within 30 s (the message carries the log tail).
+    pub async fn start(tools: &Tools, dir: &Path, tls: Option<&EtcdTls>) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let client_port = free_port()?;
+        let peer_port = free_port()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://127.0.0.1:{client_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let mut cmd = Command::new(tools.path("etcd"));
+        cmd.arg("--name=testenv")
+            .arg(format!("--data-dir={}", dir.join("data").display()))
+            .arg(format!("--listen-client-urls={url}"))
+            .arg(format!("--advertise-client-urls={url}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=testenv={peer}"))
+            .arg("--unsafe-no-fsync=true")
+            .arg("--listen-metrics-urls=")
+            .arg("--log-level=warn")
+            .arg("--quota-backend-bytes=4294967296");
+        if let Some(tls) = tls {
+            cmd.arg(format!("--cert-file={}", tls.cert_file.display()))
+                .arg(format!("--key-file={}", tls.key_file.display()))
+                .arg(format!("--trusted-ca-file={}", tls.client_ca_file.display()))
+                .arg("--client-cert-auth=true");
+        }
+        let mut process = Supervised::spawn("etcd", cmd, &dir.join("etcd.log"))?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", client_port)).await.is_ok() {
+                break;
+            }
+            if process.exited().is_some() || tokio::time::Instant::now() > deadline {
+                bail!("etcd did not start:\n{}", process.log_tail(20));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Self { process, url })
+    }
+
+    /// Client URL, e.g. `http://127.0.0.1:40123`.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The etcd process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+}

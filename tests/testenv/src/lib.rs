@@ -1,0 +1,36 @@
+//! kamaji-testenv: a real, local Kubernetes management cluster for kamaji-rs tests.
+//!
+//! No container engine runs on the development machines, so instead of kind this crate
+//! starts the real programs as local processes on loopback, the way controller-runtime's
+//! envtest does, but with every binary built here by `tests/tools/build.sh`
+//! (`make tools`): etcd, kube-apiserver, optionally kube-controller-manager,
+//! kube-scheduler and the Cluster API core manager (with its webhooks served on loopback).
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! let cluster = kamaji_testenv::LocalCluster::start().await?;
+//! let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(cluster.client());
+//! # Ok(()) }
+//! ```
+//!
+//! Every process is stopped when the [`LocalCluster`] is dropped, also while a test
+//! unwinds from a panic. The API server writes an audit log (all requests at `Metadata`
+//! level) that [`LocalCluster::audit_events`] parses, so tests can count requests per user.
+
+mod apiserver;
+mod audit;
+mod capi;
+mod cluster;
+mod etcd;
+pub mod pki;
+pub mod process;
+mod tools;
+
+pub use audit::AuditEvent;
+pub use cluster::{Builder, LocalCluster, client_from_kubeconfig};
+pub use etcd::{Etcd, EtcdTls};
+pub use process::{Supervised, free_port};
+pub use tools::Tools;
+
+/// Kubernetes version of the binaries that `tests/tools` builds (the tenant version under test).
+pub const KUBERNETES_VERSION: &str = "v1.36.3";

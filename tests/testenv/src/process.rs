@@ -1,0 +1,111 @@
+//! Running programs as supervised child processes that are stopped on drop.
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// A child process whose output goes to a log file and which is stopped (SIGTERM, then
+/// SIGKILL after 5 s) when dropped — including while a panicking test unwinds.
+#[derive(Debug)]
+pub struct Supervised {
+    name: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Supervised {
+    /// Spawns `cmd`, sending stdout and stderr to `log`.
+    ///
+    /// # Errors
+    /// When the log file cannot be created or the program cannot be started.
+    pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Self> {
+        let out = File::create(log).with_context(|| format!("create {}", log.display()))?;
+        let err = out.try_clone()?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("start {name} ({:?})", cmd.get_program()))?;
+        Ok(Self { name: name.to_owned(), child: Some(child), log: log.to_owned() })
+    }
+
+    /// The process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The program's name as given to [`Supervised::spawn`].
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Path of the log file holding stdout and stderr.
+    #[must_use]
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// The last `lines` lines of the log, for error messages.
+    #[must_use]
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// `Some(status)` if the process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Stops the process: SIGTERM, then SIGKILL after `grace`; reaps it.
+    pub fn stop(&mut self, grace: Duration) {
+        let Some(mut child) = self.child.take() else { return };
+        if child.try_wait().ok().flatten().is_none() {
+            #[allow(clippy::cast_possible_wrap)]
+            let pid = Pid::from_raw(child.id() as i32);
+            let _ = kill(pid, Signal::SIGTERM);
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline {
+                if child.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
+
+    /// Kills the process at once with SIGKILL (a crash, as a test may want) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; the usual small race applies).
+///
+/// # Errors
+/// When no port can be bound.
+pub fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").context("bind a free port on 127.0.0.1")?;
+    Ok(l.local_addr()?.port())
+}
