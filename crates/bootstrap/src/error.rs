@@ -49,6 +49,15 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A built-in object template does not parse (a bug in this crate; covered by tests).
+    #[error("built-in template {what} is invalid: {source}")]
+    Template {
+        /// Which template.
+        what: String,
+        /// The parser error.
+        #[source]
+        source: serde_yaml::Error,
+    },
     /// The operating system random source failed.
     #[error("random source unavailable: {0}")]
     Random(String),
