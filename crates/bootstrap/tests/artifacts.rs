@@ -1,6 +1,10 @@
 //! Tenant-side kubeadm objects: snapshots for 1.36 and 1.23 (fixed fixture CA) and the
 //! acceptance cases B02, B03, B05, B06, B07, B18.
 
+// Test helpers outside #[test] functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use base64::Engine as _;
 use kamaji_bootstrap::kubeadm::{
     AddonImage, Addons, KubeletSpec, Tenant, TenantArtifacts, TenantSpec, cluster_info, config,
     rbac,
@@ -75,7 +79,6 @@ fn b02_cluster_info_has_one_cluster_with_embedded_ca_and_no_users() {
             .get("certificate-authority")
             .is_none()
     );
-    use base64::Engine as _;
     let ca = base64::engine::general_purpose::STANDARD
         .decode(
             clusters[0]["cluster"]["certificate-authority-data"]
@@ -92,9 +95,12 @@ fn b02_cluster_info_has_one_cluster_with_embedded_ca_and_no_users() {
         .find(|r| r.metadata.name.as_deref() == Some("kubeadm:bootstrap-signer-clusterinfo"))
         .unwrap();
     assert_eq!(role.metadata.namespace.as_deref(), Some("kube-public"));
-    let rule = &role.rules.as_ref().unwrap()[0];
-    assert_eq!(rule.verbs, ["get"]);
-    assert_eq!(rule.resource_names.as_deref().unwrap(), ["cluster-info"]);
+    let get_rule = &role.rules.as_ref().unwrap()[0];
+    assert_eq!(get_rule.verbs, ["get"]);
+    assert_eq!(
+        get_rule.resource_names.as_deref().unwrap(),
+        ["cluster-info"]
+    );
     let rb = a
         .rbac
         .role_bindings
@@ -424,9 +430,11 @@ fn addon_images_follow_registry_and_minor() {
     );
 }
 
+type Mutation = Box<dyn Fn(&mut TenantSpec)>;
+
 #[test]
 fn spec_validation_names_fields() {
-    let cases: Vec<(Box<dyn Fn(&mut TenantSpec)>, &str)> = vec![
+    let cases: Vec<(Mutation, &str)> = vec![
         (Box::new(|s| s.cluster_name = "Demo!".into()), "clusterName"),
         (Box::new(|s| s.version = "latest".into()), "version"),
         (

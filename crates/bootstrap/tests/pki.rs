@@ -1,12 +1,16 @@
 //! PKI properties: kubeadm's subjects, usages and SANs per role, chains, CA hash vs openssl,
 //! the keep / reissue decision.
 
+// Test helpers outside #[test] functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
+use base64::Engine as _;
 use kamaji_bootstrap::inspect::{
     CertificateInfo, LeafDecision, RENEWAL_WINDOW, ReissueReason, decide_leaf, is_signed_by,
     key_matches_certificate,
@@ -20,7 +24,7 @@ use kamaji_bootstrap::secrets::{self, SecretTarget};
 use proptest::prelude::*;
 
 fn now() -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+    SystemTime::UNIX_EPOCH + Duration::from_hours(500_000)
 }
 
 fn f0_network() -> TenantNetwork {
@@ -84,7 +88,16 @@ fn rsa() -> &'static Fixture {
 }
 
 /// (leaf, issuing CA PEM, CN, O, serverAuth, clientAuth)
-fn leaves(f: &Fixture) -> Vec<(&LeafCertificate, &str, &str, Vec<&str>, bool, bool)> {
+type Expectation<'a> = (
+    &'a LeafCertificate,
+    &'a str,
+    &'a str,
+    Vec<&'a str>,
+    bool,
+    bool,
+);
+
+fn leaves(f: &Fixture) -> Vec<Expectation<'_>> {
     let l = &f.pki.leaves;
     let ca = f.pki.roots.ca.cert_pem();
     let fp = f.pki.roots.front_proxy_ca.cert_pem();
@@ -175,7 +188,7 @@ fn check_leaves(f: &Fixture) {
         assert!(!info.is_ca, "{cn}");
         assert_eq!(
             info.not_before,
-            now() - Duration::from_secs(300),
+            now() - Duration::from_mins(5),
             "{cn} backdated 5 min"
         );
         assert_eq!(info.not_after, now() + LEAF_VALIDITY, "{cn} valid one year");
@@ -396,7 +409,7 @@ fn decide_leaf_keeps_a_fresh_leaf_and_explains_each_reissue() {
         d(Some(m), &f.api_spec, late),
         LeafDecision::Reissue(ReissueReason::ExpiresSoon)
     );
-    let early = now() + LEAF_VALIDITY - RENEWAL_WINDOW - Duration::from_secs(3600);
+    let early = now() + LEAF_VALIDITY - RENEWAL_WINDOW - Duration::from_hours(1);
     assert_eq!(d(Some(m), &f.api_spec, early), LeafDecision::Keep);
     let expired = now() + LEAF_VALIDITY + Duration::from_secs(1);
     assert_eq!(
@@ -404,7 +417,7 @@ fn decide_leaf_keeps_a_fresh_leaf_and_explains_each_reissue() {
         LeafDecision::Reissue(ReissueReason::ExpiresSoon)
     );
     assert_eq!(
-        d(Some(m), &f.api_spec, now() - Duration::from_secs(3600)),
+        d(Some(m), &f.api_spec, now() - Duration::from_hours(1)),
         LeafDecision::Reissue(ReissueReason::NotYetValid)
     );
     // issuer changed: a leaf from another CA
@@ -485,7 +498,6 @@ fn b01_capi_secrets_have_type_label_and_keys() {
     );
     assert_eq!(parsed["users"][0]["name"], "demo-admin");
     assert_eq!(parsed["current-context"], "demo-admin@demo");
-    use base64::Engine as _;
     let ca_data = base64::engine::general_purpose::STANDARD
         .decode(
             parsed["clusters"][0]["cluster"]["certificate-authority-data"]
