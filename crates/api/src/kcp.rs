@@ -991,12 +991,14 @@ pub struct DeploymentComponent {
         schema_with = "crate::schema::compact::<Option<Vec<Container>>>"
     )]
     pub extra_containers: Option<Vec<Container>>,
-    /// Volumes added to the control-plane pods, mounted with `extraVolumeMounts`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        length(max = 64),
-        schema_with = "crate::schema::compact::<Option<Vec<Volume>>>"
+    /// Volumes added to the control-plane pods, mounted with `extraVolumeMounts`. The legacy
+    /// `secret.name` is read as `secret.secretName`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "deserialize_extra_volumes"
     )]
+    #[schemars(length(max = 64), schema_with = "crate::schema::extra_volumes")]
     pub extra_volumes: Option<Vec<Volume>>,
     /// Run the control plane in another cluster reached with a kubeconfig Secret (upstream
     /// feature gate `ExternalClusterReference`). Not supported by kamaji-rs yet: the
@@ -1006,6 +1008,39 @@ pub struct DeploymentComponent {
     /// Probe timings for all control-plane containers; per-component `probes` win.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes: Option<ProbeSet>,
+}
+
+/// Deserializes `deployment.extraVolumes`, reading the legacy `secret.name` (written by users
+/// of the Kamaji provider, see shared/samples) as `secret.secretName` when that is empty.
+///
+/// # Errors
+/// When the list is not a list of corev1 `Volume`s.
+pub fn deserialize_extra_volumes<'de, D>(deserializer: D) -> Result<Option<Vec<Volume>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let Some(mut raw) = Option::<Vec<serde_json::Value>>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    for volume in &mut raw {
+        if let Some(secret) = volume
+            .get_mut("secret")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            let has_secret_name = secret
+                .get("secretName")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|n| !n.is_empty());
+            if let Some(name) = secret.remove("name") {
+                if !has_secret_name {
+                    secret.insert("secretName".to_owned(), name);
+                }
+            }
+        }
+    }
+    serde_json::from_value(serde_json::Value::Array(raw))
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 /// A remote cluster that hosts the control-plane pods (upstream `ExternalClusterReference`).
@@ -1131,5 +1166,71 @@ impl KamajiControlPlane {
     #[must_use]
     pub fn replicas(&self) -> i32 {
         self.spec.replicas.unwrap_or(DEFAULT_REPLICAS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_secret_volume_name_is_read_as_secret_name() {
+        let spec: KamajiControlPlaneSpec = serde_json::from_value(serde_json::json!({
+            "version": "1.27.0",
+            "deployment": {"extraVolumes": [
+                {"name": "a", "secret": {"name": "cloud-conf"}},
+                {"name": "b", "secret": {"secretName": "kept", "name": "ignored"}},
+            ]},
+        }))
+        .unwrap();
+        let volumes = spec.fields.deployment.unwrap().extra_volumes.unwrap();
+        let names: Vec<_> = volumes
+            .iter()
+            .map(|v| v.secret.as_ref().unwrap().secret_name.clone().unwrap())
+            .collect();
+        assert_eq!(names, vec!["cloud-conf", "kept"]);
+    }
+
+    #[test]
+    fn missing_fields_take_the_schema_defaults() {
+        let spec: KamajiControlPlaneSpec =
+            serde_json::from_value(serde_json::json!({"version": "v1.30.2"})).unwrap();
+        assert_eq!(spec.replicas, Some(2));
+        assert_eq!(
+            spec.fields.container_registry.as_deref(),
+            Some("registry.k8s.io")
+        );
+        assert_eq!(spec.fields.kubelet, Some(KubeletSpec::default_spec()));
+        assert_eq!(
+            spec.fields.network.and_then(|n| n.service_type),
+            Some(ServiceType::LoadBalancer)
+        );
+        let json = serde_json::to_value(KamajiControlPlaneSpec {
+            fields: KamajiControlPlaneFields::default(),
+            control_plane_endpoint: None,
+            replicas: None,
+            version: "v1.30.2".to_owned(),
+        })
+        .unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"version": "v1.30.2"}),
+            "None is never sent"
+        );
+    }
+
+    #[test]
+    fn removed_admission_plugins_are_known() {
+        assert_eq!(
+            AdmissionController::PodSecurityPolicy.removed_in_minor(),
+            Some(25)
+        );
+        assert_eq!(
+            AdmissionController::NodeRestriction.removed_in_minor(),
+            None
+        );
+        let parsed: AdmissionController =
+            serde_json::from_value(serde_json::json!("SecurityContextDeny")).unwrap();
+        assert_eq!(parsed.as_str(), "SecurityContextDeny");
     }
 }

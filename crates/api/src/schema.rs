@@ -48,3 +48,29 @@ fn strip_descriptions(value: &mut serde_json::Value) {
         _ => {}
     }
 }
+
+/// `deployment.extraVolumes`: the corev1 `Volume` list schema (see [`compact`]), plus the
+/// legacy `secret.name` that users of the Kamaji provider wrote for `secret.secretName`
+/// (shared/samples/kamajicontrolplane-cloud-config-v1alpha1.yaml). Accepting it keeps their
+/// manifests applying under strict field validation;
+/// [`crate::kcp::deserialize_extra_volumes`] turns it into `secretName`.
+pub(crate) fn extra_volumes(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = compact::<Option<Vec<k8s_openapi::api::core::v1::Volume>>>(generator);
+    if let Some(secret_properties) = schema
+        .as_object_mut()
+        .and_then(|s| s.get_mut("items"))
+        .and_then(|items| items.get_mut("properties"))
+        .and_then(|p| p.get_mut("secret"))
+        .and_then(|secret| secret.get_mut("properties"))
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        secret_properties.insert(
+            "name".to_owned(),
+            serde_json::json!({
+                "type": "string",
+                "description": "Deprecated spelling of secretName, accepted for manifests written for the Kamaji provider; the controller uses it when secretName is empty.",
+            }),
+        );
+    }
+    schema
+}

@@ -1,0 +1,952 @@
+//! The CRDs of kamaji-rs against a real kube-apiserver (kamaji-testenv): the user samples
+//! apply unchanged and read back equal in both versions, invalid input is rejected at
+//! admission with a message naming the field and nothing is created, and the scale
+//! subresource and `kubectl explain` work.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail, ensure};
+use kamaji_testenv::LocalCluster;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+const GROUP: &str = "controlplane.cluster.x-k8s.io";
+
+fn samples_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/samples")
+}
+
+fn kubectl(cluster: &LocalCluster, args: &[&str]) -> Result<String> {
+    let out = Command::new(cluster.tools().path("kubectl"))
+        .arg(format!(
+            "--kubeconfig={}",
+            cluster.kubeconfig_path().display()
+        ))
+        .args(args)
+        .output()
+        .context("run kubectl")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn kubectl_apply_yaml(cluster: &LocalCluster, namespace: &str, yaml: &str) -> Result<String> {
+    let dir = tempfile_dir()?;
+    let path = dir.join(format!("manifest-{}.yaml", std::process::id()));
+    std::fs::write(&path, yaml)?;
+    let out = kubectl(
+        cluster,
+        &["apply", "-n", namespace, "-f", &path.display().to_string()],
+    );
+    std::fs::remove_file(&path)?;
+    out
+}
+
+fn tempfile_dir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join("kamaji-api-tests");
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn api(cluster: &LocalCluster, namespace: &str, version: &str, kind: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, version, kind));
+    Api::namespaced_with(cluster.client(), namespace, &ar)
+}
+
+async fn create_namespace(cluster: &LocalCluster, name: &str) -> Result<()> {
+    kubectl(cluster, &["create", "namespace", name]).map(|_| ())
+}
+
+/// Every leaf of `input` is present with the same value in `output` (which may hold more:
+/// schema defaults). Numbers compare as numbers.
+fn contains(output: &Value, input: &Value, path: &str) -> Result<()> {
+    match (input, output) {
+        (Value::Object(i), Value::Object(o)) => {
+            for (k, v) in i {
+                let Some(ov) = o.get(k) else {
+                    bail!("{path}.{k} was dropped (pruned or not in the schema)");
+                };
+                contains(ov, v, &format!("{path}.{k}"))?;
+            }
+            Ok(())
+        }
+        (Value::Array(i), Value::Array(o)) => {
+            ensure!(
+                i.len() == o.len(),
+                "{path}: {} items written, {} read",
+                i.len(),
+                o.len()
+            );
+            for (n, (iv, ov)) in i.iter().zip(o).enumerate() {
+                contains(ov, iv, &format!("{path}[{n}]"))?;
+            }
+            Ok(())
+        }
+        (Value::Number(i), Value::Number(o)) => {
+            ensure!(i.as_f64() == o.as_f64(), "{path}: wrote {i}, read {o}");
+            Ok(())
+        }
+        (i, o) => {
+            ensure!(i == o, "{path}: wrote {i}, read {o}");
+            Ok(())
+        }
+    }
+}
+
+fn yaml_docs(path: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value: Value = serde::Deserialize::deserialize(doc)?;
+        if !value.is_null() {
+            docs.push(value);
+        }
+    }
+    Ok(docs)
+}
+
+/// Reads `kcp/name` as v1alpha1 and as v1alpha2, checks both specs are equal, contain what
+/// was written, and deserialize into the Rust type.
+async fn read_back_both_versions(
+    cluster: &LocalCluster,
+    namespace: &str,
+    name: &str,
+    written_spec: &Value,
+) -> Result<()> {
+    let v1 = api(cluster, namespace, "v1alpha1", "KamajiControlPlane")
+        .get(name)
+        .await?;
+    let v2 = api(cluster, namespace, "v1alpha2", "KamajiControlPlane")
+        .get(name)
+        .await?;
+    ensure!(
+        v1.data["spec"] == v2.data["spec"],
+        "{name}: spec differs between versions"
+    );
+    contains(&v2.data["spec"], written_spec, "spec")
+        .with_context(|| format!("{namespace}/{name}"))?;
+    let typed: kamaji_api::KamajiControlPlane = serde_json::from_value(serde_json::to_value(&v2)?)
+        .with_context(|| format!("{name} as Rust type"))?;
+    ensure!(typed.spec.replicas.is_some(), "replicas defaulted");
+    // The same object through kubectl, by fully qualified resource and version.
+    for version in ["v1alpha1", "v1alpha2"] {
+        let out = kubectl(
+            cluster,
+            &[
+                "get",
+                "-n",
+                namespace,
+                &format!("kamajicontrolplanes.{version}.{GROUP}/{name}"),
+                "-o",
+                "json",
+            ],
+        )?;
+        let obj: Value = serde_json::from_str(&out)?;
+        ensure!(
+            obj["apiVersion"] == format!("{GROUP}/{version}"),
+            "kubectl returned {}",
+            obj["apiVersion"]
+        );
+        ensure!(
+            obj["spec"] == v2.data["spec"],
+            "kubectl {version} spec differs"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Result<()> {
+    let cluster = LocalCluster::start().await?;
+
+    // The two v1alpha1 KamajiControlPlane samples share a name: one namespace each.
+    for (ns, file) in [
+        ("full", "kamajicontrolplane-full-v1alpha1.yaml"),
+        ("cloud", "kamajicontrolplane-cloud-config-v1alpha1.yaml"),
+    ] {
+        create_namespace(&cluster, ns).await?;
+        let path = samples_dir().join(file);
+        kubectl(
+            &cluster,
+            &["apply", "-n", ns, "-f", &path.display().to_string()],
+        )?;
+        let doc = yaml_docs(&path)?.remove(0);
+        read_back_both_versions(&cluster, ns, "kamajicontrolplane-sample", &doc["spec"]).await?;
+        let back = api(&cluster, ns, "v1alpha1", "KamajiControlPlane")
+            .get("kamajicontrolplane-sample")
+            .await?;
+        ensure!(
+            back.data["spec"]["version"] == "1.27.0",
+            "version kept as written"
+        );
+        ensure!(
+            back.data["spec"]["admissionControllers"]
+                .as_array()
+                .map(Vec::len)
+                == Some(37),
+            "37 admission plugins kept"
+        );
+    }
+
+    // The quickstart: its Cluster (v1beta1) and KamajiControlPlane, exactly as written. The
+    // OpenStack, MachineDeployment and KubeadmConfigTemplate objects need other providers.
+    create_namespace(&cluster, "quickstart").await?;
+    // The v1beta1 -> v1beta2 Cluster conversion resolves the infrastructureRef's CRD, so the
+    // OpenStack kinds need a stand-in CRD (shared/samples/README.md).
+    kubectl_apply_yaml(&cluster, "default", OPENSTACK_STAND_IN_CRD)?;
+    kubectl(
+        &cluster,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            "crd/openstackclusters.infrastructure.cluster.x-k8s.io",
+        ],
+    )?;
+    let docs = yaml_docs(&samples_dir().join("quickstart-openstack.yaml"))?;
+    let mut applied = 0;
+    for doc in &docs {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        if kind == "Cluster" || kind == "KamajiControlPlane" {
+            let mut doc = doc.clone();
+            if let Some(meta) = doc["metadata"].as_object_mut() {
+                meta.remove("namespace");
+            }
+            kubectl_apply_yaml(&cluster, "quickstart", &serde_yaml::to_string(&doc)?)?;
+            applied += 1;
+        }
+    }
+    ensure!(
+        applied == 2,
+        "quickstart holds a Cluster and a KamajiControlPlane"
+    );
+    let kcp = docs
+        .iter()
+        .find(|d| d["kind"] == "KamajiControlPlane")
+        .context("kcp in quickstart")?;
+    read_back_both_versions(&cluster, "quickstart", "capo-cp-test", &kcp["spec"]).await?;
+    let defaults = api(&cluster, "quickstart", "v1alpha2", "KamajiControlPlane")
+        .get("capo-cp-test")
+        .await?;
+    ensure!(
+        defaults.data["spec"]["registry"] == "registry.k8s.io",
+        "registry default"
+    );
+    ensure!(
+        defaults.data["spec"]["network"] == json!({"serviceType": "LoadBalancer"}),
+        "network default"
+    );
+    ensure!(
+        defaults.data["spec"]["kubelet"]
+            == json!({"preferredAddressTypes": ["InternalIP", "ExternalIP", "Hostname"], "cgroupfs": "systemd"}),
+        "kubelet default"
+    );
+    let cluster_view: kamaji_api::cluster::v1beta2::Cluster = serde_json::from_str(&kubectl(
+        &cluster,
+        &[
+            "get",
+            "-n",
+            "quickstart",
+            "clusters.v1beta2.cluster.x-k8s.io/capi-quickstart",
+            "-o",
+            "json",
+        ],
+    )?)?;
+    let view = kamaji_api::cluster::ClusterView::from(&cluster_view);
+    ensure!(
+        view.pod_cidrs == vec!["192.168.0.0/16".to_owned()],
+        "pod CIDR read through the v1beta2 view"
+    );
+    ensure!(
+        view.control_plane_ref.map(|r| r.name) == Some("capo-cp-test".to_owned()),
+        "controlPlaneRef"
+    );
+
+    // A v1alpha2 object as the provider ships today, with the newer fields.
+    create_namespace(&cluster, "v2").await?;
+    let v2 = r#"
+apiVersion: controlplane.cluster.x-k8s.io/v1alpha2
+kind: KamajiControlPlane
+metadata:
+  name: demo
+spec:
+  version: v1.36.3
+  replicas: 3
+  dataStoreName: default
+  dataStoreSchema: tenant_v2_demo
+  dataStoreUsername: tenant_v2_demo
+  dataStoreOverrides:
+    - {resource: /events, dataStore: events}
+  addons:
+    coreDNS: {imageTag: v1.12.0, dnsServiceIPs: [10.96.0.10]}
+    kubeProxy: {imageRepository: registry.k8s.io}
+    konnectivity:
+      server: {port: 8132, extraArgs: ["--keepalive-time=1m"], resources: {requests: {cpu: 100m}}}
+      agent: {mode: Deployment, replicas: 2, hostNetwork: false}
+  admissionControllers: [NodeRestriction, ValidatingAdmissionPolicy]
+  apiServer:
+    extraArgs: ["--max-requests-inflight=800", "--service-account-issuer=https://issuer-new.example.com", "--service-account-issuer=https://kubernetes.default.svc.cluster.local"]
+    probes: {liveness: {failureThreshold: 8, periodSeconds: 10}}
+  controllerManager: {extraArgs: ["--allocate-node-cidrs=false"]}
+  kine: {extraArgs: ["--metrics-bind-address=:9091"]}
+  kubelet:
+    preferredAddressTypes: [InternalIP]
+    cgroupfs: systemd
+    configurationJSONPatches:
+      - {op: replace, path: /maxPods, value: 150}
+      - {op: add, path: /featureGates, value: {NodeSwap: true}}
+  network:
+    serviceType: LoadBalancer
+    serviceAddress: 10.0.0.10
+    advertiseAddress: 192.168.1.10
+    serviceLabels: {a: b}
+    serviceAnnotations: {c: d}
+    additionalServicePorts:
+      - {name: csr-signer, port: 9443, targetPort: 9443}
+    certSANs: [api.example.com, "*.tenants.example.com", 10.0.0.10, "fd00::10"]
+    dnsServiceIPs: [10.96.0.10]
+    loadBalancerConfig:
+      loadBalancerSourceRanges: [10.0.0.0/8, "fd00::/64"]
+      loadBalancerClass: example.com/lb
+    gateway: {name: gw, namespace: gateways, hostname: api.example.com, sectionName: tls, port: 443}
+  deployment:
+    serviceAccountName: tenant
+    additionalMetadata: {labels: {tier: gold}}
+    podAdditionalMetadata: {annotations: {p: q}}
+    probes: {readiness: {periodSeconds: 5}, startup: {failureThreshold: 30}}
+    extraContainers:
+      - name: csr-signer
+        image: example.com/signer:v1
+        ports: [{containerPort: 9443}]
+"#;
+    kubectl_apply_yaml(&cluster, "v2", v2)?;
+    let v2_doc: Value = serde_yaml::from_str(v2)?;
+    read_back_both_versions(&cluster, "v2", "demo", &v2_doc["spec"]).await?;
+
+    // A KamajiControlPlaneTemplate used by a ClusterClass.
+    create_namespace(&cluster, "classes").await?;
+    let class = r"
+apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
+kind: KamajiControlPlaneTemplate
+metadata:
+  name: kamaji
+spec:
+  template:
+    metadata:
+      labels: {tier: gold}
+    spec:
+      dataStoreName: default
+      addons: {coreDNS: {}, kubeProxy: {}}
+      network: {serviceType: LoadBalancer}
+      deployment:
+        strategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 0, maxSurge: 100%}}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: ClusterClass
+metadata:
+  name: kamaji
+spec:
+  controlPlane:
+    templateRef:
+      apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
+      kind: KamajiControlPlaneTemplate
+      name: kamaji
+  infrastructure:
+    templateRef:
+      apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+      kind: DockerClusterTemplate
+      name: kamaji
+";
+    kubectl_apply_yaml(&cluster, "classes", class)?;
+    let t1 = api(
+        &cluster,
+        "classes",
+        "v1alpha1",
+        "KamajiControlPlaneTemplate",
+    )
+    .get("kamaji")
+    .await?;
+    let t2 = api(
+        &cluster,
+        "classes",
+        "v1alpha2",
+        "KamajiControlPlaneTemplate",
+    )
+    .get("kamaji")
+    .await?;
+    ensure!(
+        t1.data["spec"] == t2.data["spec"],
+        "template spec differs between versions"
+    );
+    let typed: kamaji_api::KamajiControlPlaneTemplate =
+        serde_json::from_value(serde_json::to_value(&t2)?)?;
+    ensure!(
+        typed.spec.template.spec.data_store_name.as_deref() == Some("default"),
+        "template field"
+    );
+    kubectl(
+        &cluster,
+        &[
+            "get",
+            "-n",
+            "classes",
+            "clusterclasses.cluster.x-k8s.io/kamaji",
+        ],
+    )?;
+
+    // Kamaji DataStores as Kamaji users write them.
+    let datastores = r"
+apiVersion: kamaji.clastix.io/v1alpha1
+kind: DataStore
+metadata:
+  name: default
+spec:
+  driver: etcd
+  endpoints:
+  - etcd-0.etcd.kamaji-system.svc:2379
+  - etcd-1.etcd.kamaji-system.svc:2379
+  tlsConfig:
+    certificateAuthority:
+      certificate:
+        secretReference: {keyPath: tls.crt, name: etcd-ca-tls, namespace: kamaji-system}
+      privateKey:
+        secretReference: {keyPath: tls.key, name: etcd-ca-tls, namespace: kamaji-system}
+    clientCertificate:
+      certificate:
+        secretReference: {keyPath: tls.crt, name: etcd-client-tls, namespace: kamaji-system}
+      privateKey:
+        secretReference: {keyPath: tls.key, name: etcd-client-tls, namespace: kamaji-system}
+---
+apiVersion: kamaji.clastix.io/v1alpha1
+kind: DataStore
+metadata:
+  name: postgresql-bronze
+spec:
+  driver: PostgreSQL
+  endpoints: [postgres-bronze-rw.postgres-system.svc:5432]
+  basicAuth:
+    username: {content: cm9vdA==}
+    password:
+      secretReference: {name: postgres-bronze-superuser, namespace: postgres-system, keyPath: password}
+  tlsConfig:
+    certificateAuthority:
+      certificate:
+        secretReference: {name: postgres-bronze-ca, namespace: postgres-system, keyPath: ca.crt}
+";
+    kubectl_apply_yaml(&cluster, "default", datastores)?;
+    let ds: Api<kamaji_api::DataStore> = Api::all(cluster.client());
+    let etcd = ds.get("default").await?;
+    ensure!(
+        etcd.spec.driver == kamaji_api::datastore::Driver::Etcd,
+        "etcd driver"
+    );
+    ensure!(etcd.spec.endpoints.len() == 2, "endpoints");
+    let pg = ds.get("postgresql-bronze").await?;
+    ensure!(
+        pg.spec
+            .basic_auth
+            .as_ref()
+            .and_then(|b| b.username.content.as_ref())
+            .map(|c| c.0.clone())
+            == Some(b"root".to_vec()),
+        "inline content decoded"
+    );
+    Ok(())
+}
+
+/// A minimal stand-in for the OpenStack provider's `OpenStackCluster` CRD (v1alpha6, CAPI
+/// v1beta1 contract), enough for CAPI to resolve the quickstart's `infrastructureRef`.
+const OPENSTACK_STAND_IN_CRD: &str = r"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: openstackclusters.infrastructure.cluster.x-k8s.io
+  labels:
+    cluster.x-k8s.io/v1beta1: v1alpha6
+spec:
+  group: infrastructure.cluster.x-k8s.io
+  names: {kind: OpenStackCluster, listKind: OpenStackClusterList, plural: openstackclusters, singular: openstackcluster}
+  scope: Namespaced
+  versions:
+    - name: v1alpha6
+      served: true
+      storage: true
+      subresources: {status: {}}
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+";
+
+/// Base of the invalid cases: a valid v1alpha1 spec.
+fn base_spec() -> Value {
+    json!({"version": "v1.30.2", "replicas": 2, "dataStoreName": "default"})
+}
+
+fn merge(base: &mut Value, patch: &Value) {
+    match (base, patch) {
+        (Value::Object(b), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    b.remove(k);
+                } else {
+                    merge(b.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (b, p) => *b = p.clone(),
+    }
+}
+
+fn kcp_object(name: &str, spec: Value) -> Result<DynamicObject> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": format!("{GROUP}/v1alpha1"),
+        "kind": "KamajiControlPlane",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))?)
+}
+
+fn rejection(err: &kube::Error) -> Option<String> {
+    match err {
+        kube::Error::Api(status) if status.code == 422 => Some(status.message.clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+#[allow(clippy::too_many_lines)] // one table of cases
+async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() -> Result<()> {
+    let cluster = LocalCluster::builder().capi(false).start().await?;
+    create_namespace(&cluster, "bad").await?;
+    let kcps = api(&cluster, "bad", "v1alpha1", "KamajiControlPlane");
+
+    // (case, spec patch on create, text the message must contain)
+    let create_cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "version-no-patch",
+            json!({"version": "1.30"}),
+            "spec.version",
+        ),
+        ("version-word", json!({"version": "latest"}), "spec.version"),
+        (
+            "version-four-parts",
+            json!({"version": "v1.30.2.1"}),
+            "spec.version",
+        ),
+        ("version-empty", json!({"version": ""}), "spec.version"),
+        ("version-missing", json!({"version": null}), "spec.version"),
+        (
+            "replicas-negative",
+            json!({"replicas": -1}),
+            "spec.replicas",
+        ),
+        (
+            "service-type",
+            json!({"network": {"serviceType": "ExternalName"}}),
+            "spec.network.serviceType",
+        ),
+        (
+            "lb-ranges-clusterip",
+            json!({"network": {"serviceType": "ClusterIP", "loadBalancerConfig": {"loadBalancerSourceRanges": ["10.0.0.0/8"]}}}),
+            "loadBalancerSourceRanges",
+        ),
+        (
+            "lb-class-nodeport",
+            json!({"network": {"serviceType": "NodePort", "loadBalancerConfig": {"loadBalancerClass": "x/lb"}}}),
+            "loadBalancerClass",
+        ),
+        (
+            "lb-nodeports-clusterip",
+            json!({"network": {"serviceType": "ClusterIP", "allocateLoadBalancerNodePorts": false}}),
+            "allocateLoadBalancerNodePorts",
+        ),
+        (
+            "san-host-port",
+            json!({"network": {"certSANs": ["api.example.com:6443"]}}),
+            "certSANs",
+        ),
+        (
+            "san-url",
+            json!({"network": {"certSANs": ["https://api.example.com"]}}),
+            "certSANs",
+        ),
+        (
+            "ingress-and-gateway",
+            json!({"network": {"ingress": {"hostname": "a.example.com"}, "gateway": {"name": "g", "namespace": "n", "hostname": "a.example.com"}}}),
+            "network.ingress and network.gateway",
+        ),
+        (
+            "ingress-no-hostname",
+            json!({"network": {"ingress": {"className": "nginx"}}}),
+            "spec.network.ingress.hostname",
+        ),
+        (
+            "gateway-port",
+            json!({"network": {"gateway": {"name": "g", "namespace": "n", "hostname": "a.example.com", "port": 70000}}}),
+            "spec.network.gateway.port",
+        ),
+        (
+            "admission-plugin",
+            json!({"admissionControllers": ["NamespaceLifecycle", "NotAPlugin"]}),
+            "spec.admissionControllers",
+        ),
+        (
+            "lb-range-cidr",
+            json!({"network": {"loadBalancerConfig": {"loadBalancerSourceRanges": ["10.0.0.0/33"]}}}),
+            "loadBalancerSourceRanges",
+        ),
+        (
+            "service-address",
+            json!({"network": {"serviceAddress": "10.0.0.300"}}),
+            "serviceAddress",
+        ),
+        (
+            "advertise-address",
+            json!({"network": {"advertiseAddress": "api.example.com"}}),
+            "advertiseAddress",
+        ),
+        (
+            "network-dns-ip",
+            json!({"network": {"dnsServiceIPs": ["10.96.0.0/12"]}}),
+            "dnsServiceIPs",
+        ),
+        (
+            "coredns-dns-ip",
+            json!({"addons": {"coreDNS": {"dnsServiceIPs": ["kube-dns"]}}}),
+            "dnsServiceIPs",
+        ),
+        (
+            "extra-arg-bare-word",
+            json!({"apiServer": {"extraArgs": ["max-requests-inflight"]}}),
+            "spec.apiServer.extraArgs",
+        ),
+        (
+            "extra-arg-reserved",
+            json!({"apiServer": {"extraArgs": ["--etcd-servers=https://x:2379"]}}),
+            "apiServer.extraArgs",
+        ),
+        (
+            "extra-arg-reserved-kcm",
+            json!({"controllerManager": {"extraArgs": ["--kubeconfig=/x"]}}),
+            "controllerManager.extraArgs",
+        ),
+        (
+            "extra-arg-reserved-scheduler",
+            json!({"scheduler": {"extraArgs": ["-authentication-kubeconfig=/x"]}}),
+            "scheduler.extraArgs",
+        ),
+        (
+            "kubelet-address-type",
+            json!({"kubelet": {"preferredAddressTypes": ["Foo"]}}),
+            "spec.kubelet.preferredAddressTypes",
+        ),
+        (
+            "kubelet-cgroupfs",
+            json!({"kubelet": {"cgroupfs": "runc"}}),
+            "spec.kubelet.cgroupfs",
+        ),
+        (
+            "datastore-override",
+            json!({"dataStoreOverrides": [{"resource": "/events"}]}),
+            "spec.dataStoreOverrides[0].dataStore",
+        ),
+        (
+            "endpoint-port",
+            json!({"controlPlaneEndpoint": {"host": "a", "port": 70000}}),
+            "spec.controlPlaneEndpoint.port",
+        ),
+        (
+            "konnectivity-mode",
+            json!({"addons": {"konnectivity": {"agent": {"mode": "StatefulSet"}}}}),
+            "spec.addons.konnectivity.agent.mode",
+        ),
+    ];
+    let mut checked = 0;
+    for (case, patch, field) in &create_cases {
+        let mut spec = base_spec();
+        merge(&mut spec, patch);
+        let name = format!("create-{case}");
+        let err = kcps
+            .create(&PostParams::default(), &kcp_object(&name, spec)?)
+            .await
+            .err()
+            .with_context(|| format!("{case}: accepted"))?;
+        let message =
+            rejection(&err).with_context(|| format!("{case}: not a 422 rejection: {err}"))?;
+        ensure!(
+            message.contains(field),
+            "{case}: message does not name {field}: {message}"
+        );
+        ensure!(
+            kcps.get_opt(&name).await?.is_none(),
+            "{case}: object created anyway"
+        );
+        checked += 1;
+    }
+
+    // (case, valid spec patch on create, spec patch on update, text the message must contain)
+    let update_cases: Vec<(&str, Value, Value, &str)> = vec![
+        (
+            "downgrade",
+            json!({}),
+            json!({"version": "v1.29.9"}),
+            "spec.version cannot be downgraded",
+        ),
+        (
+            "patch-downgrade",
+            json!({}),
+            json!({"version": "1.30.1"}),
+            "spec.version cannot be downgraded",
+        ),
+        (
+            "minor-skip",
+            json!({}),
+            json!({"version": "v1.32.0"}),
+            "spec.version cannot skip a minor version",
+        ),
+        (
+            "major-change",
+            json!({}),
+            json!({"version": "v2.0.0"}),
+            "spec.version cannot change the major version",
+        ),
+        (
+            "datastore-name-change",
+            json!({}),
+            json!({"dataStoreName": "other"}),
+            "spec.dataStoreName is immutable",
+        ),
+        (
+            "datastore-name-unset",
+            json!({}),
+            json!({"dataStoreName": null}),
+            "spec.dataStoreName is immutable",
+        ),
+        (
+            "datastore-schema-change",
+            json!({"dataStoreSchema": "a"}),
+            json!({"dataStoreSchema": "b"}),
+            "spec.dataStoreSchema is immutable",
+        ),
+        (
+            "datastore-username-change",
+            json!({"dataStoreUsername": "a"}),
+            json!({"dataStoreUsername": "b"}),
+            "spec.dataStoreUsername is immutable",
+        ),
+        (
+            "lb-class-set-later",
+            json!({}),
+            json!({"network": {"loadBalancerConfig": {"loadBalancerClass": "x/lb"}}}),
+            "loadBalancerClass cannot be set or unset",
+        ),
+        (
+            "lb-class-change",
+            json!({"network": {"loadBalancerConfig": {"loadBalancerClass": "x/lb"}}}),
+            json!({"network": {"loadBalancerConfig": {"loadBalancerClass": "y/lb"}}}),
+            "loadBalancerClass is immutable",
+        ),
+        (
+            "lb-class-unset",
+            json!({"network": {"loadBalancerConfig": {"loadBalancerClass": "x/lb"}}}),
+            json!({"network": {"loadBalancerConfig": {"loadBalancerClass": null}}}),
+            "loadBalancerClass cannot be set or unset",
+        ),
+    ];
+    for (case, initial, patch, text) in &update_cases {
+        let mut spec = base_spec();
+        merge(&mut spec, initial);
+        let name = format!("update-{case}");
+        let created = kcps
+            .create(&PostParams::default(), &kcp_object(&name, spec)?)
+            .await?;
+        let err = kcps
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": patch})),
+            )
+            .await
+            .err()
+            .with_context(|| format!("{case}: update accepted"))?;
+        let message =
+            rejection(&err).with_context(|| format!("{case}: not a 422 rejection: {err}"))?;
+        ensure!(
+            message.contains(text),
+            "{case}: message does not say {text}: {message}"
+        );
+        let now = kcps.get(&name).await?;
+        ensure!(
+            now.data["spec"] == created.data["spec"],
+            "{case}: spec changed anyway"
+        );
+        checked += 1;
+    }
+
+    // Allowed updates: one minor up, a patch release, setting an unset datastore field.
+    let name = "update-allowed";
+    kcps.create(&PostParams::default(), &kcp_object(name, base_spec())?)
+        .await?;
+    for patch in [
+        json!({"version": "v1.30.5"}),
+        json!({"version": "1.31.0"}),
+        json!({"dataStoreSchema": "s"}),
+    ] {
+        kcps.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": patch.clone()})),
+        )
+        .await
+        .with_context(|| format!("allowed update {patch} rejected"))?;
+    }
+
+    // The template rejects reserved flags too; DataStore rules.
+    let templates = api(&cluster, "bad", "v1alpha1", "KamajiControlPlaneTemplate");
+    let template: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "KamajiControlPlaneTemplate",
+        "metadata": {"name": "reserved"},
+        "spec": {"template": {"spec": {"apiServer": {"extraArgs": ["--tls-cert-file=/x"]}}}},
+    }))?;
+    let err = templates
+        .create(&PostParams::default(), &template)
+        .await
+        .err()
+        .context("template accepted")?;
+    let message = rejection(&err).context("template: not a 422")?;
+    ensure!(
+        message.contains("spec.template.spec.apiServer.extraArgs"),
+        "template message: {message}"
+    );
+    checked += 1;
+
+    let datastores: Api<DynamicObject> = Api::all_with(
+        cluster.client(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "kamaji.clastix.io",
+            "v1alpha1",
+            "DataStore",
+        )),
+    );
+    for (case, spec, text) in [
+        (
+            "driver",
+            json!({"driver": "Redis", "endpoints": ["x:1"], "basicAuth": {"username": {"content": "eA=="}, "password": {"content": "eA=="}}}),
+            "spec.driver",
+        ),
+        (
+            "etcd-without-tls",
+            json!({"driver": "etcd", "endpoints": ["x:2379"]}),
+            "spec.tlsConfig.clientCertificate is required",
+        ),
+        (
+            "no-endpoints",
+            json!({"driver": "etcd", "endpoints": []}),
+            "spec.endpoints",
+        ),
+        (
+            "empty-content-ref",
+            json!({"driver": "MySQL", "endpoints": ["x:3306"], "basicAuth": {"username": {}, "password": {"content": "eA=="}}}),
+            "either content or secretReference",
+        ),
+    ] {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore",
+            "metadata": {"name": format!("bad-{case}")}, "spec": spec,
+        }))?;
+        let err = datastores
+            .create(&PostParams::default(), &obj)
+            .await
+            .err()
+            .with_context(|| format!("datastore {case} accepted"))?;
+        let message =
+            rejection(&err).with_context(|| format!("datastore {case}: not a 422: {err}"))?;
+        ensure!(message.contains(text), "datastore {case}: {message}");
+        ensure!(
+            datastores.get_opt(&format!("bad-{case}")).await?.is_none(),
+            "datastore {case} created"
+        );
+        checked += 1;
+    }
+    ensure!(checked >= 25, "only {checked} invalid inputs checked");
+    Ok(())
+}
+
+#[tokio::test]
+async fn scale_subresource_and_explain() -> Result<()> {
+    let cluster = LocalCluster::builder().capi(false).start().await?;
+    create_namespace(&cluster, "scale").await?;
+    let kcps = api(&cluster, "scale", "v1alpha1", "KamajiControlPlane");
+    kcps.create(&PostParams::default(), &kcp_object("x", base_spec())?)
+        .await?;
+    // `ktcp` is the short name (upstream's); `kcp` belongs to CAPI's KubeadmControlPlane.
+    kubectl(
+        &cluster,
+        &["scale", "-n", "scale", "ktcp/x", "--replicas=3"],
+    )?;
+    let scaled = kcps.get("x").await?;
+    ensure!(
+        scaled.data["spec"]["replicas"] == 3,
+        "spec.replicas after scale: {}",
+        scaled.data["spec"]["replicas"]
+    );
+    kubectl(
+        &cluster,
+        &["scale", "-n", "scale", "ktcp/x", "--replicas=0"],
+    )?;
+    ensure!(
+        kcps.get("x").await?.data["spec"]["replicas"] == 0,
+        "scaled to zero"
+    );
+
+    let explain = kubectl(&cluster, &["explain", "ktcp.spec.network"])?;
+    for text in [
+        "How the control plane is exposed",
+        "serviceType",
+        "certSANs",
+        "loadBalancerConfig",
+    ] {
+        ensure!(
+            explain.contains(text),
+            "kubectl explain ktcp.spec.network lacks {text:?}:\n{explain}"
+        );
+    }
+    let explain_v1 = kubectl(
+        &cluster,
+        &[
+            "explain",
+            "kamajicontrolplanes.spec.version",
+            "--api-version=controlplane.cluster.x-k8s.io/v1alpha1",
+        ],
+    )?;
+    ensure!(
+        explain_v1.contains("semver"),
+        "explain v1alpha1 spec.version:\n{explain_v1}"
+    );
+
+    let columns = kubectl(&cluster, &["get", "-n", "scale", "ktcp"])?;
+    for column in [
+        "CLUSTER",
+        "ENDPOINT",
+        "VERSION",
+        "INITIALIZED",
+        "AVAILABLE",
+        "REPLICAS",
+        "AGE",
+    ] {
+        ensure!(
+            columns.contains(column),
+            "printer column {column} missing:\n{columns}"
+        );
+    }
+    kubectl(&cluster, &["get", "cluster-api"])?;
+    Ok(())
+}
