@@ -1031,10 +1031,10 @@ where
                 .get("secretName")
                 .and_then(serde_json::Value::as_str)
                 .is_some_and(|n| !n.is_empty());
-            if let Some(name) = secret.remove("name") {
-                if !has_secret_name {
-                    secret.insert("secretName".to_owned(), name);
-                }
+            if let Some(name) = secret.remove("name")
+                && !has_secret_name
+            {
+                secret.insert("secretName".to_owned(), name);
             }
         }
     }

@@ -270,6 +270,13 @@ impl ObjectNames {
         dns_subdomain(&self.cluster, "-controller-manager-kubeconfig")
     }
 
+    /// Secret of the provider's own `system:masters` kubeconfig for the tenant (server: the
+    /// management Service). Never handed to users.
+    #[must_use]
+    pub fn super_admin_kubeconfig_secret(&self) -> String {
+        dns_subdomain(&self.cluster, "-super-admin-kubeconfig")
+    }
+
     /// Secret of kube-scheduler's kubeconfig.
     #[must_use]
     pub fn scheduler_kubeconfig_secret(&self) -> String {
@@ -331,6 +338,7 @@ impl ObjectNames {
                 DNS_SUBDOMAIN_MAX,
             ),
             (self.scheduler_kubeconfig_secret(), DNS_SUBDOMAIN_MAX),
+            (self.super_admin_kubeconfig_secret(), DNS_SUBDOMAIN_MAX),
             (self.konnectivity_secret(), DNS_SUBDOMAIN_MAX),
             (self.config_map(), DNS_SUBDOMAIN_MAX),
             (self.deployment(), DNS_LABEL_MAX),

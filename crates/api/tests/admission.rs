@@ -14,8 +14,10 @@ use serde_json::{Value, json};
 
 const GROUP: &str = "controlplane.cluster.x-k8s.io";
 
+/// Copies of shared/samples (the user manifests, byte for byte), kept in the repository so the
+/// test does not depend on shared/ being next to the clone.
 fn samples_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/samples")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/samples")
 }
 
 fn kubectl(cluster: &LocalCluster, args: &[&str]) -> Result<String> {
@@ -60,7 +62,7 @@ fn api(cluster: &LocalCluster, namespace: &str, version: &str, kind: &str) -> Ap
     Api::namespaced_with(cluster.client(), namespace, &ar)
 }
 
-async fn create_namespace(cluster: &LocalCluster, name: &str) -> Result<()> {
+fn create_namespace(cluster: &LocalCluster, name: &str) -> Result<()> {
     kubectl(cluster, &["create", "namespace", name]).map(|_| ())
 }
 
@@ -163,6 +165,7 @@ async fn read_back_both_versions(
 }
 
 #[tokio::test]
+#[allow(clippy::too_many_lines)] // one scenario over every sample, in order
 async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Result<()> {
     let cluster = LocalCluster::start().await?;
 
@@ -171,7 +174,7 @@ async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Resul
         ("full", "kamajicontrolplane-full-v1alpha1.yaml"),
         ("cloud", "kamajicontrolplane-cloud-config-v1alpha1.yaml"),
     ] {
-        create_namespace(&cluster, ns).await?;
+        create_namespace(&cluster, ns)?;
         let path = samples_dir().join(file);
         kubectl(
             &cluster,
@@ -197,7 +200,7 @@ async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Resul
 
     // The quickstart: its Cluster (v1beta1) and KamajiControlPlane, exactly as written. The
     // OpenStack, MachineDeployment and KubeadmConfigTemplate objects need other providers.
-    create_namespace(&cluster, "quickstart").await?;
+    create_namespace(&cluster, "quickstart")?;
     // The v1beta1 -> v1beta2 Cluster conversion resolves the infrastructureRef's CRD, so the
     // OpenStack kinds need a stand-in CRD (shared/samples/README.md).
     kubectl_apply_yaml(&cluster, "default", OPENSTACK_STAND_IN_CRD)?;
@@ -270,7 +273,7 @@ async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Resul
     );
 
     // A v1alpha2 object as the provider ships today, with the newer fields.
-    create_namespace(&cluster, "v2").await?;
+    create_namespace(&cluster, "v2")?;
     let v2 = r#"
 apiVersion: controlplane.cluster.x-k8s.io/v1alpha2
 kind: KamajiControlPlane
@@ -331,7 +334,7 @@ spec:
     read_back_both_versions(&cluster, "v2", "demo", &v2_doc["spec"]).await?;
 
     // A KamajiControlPlaneTemplate used by a ClusterClass.
-    create_namespace(&cluster, "classes").await?;
+    create_namespace(&cluster, "classes")?;
     let class = r"
 apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
 kind: KamajiControlPlaneTemplate
@@ -461,8 +464,8 @@ spec:
     Ok(())
 }
 
-/// A minimal stand-in for the OpenStack provider's `OpenStackCluster` CRD (v1alpha6, CAPI
-/// v1beta1 contract), enough for CAPI to resolve the quickstart's `infrastructureRef`.
+/// A minimal stand-in for the infrastructure provider's `OpenStackCluster` CRD (`v1alpha6`, CAPI
+/// `v1beta1` contract), enough for CAPI to resolve the quickstart's `infrastructureRef`.
 const OPENSTACK_STAND_IN_CRD: &str = r"
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -505,7 +508,7 @@ fn merge(base: &mut Value, patch: &Value) {
     }
 }
 
-fn kcp_object(name: &str, spec: Value) -> Result<DynamicObject> {
+fn kcp_object(name: &str, spec: &Value) -> Result<DynamicObject> {
     Ok(serde_json::from_value(json!({
         "apiVersion": format!("{GROUP}/v1alpha1"),
         "kind": "KamajiControlPlane",
@@ -525,7 +528,7 @@ fn rejection(err: &kube::Error) -> Option<String> {
 #[allow(clippy::too_many_lines)] // one table of cases
 async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() -> Result<()> {
     let cluster = LocalCluster::builder().capi(false).start().await?;
-    create_namespace(&cluster, "bad").await?;
+    create_namespace(&cluster, "bad")?;
     let kcps = api(&cluster, "bad", "v1alpha1", "KamajiControlPlane");
 
     // (case, spec patch on create, text the message must contain)
@@ -675,7 +678,7 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
         merge(&mut spec, patch);
         let name = format!("create-{case}");
         let err = kcps
-            .create(&PostParams::default(), &kcp_object(&name, spec)?)
+            .create(&PostParams::default(), &kcp_object(&name, &spec)?)
             .await
             .err()
             .with_context(|| format!("{case}: accepted"))?;
@@ -766,7 +769,7 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
         merge(&mut spec, initial);
         let name = format!("update-{case}");
         let created = kcps
-            .create(&PostParams::default(), &kcp_object(&name, spec)?)
+            .create(&PostParams::default(), &kcp_object(&name, &spec)?)
             .await?;
         let err = kcps
             .patch(
@@ -793,7 +796,7 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
 
     // Allowed updates: one minor up, a patch release, setting an unset datastore field.
     let name = "update-allowed";
-    kcps.create(&PostParams::default(), &kcp_object(name, base_spec())?)
+    kcps.create(&PostParams::default(), &kcp_object(name, &base_spec())?)
         .await?;
     for patch in [
         json!({"version": "v1.30.5"}),
@@ -883,9 +886,9 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
 #[tokio::test]
 async fn scale_subresource_and_explain() -> Result<()> {
     let cluster = LocalCluster::builder().capi(false).start().await?;
-    create_namespace(&cluster, "scale").await?;
+    create_namespace(&cluster, "scale")?;
     let kcps = api(&cluster, "scale", "v1alpha1", "KamajiControlPlane");
-    kcps.create(&PostParams::default(), &kcp_object("x", base_spec())?)
+    kcps.create(&PostParams::default(), &kcp_object("x", &base_spec())?)
         .await?;
     // `ktcp` is the short name (upstream's); `kcp` belongs to CAPI's KubeadmControlPlane.
     kubectl(
