@@ -230,6 +230,7 @@ fn kubelet_json_patches_are_applied_and_checked() {
                 {"op":"replace","path":"/healthzPort","value":10250}]"#,
         )
         .unwrap(),
+        ..KubeletSpec::default()
     };
     let (tenant, _) = artifacts(&spec);
     let k = config::kubelet_configuration(&tenant).unwrap();
@@ -253,6 +254,26 @@ fn kubelet_json_patches_are_applied_and_checked() {
         ..KubeletSpec::default()
     };
     assert_eq!(spec.validate().unwrap_err().field, "kubelet.cgroupfs");
+    spec.kubelet = KubeletSpec::default();
+    assert_eq!(
+        spec.validate().unwrap().kubelet_preferred_address_types(),
+        "InternalIP,ExternalIP,Hostname"
+    );
+    spec.kubelet.preferred_address_types = vec!["Hostname".into(), "InternalDNS".into()];
+    assert_eq!(
+        spec.validate().unwrap().kubelet_preferred_address_types(),
+        "Hostname,InternalDNS"
+    );
+    spec.kubelet.preferred_address_types = vec!["Hostname".into(), "Hostname".into()];
+    assert_eq!(
+        spec.validate().unwrap_err().field,
+        "kubelet.preferredAddressTypes[1]"
+    );
+    spec.kubelet.preferred_address_types = vec!["Public".into()];
+    assert_eq!(
+        spec.validate().unwrap_err().field,
+        "kubelet.preferredAddressTypes[0]"
+    );
 }
 
 fn crb<'a>(

@@ -41,7 +41,20 @@ pub struct KubeletSpec {
     pub cgroup_driver: String,
     /// RFC 6902 JSON patches applied to the rendered KubeletConfiguration, in order.
     pub configuration_json_patches: json_patch::Patch,
+    /// `preferredAddressTypes`: the order in which the API server tries node addresses
+    /// (`--kubelet-preferred-address-types`); empty means [`DEFAULT_PREFERRED_ADDRESS_TYPES`].
+    pub preferred_address_types: Vec<String>,
 }
+
+/// Kamaji's default `preferredAddressTypes`: `InternalIP`, `ExternalIP`, `Hostname`.
+pub const DEFAULT_PREFERRED_ADDRESS_TYPES: [&str; 3] = ["InternalIP", "ExternalIP", "Hostname"];
+const ADDRESS_TYPES: [&str; 5] = [
+    "Hostname",
+    "InternalIP",
+    "ExternalIP",
+    "InternalDNS",
+    "ExternalDNS",
+];
 
 /// Everything the kubeadm artifacts depend on, unvalidated.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -105,6 +118,7 @@ pub struct Tenant {
     etcd_endpoints: Vec<String>,
     cgroup_driver: CgroupDriver,
     kubelet_patches: json_patch::Patch,
+    preferred_address_types: Vec<String>,
     coredns_image: String,
     kube_proxy_image: String,
 }
@@ -124,7 +138,7 @@ impl TenantSpec {
     /// `controlPlaneEndpoint.host` / `.port`, the network fields of [`NetworkSpec::validate`],
     /// `registry`, `addons.coreDNS.imageRepository|imageTag`,
     /// `addons.kubeProxy.imageRepository|imageTag`, `kubelet.cgroupfs`,
-    /// `kubelet.configurationJSONPatches` (a patch that does not apply, or that removes
+    /// `kubelet.preferredAddressTypes[i]`, `kubelet.configurationJSONPatches` (a patch that does not apply, or that removes
     /// `apiVersion`/`kind`).
     pub fn validate(&self) -> Result<Tenant, ValidationError> {
         if self.cluster_name.is_empty() || !is_dns_subdomain(&self.cluster_name) {
@@ -189,6 +203,26 @@ impl TenantSpec {
                 ));
             }
         };
+        let mut preferred_address_types = Vec::new();
+        for (i, t) in self.kubelet.preferred_address_types.iter().enumerate() {
+            let field = format!("kubelet.preferredAddressTypes[{i}]");
+            if !ADDRESS_TYPES.contains(&t.as_str()) {
+                return Err(ValidationError::new(
+                    field,
+                    format!("{t:?} is not one of {}", ADDRESS_TYPES.join(", ")),
+                ));
+            }
+            if preferred_address_types.contains(t) {
+                return Err(ValidationError::new(
+                    field,
+                    format!("{t:?} is listed twice"),
+                ));
+            }
+            preferred_address_types.push(t.clone());
+        }
+        if preferred_address_types.is_empty() {
+            preferred_address_types = DEFAULT_PREFERRED_ADDRESS_TYPES.map(str::to_owned).to_vec();
+        }
         let tenant = Tenant {
             cluster_name: self.cluster_name.clone(),
             version,
@@ -200,6 +234,7 @@ impl TenantSpec {
             etcd_endpoints: self.etcd_endpoints.clone(),
             cgroup_driver,
             kubelet_patches: self.kubelet.configuration_json_patches.clone(),
+            preferred_address_types,
             coredns_image,
             kube_proxy_image,
         };
@@ -280,6 +315,12 @@ impl Tenant {
     #[must_use]
     pub fn cgroup_driver(&self) -> CgroupDriver {
         self.cgroup_driver
+    }
+    /// The value for kube-apiserver's `--kubelet-preferred-address-types` (comma-separated,
+    /// validated, defaulted).
+    #[must_use]
+    pub fn kubelet_preferred_address_types(&self) -> String {
+        self.preferred_address_types.join(",")
     }
 }
 

@@ -1,0 +1,401 @@
+//! Real programs, nothing but this crate's PKI and artifacts: an etcd with TLS whose CA this
+//! crate made, a kube-apiserver started only with this crate's certificates and keys, kubectl
+//! with the generated kubeconfigs, and a real `kubeadm join phase preflight` doing token
+//! discovery against the artifacts (and failing on a wrong CA pin or an unsigned token).
+
+// Test helpers outside #[test] functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail};
+use kamaji_bootstrap::kubeadm::{Addons, TenantArtifacts, TenantSpec, cluster_info};
+use kamaji_bootstrap::kubeconfig::{capi_admin_kubeconfig, server_url, super_admin_kubeconfig};
+use kamaji_bootstrap::network::NetworkSpec;
+use kamaji_bootstrap::pki::{
+    ApiServerNames, CertificateAuthority, DatastoreCa, KeyAlgorithm, LeafRequest, LeafSpec,
+    TenantPki,
+};
+use kamaji_bootstrap::token::{BootstrapToken, TokenSecretOptions, bootstrap_token_secret};
+use kamaji_testenv::{Etcd, EtcdTls, Supervised, Tools, free_port};
+
+fn write(dir: &Path, name: &str, content: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, content).unwrap();
+    p
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    fn new(tools: &Tools, dir: &Path, name: &str, kubeconfig: &str) -> Self {
+        Self {
+            bin: tools.path("kubectl"),
+            kubeconfig: write(dir, name, kubeconfig),
+        }
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        run(Command::new(&self.bin)
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(args))
+    }
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(o.status.success(), "kubectl {args:?} failed: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+}
+
+async fn wait_ready(kubectl: &Kubectl, apiserver: &mut Supervised) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_mins(2);
+    loop {
+        let o = kubectl.run(&["get", "--raw", "/readyz"]);
+        if o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok" {
+            return Ok(());
+        }
+        if apiserver.exited().is_some() || Instant::now() > deadline {
+            bail!(
+                "kube-apiserver not ready: {}\n{}",
+                text(&o),
+                apiserver.log_tail(30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The kube-apiserver command line, using nothing but `pki` (and the datastore CA certificate).
+fn apiserver_command(
+    tools: &Tools,
+    dir: &Path,
+    port: u16,
+    pki: &TenantPki,
+    datastore_ca: &DatastoreCa,
+    etcd_url: &str,
+    service_subnet: &str,
+) -> Command {
+    let (r, l) = (&pki.roots, &pki.leaves);
+    let etcd_client = l.datastore_client.as_ref().unwrap();
+    let f = |name: &str, content: &str| write(dir, name, content).display().to_string();
+
+    let mut cmd = Command::new(tools.path("kube-apiserver"));
+    cmd.arg("--bind-address=127.0.0.1")
+        .arg("--advertise-address=127.0.0.1")
+        .arg(format!("--secure-port={port}"))
+        .arg(format!("--etcd-servers={etcd_url}"))
+        .arg(format!(
+            "--etcd-cafile={}",
+            f("etcd/ca.crt", datastore_ca.cert_pem())
+        ))
+        .arg(format!(
+            "--etcd-certfile={}",
+            f("apiserver-etcd-client.crt", etcd_client.cert_pem())
+        ))
+        .arg(format!(
+            "--etcd-keyfile={}",
+            f("apiserver-etcd-client.key", etcd_client.key_pem())
+        ))
+        .arg("--etcd-prefix=/tenants/demo")
+        .arg(format!("--client-ca-file={}", f("ca.crt", r.ca.cert_pem())))
+        .arg(format!(
+            "--tls-cert-file={}",
+            f("apiserver.crt", l.api_server.cert_pem())
+        ))
+        .arg(format!(
+            "--tls-private-key-file={}",
+            f("apiserver.key", l.api_server.key_pem())
+        ))
+        .arg(format!(
+            "--kubelet-client-certificate={}",
+            f(
+                "apiserver-kubelet-client.crt",
+                l.api_server_kubelet_client.cert_pem()
+            )
+        ))
+        .arg(format!(
+            "--kubelet-client-key={}",
+            f(
+                "apiserver-kubelet-client.key",
+                l.api_server_kubelet_client.key_pem()
+            )
+        ))
+        .arg(format!(
+            "--requestheader-client-ca-file={}",
+            f("front-proxy-ca.crt", r.front_proxy_ca.cert_pem())
+        ))
+        .arg("--requestheader-allowed-names=front-proxy-client")
+        .arg("--requestheader-username-headers=X-Remote-User")
+        .arg("--requestheader-group-headers=X-Remote-Group")
+        .arg("--requestheader-extra-headers-prefix=X-Remote-Extra-")
+        .arg(format!(
+            "--proxy-client-cert-file={}",
+            f("front-proxy-client.crt", l.front_proxy_client.cert_pem())
+        ))
+        .arg(format!(
+            "--proxy-client-key-file={}",
+            f("front-proxy-client.key", l.front_proxy_client.key_pem())
+        ))
+        .arg(format!(
+            "--service-account-key-file={}",
+            f("sa.pub", r.service_account.public_pem())
+        ))
+        .arg(format!(
+            "--service-account-signing-key-file={}",
+            f("sa.key", r.service_account.private_pem())
+        ))
+        .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+        .arg(format!("--service-cluster-ip-range={service_subnet}"))
+        .arg("--authorization-mode=Node,RBAC")
+        .arg("--enable-bootstrap-token-auth=true")
+        .arg("--allow-privileged=true");
+    cmd
+}
+
+/// Signs cluster-info for a fresh token and runs the real `kubeadm join phase preflight`:
+/// passes with the right pin, fails with a wrong pin and with an unsigned token.
+fn kubeadm_join_discovery(
+    tools: &Tools,
+    dir: &Path,
+    super_admin: &Kubectl,
+    cluster_info_map: &k8s_openapi::api::core::v1::ConfigMap,
+    port: u16,
+    hash: &str,
+) -> Result<()> {
+    // A bootstrap token, and cluster-info signed for it (no bootstrapsigner runs here).
+    let token = BootstrapToken::generate()?;
+    let secret = bootstrap_token_secret(&token, &TokenSecretOptions::default())?;
+    let secret_file = write(dir, "token.yaml", &serde_yaml::to_string(&secret)?);
+    super_admin.ok(&["apply", "-f", &secret_file.display().to_string()]);
+    let mut signed = cluster_info_map.clone();
+    cluster_info::sign(&mut signed, std::slice::from_ref(&token))?;
+    let signed_file = write(dir, "cluster-info.yaml", &serde_yaml::to_string(&signed)?);
+    super_admin.ok(&["apply", "-f", &signed_file.display().to_string()]);
+
+    let endpoint = format!("127.0.0.1:{port}");
+    let kubeadm = |token: &str, hash: &str| {
+        run(Command::new(tools.path("kubeadm"))
+            .args(["join", "phase", "preflight", &endpoint])
+            .arg(format!("--token={token}"))
+            .arg(format!("--discovery-token-ca-cert-hash={hash}"))
+            .args([
+                "--ignore-preflight-errors=all",
+                "--node-name=t1",
+                "--cri-socket=unix:///nonexistent.sock",
+                "-v=1",
+            ]))
+    };
+
+    // The real join discovery passes: JWS, CA pin, second TLS-verified read, then
+    // kubeadm-config and kubelet-config read with the token identity.
+    let good = kubeadm(&token.token(), hash);
+    let out = text(&good);
+    assert!(
+        good.status.success(),
+        "kubeadm join preflight failed:\n{out}"
+    );
+    assert!(
+        out.contains("TLS certificate validates against pinned roots"),
+        "{out}"
+    );
+    assert!(out.contains("Reading configuration from the"), "{out}");
+    assert!(!out.contains("[dryrun]"), "{out}");
+
+    // A wrong CA pin fails.
+    let wrong_hash = format!("sha256:{}", "0".repeat(64));
+    let bad = kubeadm(&token.token(), &wrong_hash);
+    assert!(
+        !bad.status.success(),
+        "a wrong CA hash must fail:\n{}",
+        text(&bad)
+    );
+    assert!(
+        text(&bad).contains("none of the public keys"),
+        "{}",
+        text(&bad)
+    );
+
+    // A token whose Secret exists but for which cluster-info carries no signature fails
+    // discovery (a short discovery timeout through a JoinConfiguration).
+    let unsigned = BootstrapToken::generate()?;
+    let unsigned_secret = bootstrap_token_secret(&unsigned, &TokenSecretOptions::default())?;
+    let unsigned_file = write(
+        dir,
+        "unsigned.yaml",
+        &serde_yaml::to_string(&unsigned_secret)?,
+    );
+    super_admin.ok(&["apply", "-f", &unsigned_file.display().to_string()]);
+    let join_config = write(
+        dir,
+        "join.yaml",
+        &format!(
+            "apiVersion: kubeadm.k8s.io/v1beta4\nkind: JoinConfiguration\ndiscovery:\n  bootstrapToken:\n    apiServerEndpoint: \"{endpoint}\"\n    token: \"{}\"\n    caCertHashes: [\"{hash}\"]\n  tlsBootstrapToken: \"{}\"\ntimeouts:\n  discovery: 8s\nnodeRegistration:\n  name: t1\n  criSocket: unix:///nonexistent.sock\n  ignorePreflightErrors: [all]\n",
+            unsigned.token(),
+            unsigned.token()
+        ),
+    );
+    let unsigned_run = run(Command::new(tools.path("kubeadm"))
+        .args(["join", "phase", "preflight", "-v=1"])
+        .arg(format!("--config={}", join_config.display())));
+    let out = text(&unsigned_run);
+    assert!(
+        !unsigned_run.status.success(),
+        "an unsigned token must fail:\n{out}"
+    );
+    assert!(out.contains("could not find a JWS signature"), "{out}");
+
+    Ok(())
+}
+
+/// B07: the bootstrap token identity may do what join needs.
+fn bootstrap_token_may_join(super_admin: &Kubectl) {
+    for what in [
+        vec!["get", "nodes"],
+        vec!["get", "configmap/kubeadm-config", "-n", "kube-system"],
+        vec!["get", "configmap/kubelet-config", "-n", "kube-system"],
+        vec!["create", "certificatesigningrequests"],
+    ] {
+        let mut args = vec!["auth", "can-i"];
+        args.extend(what.iter().copied());
+        args.extend([
+            "--as=system:bootstrap:abcdef",
+            "--as-group=system:bootstrappers:kubeadm:default-node-token",
+        ]);
+        assert_eq!(super_admin.ok(&args).trim(), "yes", "{what:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_apiserver_kubectl_and_kubeadm_join_discovery() -> Result<()> {
+    let tools = Tools::locate().context("the real programs (make tools)")?;
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path();
+    let now = SystemTime::now();
+    let alg = KeyAlgorithm::EcdsaP256;
+
+    // The DataStore: its CA and server certificate come from this crate.
+    let etcd_ca = CertificateAuthority::generate("etcd-ca", alg, now)?;
+    let etcd_server = etcd_ca.issue(&LeafSpec::datastore_server("etcd", &[], &[]), alg, now)?;
+    let etcd_tls = EtcdTls {
+        cert_file: write(dir, "etcd-server.crt", etcd_server.cert_pem()),
+        key_file: write(dir, "etcd-server.key", etcd_server.key_pem()),
+        client_ca_file: write(dir, "etcd-ca.crt", etcd_ca.cert_pem()),
+    };
+    let etcd = Etcd::start(&tools, &dir.join("etcd"), Some(&etcd_tls)).await?;
+    let datastore_ca = DatastoreCa::from_pem(etcd_ca.cert_pem(), etcd_ca.key_pem())?;
+
+    // The tenant, exactly as the reconciler would describe it.
+    let port = free_port()?;
+    let spec = TenantSpec {
+        cluster_name: "demo".into(),
+        version: kamaji_testenv::KUBERNETES_VERSION.into(),
+        endpoint_host: "127.0.0.1".into(),
+        endpoint_port: port,
+        network: NetworkSpec {
+            service_cidrs: vec!["10.96.0.0/12".into()],
+            pod_cidrs: vec!["10.244.0.0/16".into()],
+            ..NetworkSpec::default()
+        },
+        etcd_endpoints: vec![etcd.url().to_owned()],
+        ..TenantSpec::default()
+    };
+    let tenant = spec.validate()?;
+    let names = ApiServerNames {
+        endpoint_host: "127.0.0.1".into(),
+        ..ApiServerNames::default()
+    };
+    let api_spec = LeafSpec::api_server(&names, tenant.network())?;
+    let pki = TenantPki::generate(&LeafRequest {
+        algorithm: alg,
+        now,
+        api_server: &api_spec,
+        datastore: Some((&datastore_ca, "kube-apiserver-etcd-client")),
+    })?;
+    let cmd = apiserver_command(
+        &tools,
+        dir,
+        port,
+        &pki,
+        &datastore_ca,
+        etcd.url(),
+        &tenant.network().service_subnet(),
+    );
+    let (r, l) = (&pki.roots, &pki.leaves);
+    std::fs::create_dir_all(dir.join("etcd"))?;
+    let mut apiserver = Supervised::spawn("kube-apiserver", cmd, &dir.join("kube-apiserver.log"))?;
+
+    // Users get the kubeadm:cluster-admins identity on the public endpoint; the provider keeps
+    // the super-admin for itself.
+    let server = server_url("127.0.0.1", port);
+    let admin = Kubectl::new(
+        &tools,
+        dir,
+        "admin.conf",
+        &capi_admin_kubeconfig("demo", &server, &r.ca, &l.admin).to_yaml()?,
+    );
+    let super_admin = Kubectl::new(
+        &tools,
+        dir,
+        "super-admin.conf",
+        &super_admin_kubeconfig("demo", &server, &r.ca, &l.super_admin).to_yaml()?,
+    );
+    wait_ready(&admin, &mut apiserver).await?;
+
+    // Before the cluster-admins binding exists the admin identity has no rights (kubeadm's
+    // split); afterwards it lists namespaces.
+    let denied = admin.run(&["get", "namespaces"]);
+    assert!(
+        !denied.status.success(),
+        "admin must need the kubeadm:cluster-admins binding"
+    );
+    assert!(text(&denied).contains("forbidden"), "{}", text(&denied));
+
+    let artifacts = TenantArtifacts::build(&tenant, r.ca.cert_pem(), Addons::default())?;
+    let manifest = write(dir, "artifacts.yaml", &artifacts.to_yaml()?);
+    super_admin.ok(&["apply", "-f", &manifest.display().to_string()]);
+    let namespaces = admin.ok(&["get", "namespaces", "-o", "name"]);
+    assert!(namespaces.contains("namespace/kube-system"), "{namespaces}");
+    assert!(namespaces.contains("namespace/kube-public"), "{namespaces}");
+    let dns_ip = super_admin.ok(&[
+        "get",
+        "svc",
+        "-n",
+        "kube-system",
+        "kube-dns",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    assert_eq!(dns_ip, "10.96.0.10");
+
+    bootstrap_token_may_join(&super_admin);
+
+    kubeadm_join_discovery(
+        &tools,
+        dir,
+        &super_admin,
+        &artifacts.cluster_info,
+        port,
+        &r.ca.ca_hash()?,
+    )?;
+
+    drop(apiserver);
+    drop(etcd);
+    Ok(())
+}
