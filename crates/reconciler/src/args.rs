@@ -1,0 +1,312 @@
+//! Command-line flags of the control-plane components: kamaji-rs defaults merged with the
+//! user's `extraArgs` (case B12), and refusal of flags the target Kubernetes version no longer
+//! has (a removed flag makes the component exit at start, so it must be caught before any pod
+//! is rolled).
+//!
+//! Merge rules:
+//! - a user flag replaces every default flag of the same name (the user's value wins);
+//! - a flag the user gives several times is kept several times, in the user's order, only when
+//!   the component accepts it repeatedly ([`REPEATABLE`]); otherwise the last one wins, as
+//!   pflag does for scalar flags;
+//! - no flag appears twice unless it is repeatable, and nothing from an earlier `extraArgs`
+//!   lingers: the list is recomputed from the spec on every reconcile;
+//! - kube-controller-manager's `--controllers` always enables `bootstrapsigner` and
+//!   `tokencleaner`, which kubeadm joins depend on (case B03, first option).
+
+use std::collections::BTreeSet;
+
+/// One control-plane component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Component {
+    /// kube-apiserver.
+    ApiServer,
+    /// kube-controller-manager.
+    ControllerManager,
+    /// kube-scheduler.
+    Scheduler,
+}
+
+impl Component {
+    /// Container and binary name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ApiServer => "kube-apiserver",
+            Self::ControllerManager => "kube-controller-manager",
+            Self::Scheduler => "kube-scheduler",
+        }
+    }
+
+    /// The spec field holding this component's `extraArgs`.
+    #[must_use]
+    pub fn spec_field(self) -> &'static str {
+        match self {
+            Self::ApiServer => "spec.apiServer.extraArgs",
+            Self::ControllerManager => "spec.controllerManager.extraArgs",
+            Self::Scheduler => "spec.scheduler.extraArgs",
+        }
+    }
+}
+
+/// A parsed flag: name without dashes, and the value if one was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flag {
+    /// Flag name, e.g. `max-requests-inflight`.
+    pub name: String,
+    /// Value after `=`, if any.
+    pub value: Option<String>,
+}
+
+impl Flag {
+    /// A flag with a value.
+    #[must_use]
+    pub fn new(name: &str, value: impl Into<String>) -> Self {
+        Self { name: name.to_owned(), value: Some(value.into()) }
+    }
+
+    /// Parses `--name=value`, `--name`, `-name=value` or `name=value` (the forms
+    /// `extraArgs` accepts).
+    #[must_use]
+    pub fn parse(arg: &str) -> Self {
+        let arg = arg.trim().trim_start_matches('-');
+        match arg.split_once('=') {
+            Some((name, value)) => Self { name: name.to_owned(), value: Some(value.to_owned()) },
+            None => Self { name: arg.to_owned(), value: None },
+        }
+    }
+
+    /// Renders the flag as one argument, `--name=value` or `--name`.
+    #[must_use]
+    pub fn render(&self) -> String {
+        match &self.value {
+            Some(v) => format!("--{}={v}", self.name),
+            None => format!("--{}", self.name),
+        }
+    }
+}
+
+/// Flags a component accepts several times (pflag `stringArray`), so repeats are kept:
+/// kube-apiserver `--service-account-issuer` (the first issues, all are accepted),
+/// `--service-account-key-file`, `--tls-sni-cert-key`, `--api-audiences`.
+pub const REPEATABLE: &[(Component, &str)] = &[
+    (Component::ApiServer, "service-account-issuer"),
+    (Component::ApiServer, "service-account-key-file"),
+    (Component::ApiServer, "tls-sni-cert-key"),
+    (Component::ApiServer, "api-audiences"),
+];
+
+/// Flags removed from a component, with the minor version that removed them: passing one to
+/// that version or a newer one makes the process exit with "unknown flag".
+///
+/// Sources: the Kubernetes changelogs of the named minors (kube-apiserver insecure serving and
+/// `--kubelet-https` removal in 1.20–1.24, cloud-provider flags of kube-apiserver removed in
+/// 1.33 (KEP-2395), kube-controller-manager and kube-scheduler insecure serving removed in
+/// 1.24, `--pod-eviction-timeout` in 1.27, `--enable-taint-manager` in 1.29, scheduler policy
+/// flags in 1.23).
+pub const REMOVED: &[(Component, &str, u32)] = &[
+    (Component::ApiServer, "insecure-port", 24),
+    (Component::ApiServer, "insecure-bind-address", 24),
+    (Component::ApiServer, "address", 24),
+    (Component::ApiServer, "port", 24),
+    (Component::ApiServer, "kubelet-https", 22),
+    (Component::ApiServer, "target-ram-mb", 24),
+    (Component::ApiServer, "deserialization-cache-size", 24),
+    (Component::ApiServer, "service-account-api-audiences", 25),
+    (Component::ApiServer, "master-service-namespace", 27),
+    (Component::ApiServer, "cloud-provider", 33),
+    (Component::ApiServer, "cloud-config", 33),
+    (Component::ApiServer, "enable-logs-handler", 33),
+    (Component::ControllerManager, "address", 24),
+    (Component::ControllerManager, "port", 24),
+    (Component::ControllerManager, "experimental-cluster-signing-duration", 25),
+    (Component::ControllerManager, "pod-eviction-timeout", 27),
+    (Component::ControllerManager, "enable-taint-manager", 29),
+    (Component::ControllerManager, "horizontal-pod-autoscaler-use-rest-clients", 24),
+    (Component::Scheduler, "address", 24),
+    (Component::Scheduler, "port", 24),
+    (Component::Scheduler, "policy-config-file", 23),
+    (Component::Scheduler, "policy-configmap", 23),
+    (Component::Scheduler, "policy-configmap-namespace", 23),
+    (Component::Scheduler, "use-legacy-policy-config", 23),
+    (Component::Scheduler, "algorithm-provider", 23),
+    (Component::Scheduler, "hard-pod-affinity-symmetric-weight", 23),
+];
+
+/// Controllers kube-controller-manager must run for kubeadm joins (off by default upstream).
+pub const REQUIRED_CONTROLLERS: &[&str] = &["bootstrapsigner", "tokencleaner"];
+
+fn repeatable(component: Component, name: &str) -> bool {
+    REPEATABLE.iter().any(|(c, n)| *c == component && *n == name)
+}
+
+/// A flag in `extra` that `minor` (of Kubernetes 1.x) no longer accepts: `(flag, removed_in)`.
+#[must_use]
+pub fn removed_flag(component: Component, extra: &[String], minor: u32) -> Option<(String, u32)> {
+    extra.iter().map(|a| Flag::parse(a)).find_map(|f| {
+        REMOVED
+            .iter()
+            .find(|(c, n, removed)| *c == component && *n == f.name && minor >= *removed)
+            .map(|(_, n, removed)| (format!("--{n}"), *removed))
+    })
+}
+
+/// Merges `defaults` with the user's `extra` flags (see the module docs) and renders the
+/// argument list: the defaults the user did not override, in their order, then the user's
+/// flags in the user's order.
+#[must_use]
+pub fn merge(component: Component, defaults: &[Flag], extra: &[String]) -> Vec<String> {
+    let user: Vec<Flag> = extra.iter().map(|a| Flag::parse(a)).filter(|f| !f.name.is_empty()).collect();
+    let user_names: BTreeSet<&str> = user.iter().map(|f| f.name.as_str()).collect();
+    let mut out: Vec<Flag> =
+        defaults.iter().filter(|d| !user_names.contains(d.name.as_str())).cloned().collect();
+    for (i, flag) in user.iter().enumerate() {
+        let later_duplicate = user[i + 1..].iter().any(|f| f.name == flag.name);
+        if later_duplicate && !repeatable(component, &flag.name) {
+            continue; // pflag semantics: the last value of a scalar flag wins
+        }
+        out.push(flag.clone());
+    }
+    if component == Component::ControllerManager {
+        ensure_required_controllers(&mut out);
+    }
+    out.iter().map(Flag::render).collect()
+}
+
+/// Makes `--controllers` enable [`REQUIRED_CONTROLLERS`]: drops `-bootstrapsigner` /
+/// `-tokencleaner` and appends the names that are missing (`*` does not include them).
+fn ensure_required_controllers(flags: &mut [Flag]) {
+    for flag in flags.iter_mut().filter(|f| f.name == "controllers") {
+        let mut list: Vec<String> = flag
+            .value
+            .as_deref()
+            .unwrap_or("*")
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .filter(|c| !REQUIRED_CONTROLLERS.iter().any(|r| c.strip_prefix('-') == Some(*r)))
+            .map(str::to_owned)
+            .collect();
+        for required in REQUIRED_CONTROLLERS {
+            if !list.iter().any(|c| c == required) {
+                list.push((*required).to_owned());
+            }
+        }
+        flag.value = Some(list.join(","));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> Vec<Flag> {
+        vec![
+            Flag::new("max-requests-inflight", "400"),
+            Flag::new("service-account-issuer", "https://kubernetes.default.svc.cluster.local"),
+            Flag::new("secure-port", "6443"),
+        ]
+    }
+
+    fn count(args: &[String], name: &str) -> usize {
+        args.iter().filter(|a| Flag::parse(a).name == name).count()
+    }
+
+    #[test]
+    fn b12_user_value_wins_without_duplicates() {
+        let kcm = merge(
+            Component::ControllerManager,
+            &[Flag::new("allocate-node-cidrs", "true"), Flag::new("controllers", "*")],
+            &["--allocate-node-cidrs=false".into()],
+        );
+        assert_eq!(count(&kcm, "allocate-node-cidrs"), 1);
+        assert!(kcm.contains(&"--allocate-node-cidrs=false".to_owned()));
+    }
+
+    #[test]
+    fn b12_repeatable_issuers_are_kept_in_order_and_replace_the_default() {
+        let extra = vec![
+            "--max-requests-inflight=800".to_owned(),
+            "--service-account-issuer=https://issuer-new.example.com".to_owned(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
+        ];
+        let args = merge(Component::ApiServer, &defaults(), &extra);
+        let issuers: Vec<&String> =
+            args.iter().filter(|a| a.starts_with("--service-account-issuer=")).collect();
+        assert_eq!(
+            issuers,
+            vec![
+                "--service-account-issuer=https://issuer-new.example.com",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local"
+            ]
+        );
+        assert_eq!(count(&args, "max-requests-inflight"), 1);
+        assert!(args.contains(&"--max-requests-inflight=800".to_owned()));
+    }
+
+    #[test]
+    fn b12_an_update_leaves_no_stale_flag() {
+        let args = merge(
+            Component::ApiServer,
+            &defaults(),
+            &["--max-mutating-requests-inflight=400".into()],
+        );
+        assert!(args.contains(&"--max-requests-inflight=400".to_owned()), "default is back");
+        assert!(args.contains(&"--max-mutating-requests-inflight=400".to_owned()));
+        assert_eq!(count(&args, "service-account-issuer"), 1);
+        let names: BTreeSet<String> = args.iter().map(|a| Flag::parse(a).name).collect();
+        assert_eq!(names.len(), args.len(), "no flag twice: {args:?}");
+    }
+
+    #[test]
+    fn scalar_flag_given_twice_keeps_the_last() {
+        let args = merge(
+            Component::ApiServer,
+            &[],
+            &["--v=2".into(), "v=4".into()],
+        );
+        assert_eq!(args, vec!["--v=4"]);
+    }
+
+    #[test]
+    fn b03_controllers_always_include_bootstrapsigner_and_tokencleaner() {
+        let args = merge(
+            Component::ControllerManager,
+            &[Flag::new("controllers", "*,bootstrapsigner,tokencleaner")],
+            &["--controllers=*,-ttl".into()],
+        );
+        assert_eq!(args, vec!["--controllers=*,-ttl,bootstrapsigner,tokencleaner"]);
+        let args = merge(
+            Component::ControllerManager,
+            &[],
+            &["--controllers=*,-bootstrapsigner".into()],
+        );
+        assert_eq!(args, vec!["--controllers=*,bootstrapsigner,tokencleaner"]);
+    }
+
+    #[test]
+    fn removed_flags_are_found_for_new_versions_only() {
+        let extra = vec!["--cloud-provider=external".to_owned()];
+        assert_eq!(removed_flag(Component::ApiServer, &extra, 27), None);
+        assert_eq!(
+            removed_flag(Component::ApiServer, &extra, 36),
+            Some(("--cloud-provider".to_owned(), 33))
+        );
+        assert_eq!(removed_flag(Component::ControllerManager, &extra, 36), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn merged_args_never_repeat_a_scalar_flag(
+            extra in proptest::collection::vec("(--)?[a-c]{1,2}(=[0-9])?", 0..8)
+        ) {
+            let args = merge(Component::Scheduler, &[Flag::new("a", "1"), Flag::new("b", "2")], &extra);
+            let names: Vec<String> = args.iter().map(|a| Flag::parse(a).name).collect();
+            let unique: BTreeSet<&String> = names.iter().collect();
+            proptest::prop_assert_eq!(unique.len(), names.len());
+            for f in &extra {
+                let f = Flag::parse(f);
+                proptest::prop_assert!(names.contains(&f.name), "user flag {} dropped", f.name);
+            }
+        }
+    }
+}

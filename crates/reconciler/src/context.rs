@@ -1,0 +1,116 @@
+//! Shared state of the controller: the client, the manager's settings, metrics, per-object
+//! backoff and the event recorder.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kamaji_bootstrap::pki::KeyAlgorithm;
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+use crate::metrics::Metrics;
+
+/// Settings of the manager (from the command line).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// DataStore used by control planes without `dataStoreName` (`--default-datastore`).
+    pub default_datastore: String,
+    /// Algorithm of new keys (`--key-algorithm`).
+    pub key_algorithm: KeyAlgorithm,
+    /// DNS domain of the management cluster (`--cluster-domain`), for Service SANs.
+    pub management_domain: String,
+    /// How long to wait before checking again on state that produces no event (a tenant API
+    /// server that is not answering yet): the first delay; it doubles per attempt.
+    pub unreachable_requeue: Duration,
+    /// Resync of healthy control planes, to notice tenant-side drift (deleted cluster-info,
+    /// changed RBAC), which produces no event in the management cluster.
+    pub resync: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            default_datastore: "default".into(),
+            key_algorithm: KeyAlgorithm::default(),
+            management_domain: "cluster.local".into(),
+            unreachable_requeue: Duration::from_secs(2),
+            resync: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Per-object exponential backoff: `base * 2^n`, capped at `max`.
+#[derive(Debug)]
+pub struct Backoff {
+    attempts: Mutex<HashMap<String, u32>>,
+    base: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    /// A backoff from `base` to `max`.
+    #[must_use]
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Self { attempts: Mutex::new(HashMap::new()), base, max }
+    }
+
+    /// The next delay for `key`, counting this attempt.
+    pub fn next(&self, key: &str) -> Duration {
+        let n = self.attempts.lock().map_or(0, |mut m| {
+            let e = m.entry(key.to_owned()).or_insert(0);
+            *e = e.saturating_add(1);
+            *e - 1
+        });
+        self.base.saturating_mul(2u32.saturating_pow(n.min(16))).min(self.max)
+    }
+
+    /// Forgets `key` after a success.
+    pub fn reset(&self, key: &str) {
+        if let Ok(mut m) = self.attempts.lock() {
+            m.remove(key);
+        }
+    }
+}
+
+/// Everything a reconcile pass needs.
+pub struct Context {
+    /// Management-cluster client.
+    pub client: Client,
+    /// Settings.
+    pub config: Config,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Backoff for failing passes.
+    pub errors: Backoff,
+    /// Backoff while waiting for an unreachable tenant API.
+    pub waiting: Backoff,
+    /// Event recorder (`reportingController: kamaji-rs`).
+    pub recorder: Recorder,
+    /// Hash of the tenant artifacts last applied per KamajiControlPlane UID, so an unchanged
+    /// set is not written again.
+    pub bootstrapped: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context for `client`.
+    #[must_use]
+    pub fn new(client: Client, config: Config) -> Self {
+        let reporter = Reporter { controller: "kamaji-rs".into(), instance: std::env::var("POD_NAME").ok() };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            errors: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+            waiting: Backoff::new(config.unreachable_requeue, Duration::from_secs(60)),
+            config,
+            metrics: Metrics::default(),
+            bootstrapped: Mutex::new(HashMap::new()),
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Controller wiring: watch KamajiControlPlanes and what they own, map Clusters and DataStores
+//! to the control planes they concern, reconcile with per-object backoff.
+//!
+//! Watches, not polling (style.md pattern 6): owned Secrets, Deployments and Services wake
+//! their KamajiControlPlane; a Cluster wakes the control plane its `controlPlaneRef` names; a
+//! DataStore wakes every control plane that uses it. A timed requeue is used only for state
+//! that produces no event (a tenant API server becoming reachable through its endpoint, and a
+//! long resync for drift inside tenants).
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kamaji_api::cluster::v1beta2;
+use kamaji_api::meta::{CLUSTER_NAME_LABEL, KAMAJI_NAME_LABEL};
+use kamaji_api::{DataStore, KamajiControlPlane};
+use kube::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use tracing::{info, warn};
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::reconcile::{self, object_key};
+
+/// Which namespaces the controller watches (`--namespace`, clusterctl contract).
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// One namespace, or all when `None`.
+    pub namespace: Option<String>,
+}
+
+impl Scope {
+    fn api<K>(&self, client: &kube::Client) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+}
+
+fn error_policy(kcp: Arc<KamajiControlPlane>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.errors.get_or_create(&crate::metrics::ErrorLabels { error: error.category().into() }).inc();
+    let delay = ctx.errors.next(&object_key(&kcp));
+    warn!(kcp = %object_key(&kcp), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// The control planes that use DataStore `name` (by `dataStoreName`, or the default).
+fn users_of(store: &Store<KamajiControlPlane>, name: &str, default: &str) -> Vec<ObjectRef<KamajiControlPlane>> {
+    store
+        .state()
+        .iter()
+        .filter(|k| {
+            let used = k.spec.fields.data_store_name.as_deref().filter(|n| !n.is_empty()).unwrap_or(default);
+            used == name
+        })
+        .map(|k| ObjectRef::from_obj(k.as_ref()))
+        .collect()
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(ctx: Arc<Context>, scope: Scope, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let client = ctx.client.clone();
+    let kcps: Api<KamajiControlPlane> = scope.api(&client);
+    let owned = watcher::Config::default().labels(KAMAJI_NAME_LABEL);
+    let secrets_cfg = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
+    let controller = Controller::new(kcps, watcher::Config::default());
+    let store = controller.store();
+    let default_ds = ctx.config.default_datastore.clone();
+    let ds_store = store.clone();
+    controller
+        .owns(scope.api::<Secret>(&client), secrets_cfg)
+        .owns(scope.api::<Deployment>(&client), owned.clone())
+        .owns(scope.api::<Service>(&client), owned)
+        .watches(scope.api::<v1beta2::Cluster>(&client), watcher::Config::default(), |cluster: v1beta2::Cluster| {
+            let ns = cluster.metadata.namespace.clone().unwrap_or_default();
+            cluster
+                .spec
+                .control_plane_ref
+                .filter(|r| r.kind == "KamajiControlPlane" && r.api_group == kamaji_api::meta::CONTROL_PLANE_GROUP)
+                .map(|r| ObjectRef::new(&r.name).within(&ns))
+        })
+        .watches(Api::<DataStore>::all(client.clone()), watcher::Config::default(), move |ds: DataStore| {
+            users_of(&ds_store, ds.metadata.name.as_deref().unwrap_or_default(), &default_ds)
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => tracing::debug!(kcp = %obj, "reconciled"),
+                Err(e) => tracing::debug!("controller: {e}"),
+            }
+        })
+        .await;
+    info!("controller stopped");
+}

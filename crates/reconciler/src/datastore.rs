@@ -1,0 +1,177 @@
+//! DataStores: resolving a Kamaji `DataStore` into what the API server needs, and removing a
+//! tenant's keys when it is deleted.
+//!
+//! Only the `etcd` driver is implemented. An etcd DataStore (Kamaji's schema) carries the CA
+//! certificate and key and a client certificate; kamaji-rs issues each tenant its own client
+//! certificate from that CA (the CA key is used in memory only and never copied into a tenant
+//! Secret) and gives each tenant its own key prefix (`--etcd-prefix=/<dataStoreSchema>`).
+//! Other drivers are reported as `DataStoreReady=False`, reason `DataStoreDriverUnsupported`.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::Secret;
+use kamaji_api::DataStore;
+use kamaji_api::datastore::{ContentRef, Driver};
+use kube::Api;
+
+/// What is wrong with a DataStore, for the `DataStoreReady` condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// No DataStore of that name.
+    NotFound(String),
+    /// A driver kamaji-rs does not implement yet.
+    DriverUnsupported(String),
+    /// A referenced Secret or key is missing or unreadable.
+    Invalid(String),
+}
+
+impl Problem {
+    /// Human-readable message.
+    #[must_use]
+    pub fn message(&self) -> String {
+        match self {
+            Self::NotFound(name) => format!("DataStore {name} does not exist"),
+            Self::DriverUnsupported(d) => {
+                format!("DataStore driver {d} is not supported by kamaji-rs yet (only etcd)")
+            }
+            Self::Invalid(m) => m.clone(),
+        }
+    }
+}
+
+/// A DataStore with its referenced material read.
+#[derive(Clone)]
+pub struct Resolved {
+    /// DataStore name.
+    pub name: String,
+    /// Endpoints as given (`host:port`, or URLs).
+    pub endpoints: Vec<String>,
+    /// CA certificate PEM.
+    pub ca_cert: String,
+    /// CA private key PEM (used to issue tenant client certificates; never stored per tenant).
+    pub ca_key: String,
+}
+
+impl std::fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolved").field("name", &self.name).field("endpoints", &self.endpoints).finish_non_exhaustive()
+    }
+}
+
+impl Resolved {
+    /// `--etcd-servers` URLs (`https://` added to bare `host:port` endpoints).
+    #[must_use]
+    pub fn server_urls(&self) -> Vec<String> {
+        self.endpoints
+            .iter()
+            .map(|e| if e.contains("://") { e.clone() } else { format!("https://{e}") })
+            .collect()
+    }
+}
+
+/// Reads `r` (inline content or a Secret key).
+async fn content(client: &kube::Client, r: &ContentRef, field: &str) -> Result<String, Problem> {
+    if let Some(c) = &r.content {
+        return String::from_utf8(c.0.clone()).map_err(|_| Problem::Invalid(format!("{field}.content is not UTF-8 PEM")));
+    }
+    let sr = r.secret_reference.as_ref().ok_or_else(|| Problem::Invalid(format!("{field}: neither content nor secretReference")))?;
+    let (Some(name), Some(ns)) = (&sr.name, &sr.namespace) else {
+        return Err(Problem::Invalid(format!("{field}.secretReference needs name and namespace")));
+    };
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| Problem::Invalid(format!("{field}: reading Secret {ns}/{name}: {e}")))?
+        .ok_or_else(|| Problem::Invalid(format!("{field}: Secret {ns}/{name} does not exist")))?;
+    let data: BTreeMap<_, _> = secret.data.unwrap_or_default();
+    let raw = data
+        .get(&sr.key_path)
+        .ok_or_else(|| Problem::Invalid(format!("{field}: Secret {ns}/{name} has no key {}", sr.key_path)))?;
+    String::from_utf8(raw.0.clone()).map_err(|_| Problem::Invalid(format!("{field}: Secret {ns}/{name} key {} is not UTF-8", sr.key_path)))
+}
+
+/// Resolves the DataStore `name`.
+///
+/// # Errors
+/// A [`Problem`] for the `DataStoreReady` condition.
+pub async fn resolve(client: &kube::Client, name: &str) -> Result<Resolved, Problem> {
+    let ds = Api::<DataStore>::all(client.clone())
+        .get_opt(name)
+        .await
+        .map_err(|e| Problem::Invalid(format!("reading DataStore {name}: {e}")))?
+        .ok_or_else(|| Problem::NotFound(name.to_owned()))?;
+    if ds.spec.driver != Driver::Etcd {
+        return Err(Problem::DriverUnsupported(ds.spec.driver.as_str().to_owned()));
+    }
+    let tls = ds
+        .spec
+        .tls_config
+        .as_ref()
+        .ok_or_else(|| Problem::Invalid(format!("DataStore {name}: spec.tlsConfig is required for etcd")))?;
+    let ca_cert = content(client, &tls.certificate_authority.certificate, "spec.tlsConfig.certificateAuthority.certificate").await?;
+    let key_ref = tls.certificate_authority.private_key.as_ref().ok_or_else(|| {
+        Problem::Invalid(format!("DataStore {name}: spec.tlsConfig.certificateAuthority.privateKey is required to issue tenant client certificates"))
+    })?;
+    let ca_key = content(client, key_ref, "spec.tlsConfig.certificateAuthority.privateKey").await?;
+    Ok(Resolved { name: name.to_owned(), endpoints: ds.spec.endpoints.clone(), ca_cert, ca_key })
+}
+
+/// Client credentials towards the datastore (a tenant's client certificate).
+#[derive(Clone)]
+pub struct Credentials {
+    /// Client certificate PEM.
+    pub cert: String,
+    /// Client key PEM.
+    pub key: String,
+}
+
+/// POSTs `body` to `path` of etcd's gRPC JSON gateway on the first endpoint that answers.
+async fn gateway(ds: &Resolved, creds: &Credentials, path: &str, body: &serde_json::Value) -> Result<serde_json::Value, String> {
+    let identity = reqwest::Identity::from_pem(format!("{}\n{}", creds.cert, creds.key).as_bytes())
+        .map_err(|e| format!("client identity: {e}"))?;
+    let ca = reqwest::Certificate::from_pem(ds.ca_cert.as_bytes()).map_err(|e| format!("CA: {e}"))?;
+    let http = reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .identity(identity)
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))?;
+    let mut last = String::from("no endpoint");
+    for url in ds.server_urls() {
+        match http.post(format!("{url}{path}")).json(body).send().await {
+            Ok(resp) if resp.status().is_success() => return resp.json().await.map_err(|e| e.to_string()),
+            Ok(resp) => last = format!("{url}: HTTP {}", resp.status()),
+            Err(e) => last = format!("{url}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+/// The `[key, range_end)` pair covering every key below `prefix` (base64, as the gateway wants).
+fn prefix_range(prefix: &str) -> (String, String) {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let p = prefix.trim_end_matches('/');
+    (b64.encode(format!("{p}/")), b64.encode(format!("{p}0"))) // '0' is the byte after '/'
+}
+
+/// Deletes every key under `prefix` (e.g. `/tenant_a_demo_1a2b3c4d`) through etcd's gRPC
+/// gateway (`POST /v3/kv/deleterange`). Returns the number of deleted keys.
+///
+/// # Errors
+/// A message when no endpoint accepted the request.
+pub async fn delete_prefix(ds: &Resolved, creds: &Credentials, prefix: &str) -> Result<u64, String> {
+    let (key, range_end) = prefix_range(prefix);
+    let v = gateway(ds, creds, "/v3/kv/deleterange", &serde_json::json!({"key": key, "range_end": range_end})).await?;
+    Ok(v["deleted"].as_str().and_then(|d| d.parse().ok()).unwrap_or(0))
+}
+
+/// Counts keys under `prefix` (`POST /v3/kv/range`, `count_only`).
+///
+/// # Errors
+/// A message when no endpoint accepted the request.
+pub async fn count_prefix(ds: &Resolved, creds: &Credentials, prefix: &str) -> Result<u64, String> {
+    let (key, range_end) = prefix_range(prefix);
+    let v = gateway(ds, creds, "/v3/kv/range", &serde_json::json!({"key": key, "range_end": range_end, "count_only": true})).await?;
+    Ok(v["count"].as_str().and_then(|d| d.parse().ok()).unwrap_or(0))
+}

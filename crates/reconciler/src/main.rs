@@ -1,0 +1,170 @@
+//! `manager`: the kamaji-rs controller process (clusterctl contract: container `manager`,
+//! `--namespace` to watch one namespace, leader election, metrics and health probes).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use clap::Parser;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kamaji_bootstrap::pki::KeyAlgorithm;
+use kamaji_reconciler::context::{Config, Context};
+use kamaji_reconciler::controller::{self, Scope};
+use kamaji_reconciler::server;
+use kube::{Api, Client};
+use tracing::{error, info, warn};
+
+/// Command-line flags; each also reads the environment variable of the same name.
+#[derive(Debug, Parser)]
+#[command(name = "manager", version, about = "kamaji-rs: a Cluster API control-plane provider running tenant control planes as pods")]
+struct Args {
+    /// Watch only this namespace (empty: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
+    namespace: String,
+    /// Use a Lease so that only one replica reconciles.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease (default: the pod's namespace, else `default`).
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// Address of the Prometheus `/metrics` endpoint.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    metrics_bind_address: SocketAddr,
+    /// Address of `/healthz` and `/readyz`.
+    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081")]
+    health_probe_bind_address: SocketAddr,
+    /// DataStore used by control planes without `spec.dataStoreName`.
+    #[arg(long, env = "DEFAULT_DATASTORE", default_value = "default")]
+    default_datastore: String,
+    /// Algorithm of new keys: `ECDSA-P256`, `RSA-2048`, `RSA-3072` or `RSA-4096`.
+    #[arg(long, env = "KEY_ALGORITHM", default_value = "ECDSA-P256")]
+    key_algorithm: String,
+    /// DNS domain of the management cluster (for the Service names in serving certificates).
+    #[arg(long, env = "CLUSTER_DOMAIN", default_value = "cluster.local")]
+    cluster_domain: String,
+    /// Seconds between drift checks of healthy control planes.
+    #[arg(long, env = "RESYNC_SECONDS", default_value_t = 600)]
+    resync_seconds: u64,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    log_format: String,
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Waits until kamaji-rs's and Cluster API's CRDs exist, saying clearly which is missing.
+async fn wait_for_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let needed = [
+        "kamajicontrolplanes.controlplane.cluster.x-k8s.io",
+        "datastores.kamaji.clastix.io",
+        "clusters.cluster.x-k8s.io",
+    ];
+    loop {
+        let mut missing = Vec::new();
+        for name in needed {
+            match crds.get_opt(name).await {
+                Ok(Some(_)) => {}
+                Ok(None) => missing.push(name),
+                Err(e) => {
+                    warn!("cannot read CRD {name}: {e}");
+                    missing.push(name);
+                }
+            }
+        }
+        if missing.is_empty() {
+            return;
+        }
+        error!(missing = ?missing, "required CRDs are not installed (install Cluster API and kamaji-rs's config/crd); waiting");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    init_logging(&args.log_format);
+    let key_algorithm = KeyAlgorithm::parse(&args.key_algorithm).map_err(|e| anyhow::anyhow!("--key-algorithm: {}", e.reason))?;
+    let client = Client::try_default().await.context("connect to the management cluster")?;
+    let config = Config {
+        default_datastore: args.default_datastore.clone(),
+        key_algorithm,
+        management_domain: args.cluster_domain.clone(),
+        resync: Duration::from_secs(args.resync_seconds),
+        ..Config::default()
+    };
+    let ctx = Arc::new(Context::new(client.clone(), config));
+    let ready = Arc::new(AtomicBool::new(false));
+    let metrics = tokio::spawn(server::metrics(args.metrics_bind_address, ctx.clone()));
+    let health = tokio::spawn(server::health(args.health_probe_bind_address, ready.clone()));
+
+    wait_for_crds(&client).await;
+
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
+    if args.leader_elect {
+        let ns = args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
+            .unwrap_or_else(|| "default".into());
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("manager-{}", std::process::id()));
+        let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "kamaji-rs-manager")
+            .with_namespace(ns.trim())
+            .with_identity(identity)
+            .with_duration(15)
+            .with_grace(5)
+            .build()
+            .await
+            .context("leader election")?;
+        let (mut leading, _task) = manager.watch().await;
+        info!("waiting to become leader");
+        while !*leading.borrow_and_update() {
+            leading.changed().await.context("leader election")?;
+        }
+        info!("became leader");
+        tokio::spawn(async move {
+            while leading.changed().await.is_ok() {
+                if !*leading.borrow() {
+                    break;
+                }
+            }
+            let _ = lost_tx.send(());
+        });
+    } else {
+        std::mem::forget(lost_tx);
+    }
+
+    ready.store(true, Ordering::Relaxed);
+    let scope = Scope { namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()) };
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => info!("interrupted"),
+            _ = sigterm() => info!("terminated"),
+            _ = lost_rx => error!("lost leadership"),
+        }
+    };
+    controller::run(ctx, scope, shutdown).await;
+    metrics.abort();
+    health.abort();
+    Ok(())
+}
+
+async fn sigterm() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending::<()>().await,
+    }
+}

@@ -1,0 +1,121 @@
+//! Prometheus metrics of the manager (text exposition on `--metrics-bind-address`).
+//!
+//! | Metric | Type | Labels |
+//! |---|---|---|
+//! | `kamaji_reconcile_total` | counter | — |
+//! | `kamaji_reconcile_errors_total` | counter | `error` (category) |
+//! | `kamaji_reconcile_duration_seconds` | histogram | — |
+//! | `kamaji_pki_generation_duration_seconds` | histogram | — |
+//! | `kamaji_time_to_initialized_seconds` | histogram (KCP creation → initialized) | — |
+//! | `kamaji_tenants` | gauge | `condition`, `status` |
+//! | `kamaji_ssa_conflicts_total` | counter | — |
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label set of the error counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// Error category ([`crate::error::Error::category`]).
+    pub error: String,
+}
+
+/// Label set of the tenant gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantLabels {
+    /// Condition type, e.g. `Available`.
+    pub condition: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+}
+
+/// All metrics and their registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Reconcile passes.
+    pub reconciles: Counter,
+    /// Failed passes by category.
+    pub errors: Family<ErrorLabels, Counter>,
+    /// Pass duration, seconds.
+    pub duration: Histogram,
+    /// Time to generate missing roots, seconds.
+    pub pki_generation: Histogram,
+    /// KCP creation to `controlPlaneInitialized`, seconds.
+    pub time_to_initialized: Histogram,
+    /// Tenants by condition.
+    pub tenants: Family<TenantLabels, Gauge>,
+    /// Server-side apply conflicts that were resolved by forcing ownership.
+    pub ssa_conflicts: Counter,
+    tenant_conditions: Mutex<HashMap<String, Vec<(String, String)>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("kamaji");
+        let reconciles = Counter::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let duration = Histogram::new(exponential_buckets(0.005, 2.0, 14));
+        let pki_generation = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        let time_to_initialized = Histogram::new(exponential_buckets(1.0, 1.5, 14));
+        let tenants = Family::<TenantLabels, Gauge>::default();
+        let ssa_conflicts = Counter::default();
+        registry.register("reconcile", "Reconcile passes", reconciles.clone());
+        registry.register("reconcile_errors", "Failed reconcile passes by error category", errors.clone());
+        registry.register("reconcile_duration_seconds", "Duration of a reconcile pass", duration.clone());
+        registry.register("pki_generation_duration_seconds", "Time to generate a tenant's root key material", pki_generation.clone());
+        registry.register("time_to_initialized_seconds", "Time from KamajiControlPlane creation to controlPlaneInitialized", time_to_initialized.clone());
+        registry.register("tenants", "Tenants by condition status", tenants.clone());
+        registry.register("ssa_conflicts", "Server-side apply conflicts resolved by forcing", ssa_conflicts.clone());
+        Self {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            pki_generation,
+            time_to_initialized,
+            tenants,
+            ssa_conflicts,
+            tenant_conditions: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Metrics {
+    /// The text exposition.
+    #[must_use]
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Records the conditions of tenant `key` (`None` when it is gone) and refreshes the
+    /// tenant gauge.
+    pub fn set_tenant(&self, key: &str, conditions: Option<Vec<(String, String)>>) {
+        let Ok(mut map) = self.tenant_conditions.lock() else { return };
+        match conditions {
+            Some(c) => {
+                map.insert(key.to_owned(), c);
+            }
+            None => {
+                map.remove(key);
+            }
+        }
+        self.tenants.clear();
+        for conds in map.values() {
+            for (condition, status) in conds {
+                self.tenants
+                    .get_or_create(&TenantLabels { condition: condition.clone(), status: status.clone() })
+                    .inc();
+            }
+        }
+    }
+}

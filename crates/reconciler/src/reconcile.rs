@@ -1,0 +1,644 @@
+//! The reconcile pipeline of one KamajiControlPlane (shared/design/ARCHITECTURE.md §3):
+//! gates → observe → validate → plan → apply → status (written once, and only when it
+//! changed).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::ByteString;
+use kamaji_api::KamajiControlPlane;
+use kamaji_api::cluster::{ClusterView, v1beta2};
+use kamaji_api::conditions::{reasons, types};
+use kamaji_api::meta::{CLUSTER_NAME_LABEL, FIELD_MANAGER, FINALIZER, PAUSED_ANNOTATION};
+use kamaji_bootstrap::kubeadm::{Addons, AddonImage, KubeletSpec, TenantArtifacts, TenantSpec};
+use kamaji_bootstrap::pki::{CertificateAuthority, ServiceAccountKeyPair};
+use kamaji_bootstrap::secrets::{self, SecretTarget};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{info, warn};
+
+use crate::context::Context;
+use crate::datastore::{self, Credentials, Problem};
+use crate::endpoint::{self, Endpoint};
+use crate::error::{Error, KubeContext};
+use crate::pki::{self, LeafInputs, LeafKind, Roots};
+use crate::plan::{self, DESIRED_HASH_ANNOTATION, DatastoreWiring};
+use crate::spec::{self, ValidSpec};
+use crate::status::{self, Cond, Replicas, StatusInputs};
+use crate::tenant;
+
+/// What a pass observed about the owner Cluster.
+struct Owner {
+    view: ClusterView,
+}
+
+/// Reconciles one KamajiControlPlane.
+///
+/// # Errors
+/// [`Error`] for failures worth a retry with backoff; invalid specs and missing inputs are
+/// reported in status and wait for a change instead.
+pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    let result = run(&kcp, &ctx).await;
+    ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
+    let key = object_key(&kcp);
+    if result.is_ok() {
+        ctx.errors.reset(&key);
+    }
+    result
+}
+
+/// `namespace/name` of a KamajiControlPlane.
+#[must_use]
+pub fn object_key(kcp: &KamajiControlPlane) -> String {
+    format!("{}/{}", kcp.namespace().unwrap_or_default(), kcp.name_any())
+}
+
+async fn run(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Action, Error> {
+    let ns = kcp.namespace().unwrap_or_default();
+    let client = &ctx.client;
+    let deleting = kcp.metadata.deletion_timestamp.is_some();
+
+    // Gate 1: the owner Cluster (CAPI control-plane contract: "Cluster API sets an ownerRef from
+    // the Cluster on the control plane"; found by kind and group, not by position).
+    let owner = match owner_cluster(kcp, ctx).await? {
+        Some(o) => o,
+        None if deleting => return delete(kcp, ctx, None).await,
+        None => {
+            let msg = "waiting for Cluster API to set an owner reference from the Cluster (is spec.controlPlaneRef of a Cluster pointing here?)";
+            info!(kcp = %object_key(kcp), "{msg}");
+            publish(ctx, kcp, EventType::Normal, reasons::WAITING_FOR_OWNER_CLUSTER, msg).await;
+            write_conditions_only(kcp, ctx, vec![Cond::no(types::CLUSTER_FOUND, reasons::WAITING_FOR_OWNER_CLUSTER, msg)]).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    tracing::Span::current().record("cluster", owner.view.name.as_str());
+
+    // Gate 2: paused (contract: Cluster.spec.paused or the cluster.x-k8s.io/paused annotation
+    // stops every change but the Paused condition).
+    if owner.view.paused || kcp.annotations().contains_key(PAUSED_ANNOTATION) {
+        write_conditions_only(kcp, ctx, vec![
+            Cond::yes(types::PAUSED, reasons::PAUSED, "reconciliation is paused (Cluster.spec.paused or the cluster.x-k8s.io/paused annotation)"),
+        ])
+        .await?;
+        return Ok(Action::await_change());
+    }
+
+    // Gate 3: the finalizer, before anything is created.
+    if !deleting && !kcp.finalizers().iter().any(|f| f == FINALIZER) {
+        let mut finalizers = kcp.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_owned());
+        Api::<KamajiControlPlane>::namespaced(client.clone(), &ns)
+            .patch(&kcp.name_any(), &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})))
+            .await
+            .ctx(|| "add finalizer".into())?;
+    }
+
+    // Gate 4: deletion.
+    if deleting {
+        return delete(kcp, ctx, Some(&owner)).await;
+    }
+
+    let mut conds = vec![
+        Cond::yes(types::CLUSTER_FOUND, reasons::READY, format!("Cluster {}", owner.view.name)),
+        Cond::no(types::PAUSED, reasons::NOT_PAUSED, ""),
+        Cond::no(types::DELETING, reasons::NOT_DELETING, ""),
+    ];
+
+    // Validate (pure).
+    let spec = match spec::validate(kcp, &owner.view, &ctx.config.default_datastore) {
+        Ok(s) => s,
+        Err(errors) => {
+            let msg = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+            warn!(kcp = %object_key(kcp), "invalid spec: {msg}");
+            publish(ctx, kcp, EventType::Warning, reasons::INVALID_SPEC, &msg).await;
+            conds.push(Cond::no(types::SPEC_VALID, reasons::INVALID_SPEC, msg));
+            write_conditions_only(kcp, ctx, conds).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    conds.push(Cond::yes(types::SPEC_VALID, reasons::READY, ""));
+
+    // Observe.
+    let observed = observe(&spec, ctx).await?;
+    let owner_ref = owner_reference(kcp);
+
+    // The datastore.
+    let ds = match datastore::resolve(client, &spec.datastore_name).await {
+        Ok(ds) => ds,
+        Err(problem) => {
+            let reason = match &problem {
+                Problem::NotFound(_) => reasons::DATASTORE_NOT_FOUND,
+                Problem::DriverUnsupported(_) => reasons::DATASTORE_DRIVER_UNSUPPORTED,
+                Problem::Invalid(_) => reasons::INVALID_SPEC,
+            };
+            let mut msg = problem.message();
+            if kcp.spec.fields.data_store_name.as_deref().unwrap_or("").is_empty() {
+                msg.push_str(" (spec.dataStoreName is empty, so the manager's default DataStore is used)");
+            }
+            conds.push(Cond::no(types::DATASTORE_READY, reason, msg));
+            write_status(kcp, ctx, &spec, &observed, false, conds).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    conds.push(Cond::yes(types::DATASTORE_READY, reasons::READY, format!("DataStore {} (etcd), prefix /{}", ds.name, spec.datastore_schema)));
+
+    // Roots: read back, or generate once with create-if-absent.
+    let roots = ensure_roots(&spec, &observed.secrets, &owner_ref, ctx).await?;
+    let now = SystemTime::now();
+
+    // Datastore client certificate of this tenant.
+    let ds_secret_name = spec.names.apiserver_etcd_client_secret();
+    let cn = kamaji_api::names::datastore_username(&spec.namespace, &spec.names.deployment());
+    let (ds_leaf, _) = pki::datastore_client(&ds.ca_cert, &ds.ca_key, &cn, observed.secrets.get(&ds_secret_name), ctx.config.key_algorithm, now)?;
+    let mut ds_secret = secrets::leaf_secret(
+        SecretTarget { name: &ds_secret_name, namespace: &spec.namespace, cluster_name: &spec.cluster.name },
+        &ds_leaf,
+    );
+    ds_secret.data.get_or_insert_with(BTreeMap::new).insert("ca.crt".into(), ByteString(ds.ca_cert.clone().into_bytes()));
+    let ds_secret = apply_if_changed(ctx, &spec.namespace, owned(ds_secret, &owner_ref), observed.secrets.get(&ds_secret_name)).await?;
+    let wiring = DatastoreWiring {
+        servers: ds.server_urls(),
+        prefix: kamaji_api::names::etcd_prefix(&spec.datastore_schema),
+        tls_secret: Some(ds_secret_name.clone()),
+    };
+
+    // The Service, then the endpoint.
+    let service = apply_if_changed(ctx, &spec.namespace, plan::service(&spec, &owner_ref), observed.service.as_ref()).await?;
+    let Some(endpoint) = endpoint::choose(&spec, Some(&service)) else {
+        conds.push(Cond::no(types::ENDPOINT_READY, reasons::WAITING_FOR_ENDPOINT, match spec.service_type {
+            kamaji_api::kcp::ServiceType::NodePort => "a NodePort Service needs spec.network.serviceAddress to know the endpoint".to_owned(),
+            _ => format!("waiting for Service {} to get an address", spec.names.service()),
+        }));
+        write_status(kcp, ctx, &spec, &observed, false, conds).await?;
+        return Ok(Action::await_change());
+    };
+    conds.push(Cond::yes(types::ENDPOINT_READY, reasons::READY, format!("{}:{}", endpoint.host, endpoint.port)));
+    set_kcp_endpoint(kcp, ctx, &endpoint).await?;
+
+    // Leaves and kubeconfigs.
+    let service_ip = service.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()).and_then(|ip| ip.parse().ok());
+    let inputs = LeafInputs {
+        spec: &spec,
+        roots: &roots,
+        endpoint: &endpoint,
+        service_ip,
+        management_domain: &ctx.config.management_domain,
+        algorithm: ctx.config.key_algorithm,
+        now,
+    };
+    let leaves = pki::plan_leaves(&inputs, &observed.secrets)?;
+    let mut applied: BTreeMap<String, Secret> = BTreeMap::new();
+    for leaf in leaves {
+        let name = leaf.secret.name_any();
+        let s = apply_if_changed(ctx, &spec.namespace, owned(leaf.secret, &owner_ref), observed.secrets.get(&name)).await?;
+        applied.insert(name, s);
+    }
+    conds.push(Cond::yes(types::CERTIFICATES_AVAILABLE, reasons::READY, "CA, service-account key, front-proxy CA and every leaf certificate are present"));
+    conds.push(Cond::yes(types::KUBECONFIG_AVAILABLE, reasons::READY, format!("Secret {}", spec.names.kubeconfig_secret())));
+
+    // The Deployment, rolled when the mounted key material changes.
+    let mut mounted: Vec<&Secret> = applied
+        .iter()
+        .filter(|(n, _)| {
+            *n != &pki::leaf_secret_name(&spec, LeafKind::Admin) && *n != &pki::leaf_secret_name(&spec, LeafKind::SuperAdmin)
+        })
+        .map(|(_, s)| s)
+        .collect();
+    mounted.push(&ds_secret);
+    for root in [spec.names.ca_secret(), spec.names.service_account_secret(), spec.names.front_proxy_ca_secret()] {
+        if let Some(s) = observed.secrets.get(&root) {
+            mounted.push(s);
+        }
+    }
+    let pki_hash = plan::desired_hash(&mounted.iter().map(|s| (&s.metadata.name, &s.data)).collect::<Vec<_>>());
+    let deployment = apply_if_changed(ctx, &spec.namespace, plan::deployment(&spec, &owner_ref, &wiring, &pki_hash), observed.deployment.as_ref()).await?;
+    let replicas = Replicas::of(Some(&deployment));
+
+    // The tenant: reachable through the endpoint? Then bootstrap it.
+    let mut reachable = false;
+    if replicas.available > 0 {
+        let admin = applied.get(&spec.names.kubeconfig_secret());
+        if let Some(admin) = admin {
+            let admin_client = tenant::client_from_secret(admin).await?;
+            reachable = tenant::readyz(&admin_client).await;
+        }
+    }
+    let mut requeue = ctx.config.resync;
+    if reachable {
+        ctx.waiting.reset(&object_key(kcp));
+        set_cluster_endpoint(&owner.view, ctx, &endpoint).await?;
+        let super_admin = applied.get(&pki::leaf_secret_name(&spec, LeafKind::SuperAdmin));
+        match bootstrap_tenant(&spec, &endpoint, &roots, &ds, kcp, super_admin, ctx).await {
+            Ok(()) => conds.push(Cond::yes(types::TENANT_BOOTSTRAPPED, reasons::READY, "cluster-info, kubeadm-config, kubelet-config, join RBAC, kube-proxy and CoreDNS are applied")),
+            Err(e) => {
+                warn!(kcp = %object_key(kcp), "tenant bootstrap: {e}");
+                conds.push(Cond::no(types::TENANT_BOOTSTRAPPED, reasons::WAITING_FOR_API_SERVER, e.to_string()));
+                requeue = ctx.waiting.next(&object_key(kcp));
+            }
+        }
+    } else {
+        let msg = if replicas.available == 0 { "waiting for a control-plane pod to become available" } else { "waiting for the API server to answer /readyz through the endpoint" };
+        conds.push(Cond::no(types::TENANT_BOOTSTRAPPED, if replicas.available == 0 { reasons::WAITING_FOR_PODS } else { reasons::WAITING_FOR_API_SERVER }, msg));
+        // Pod readiness produces Deployment events; reachability through the endpoint does not.
+        if replicas.available > 0 {
+            requeue = ctx.waiting.next(&object_key(kcp));
+        }
+    }
+    let observed = Observed { deployment: Some(deployment), service: Some(service), secrets: observed.secrets };
+    write_status(kcp, ctx, &spec, &observed, reachable, conds).await?;
+    Ok(Action::requeue(requeue))
+}
+
+/// What the observe step read.
+struct Observed {
+    secrets: BTreeMap<String, Secret>,
+    deployment: Option<Deployment>,
+    service: Option<Service>,
+}
+
+async fn owner_cluster(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Option<Owner>, Error> {
+    let Some(reference) = kcp
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Cluster" && o.api_version.split('/').next() == Some("cluster.x-k8s.io"))
+    else {
+        return Ok(None);
+    };
+    let ns = kcp.namespace().unwrap_or_default();
+    let cluster = Api::<v1beta2::Cluster>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&reference.name)
+        .await
+        .ctx(|| format!("get Cluster {ns}/{}", reference.name))?;
+    Ok(cluster.map(|c| Owner { view: ClusterView::from(&c) }))
+}
+
+async fn observe(spec: &ValidSpec, ctx: &Context) -> Result<Observed, Error> {
+    let ns = &spec.namespace;
+    let secrets_api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={}", spec.names.cluster_label_value()));
+    let mut secrets: BTreeMap<String, Secret> = secrets_api
+        .list(&lp)
+        .await
+        .ctx(|| format!("list Secrets of Cluster {ns}/{}", spec.cluster.name))?
+        .items
+        .into_iter()
+        .map(|s| (s.name_any(), s))
+        .collect();
+    // A kubeconfig Secret written by someone else may lack the label: it is adopted (case B01).
+    let kubeconfig = spec.names.kubeconfig_secret();
+    if !secrets.contains_key(&kubeconfig)
+        && let Some(s) = secrets_api.get_opt(&kubeconfig).await.ctx(|| format!("get Secret {ns}/{kubeconfig}"))?
+    {
+        secrets.insert(kubeconfig, s);
+    }
+    let deployment = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&spec.names.deployment())
+        .await
+        .ctx(|| "get Deployment".into())?;
+    let service = Api::<Service>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&spec.names.service())
+        .await
+        .ctx(|| "get Service".into())?;
+    Ok(Observed { secrets, deployment, service })
+}
+
+/// The controller owner reference to `kcp`.
+#[must_use]
+pub fn owner_reference(kcp: &KamajiControlPlane) -> OwnerReference {
+    OwnerReference {
+        api_version: KamajiControlPlane::api_version(&()).into_owned(),
+        kind: KamajiControlPlane::kind(&()).into_owned(),
+        name: kcp.name_any(),
+        uid: kcp.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn owned(mut secret: Secret, owner: &OwnerReference) -> Secret {
+    secret.metadata.owner_references = Some(vec![owner.clone()]);
+    secret
+}
+
+/// Server-side applies `desired` unless the observed object already carries the same desired
+/// hash (then nothing is written). Returns the object as stored.
+async fn apply_if_changed<K>(ctx: &Context, ns: &str, mut desired: K, observed: Option<&K>) -> Result<K, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let hash = {
+        let meta = desired.meta_mut();
+        if let Some(a) = meta.annotations.as_mut() {
+            a.remove(DESIRED_HASH_ANNOTATION);
+        }
+        plan::desired_hash(&desired)
+    };
+    plan::stamp_hash(desired.meta_mut(), hash.clone());
+    if let Some(current) = observed
+        && current.annotations().get(DESIRED_HASH_ANNOTATION) == Some(&hash)
+    {
+        return Ok(current.clone());
+    }
+    let name = desired.name_any();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    let kind = K::kind(&());
+    match api.patch(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&desired)).await {
+        Ok(o) => Ok(o),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            ctx.metrics.ssa_conflicts.inc();
+            api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&desired))
+                .await
+                .ctx(|| format!("apply {kind} {ns}/{name} (forced after a conflict)"))
+        }
+        Err(e) => Err(Error::Kube { action: format!("apply {kind} {ns}/{name}"), source: e }),
+    }
+}
+
+/// Reads the CA, front-proxy CA and service-account key from their Secrets; generates each
+/// missing one once and creates it with create-if-absent (a 409 means another writer won: its
+/// material is read back and used).
+async fn ensure_roots(spec: &ValidSpec, secrets: &BTreeMap<String, Secret>, owner: &OwnerReference, ctx: &Context) -> Result<Roots, Error> {
+    let n = &spec.names;
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), &spec.namespace);
+    let cluster = spec.cluster.name.as_str();
+    let ns = spec.namespace.as_str();
+    let now = SystemTime::now();
+    let alg = ctx.config.key_algorithm;
+
+    let get_or_create = async |name: String, make: &(dyn Fn() -> Result<Secret, Error> + Sync)| -> Result<Secret, Error> {
+        if let Some(s) = secrets.get(&name) {
+            return Ok(s.clone());
+        }
+        let started = Instant::now();
+        let secret = owned(make()?, owner);
+        ctx.metrics.pki_generation.observe(started.elapsed().as_secs_f64());
+        match api.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() }, &secret).await {
+            Ok(s) => {
+                info!(secret = %name, "generated key material");
+                Ok(s)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => api.get(&name).await.ctx(|| format!("re-read Secret {ns}/{name}")),
+            Err(e) => Err(Error::Kube { action: format!("create Secret {ns}/{name}"), source: e }),
+        }
+    };
+    let ca_name = n.ca_secret();
+    let ca_secret = get_or_create(ca_name.clone(), &|| {
+        let ca = CertificateAuthority::generate("kubernetes", alg, now)?;
+        Ok(secrets::ca_secret(SecretTarget { name: &ca_name, namespace: ns, cluster_name: cluster }, &ca))
+    })
+    .await?;
+    let proxy_name = n.front_proxy_ca_secret();
+    let proxy_secret = get_or_create(proxy_name.clone(), &|| {
+        let ca = CertificateAuthority::generate("front-proxy-ca", alg, now)?;
+        Ok(secrets::ca_secret(SecretTarget { name: &proxy_name, namespace: ns, cluster_name: cluster }, &ca))
+    })
+    .await?;
+    let sa_name = n.service_account_secret();
+    let sa_secret = get_or_create(sa_name.clone(), &|| {
+        let sa = ServiceAccountKeyPair::generate(alg)?;
+        Ok(secrets::service_account_secret(SecretTarget { name: &sa_name, namespace: ns, cluster_name: cluster }, &sa))
+    })
+    .await?;
+    Ok(Roots {
+        ca: pki::ca_from_secret(&ca_secret)?,
+        front_proxy_ca: pki::ca_from_secret(&proxy_secret)?,
+        service_account: pki::sa_from_secret(&sa_secret)?,
+    })
+}
+
+async fn set_kcp_endpoint(kcp: &KamajiControlPlane, ctx: &Context, endpoint: &Endpoint) -> Result<(), Error> {
+    let current = kcp.spec.control_plane_endpoint.as_ref();
+    if current.and_then(|e| e.host.as_deref()) == Some(endpoint.host.as_str())
+        && current.and_then(|e| e.port) == Some(i32::from(endpoint.port))
+    {
+        return Ok(());
+    }
+    Api::<KamajiControlPlane>::namespaced(ctx.client.clone(), &kcp.namespace().unwrap_or_default())
+        .patch(
+            &kcp.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"controlPlaneEndpoint": {"host": endpoint.host, "port": endpoint.port}}})),
+        )
+        .await
+        .ctx(|| "set spec.controlPlaneEndpoint".into())?;
+    Ok(())
+}
+
+/// Writes the endpoint into the Cluster when it has none, together with initialization
+/// (capi-contract.md item 15); CAPI core would copy it too, but only after it reads our status.
+async fn set_cluster_endpoint(cluster: &ClusterView, ctx: &Context, endpoint: &Endpoint) -> Result<(), Error> {
+    if cluster.control_plane_endpoint.is_some() {
+        return Ok(());
+    }
+    Api::<v1beta2::Cluster>::namespaced(ctx.client.clone(), &cluster.namespace)
+        .patch(
+            &cluster.name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"controlPlaneEndpoint": {"host": endpoint.host, "port": endpoint.port}}})),
+        )
+        .await
+        .ctx(|| format!("set Cluster {}/{} spec.controlPlaneEndpoint", cluster.namespace, cluster.name))?;
+    Ok(())
+}
+
+/// Applies the kubeadm join artifacts to the tenant when they changed (or cluster-info is
+/// missing or stale there).
+async fn bootstrap_tenant(
+    spec: &ValidSpec,
+    endpoint: &Endpoint,
+    roots: &Roots,
+    ds: &datastore::Resolved,
+    kcp: &KamajiControlPlane,
+    super_admin: Option<&Secret>,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let super_admin = super_admin.ok_or_else(|| Error::Tenant("super-admin kubeconfig missing".into()))?;
+    let f = &kcp.spec.fields;
+    let addons = f.addons.clone().unwrap_or_default();
+    let image = |a: Option<&kamaji_api::kcp::AddonSpec>| AddonImage {
+        repository: a.and_then(|a| a.image_repository.clone()),
+        tag: a.and_then(|a| a.image_tag.clone()),
+    };
+    let kubelet = f.kubelet.clone().unwrap_or_default();
+    let patches: json_patch::Patch = serde_json::from_value(serde_json::to_value(kubelet.configuration_json_patches.clone().unwrap_or_default())?)?;
+    let tenant_spec = TenantSpec {
+        cluster_name: spec.cluster.name.clone(),
+        version: spec.version_tag.clone(),
+        endpoint_host: endpoint.host.clone(),
+        endpoint_port: endpoint.port,
+        network: spec.network_spec.clone(),
+        image_registry: spec.registry.clone(),
+        cert_sans: spec.cert_sans.clone(),
+        etcd_endpoints: ds.server_urls(),
+        kubelet: KubeletSpec {
+            cgroup_driver: kubelet.cgroupfs.and_then(|c| serde_json::to_value(c).ok()).and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+            configuration_json_patches: patches,
+            preferred_address_types: spec.kubelet_address_types.clone(),
+        },
+        coredns: AddonImage {
+            repository: addons.core_dns.as_ref().and_then(|c| c.image_repository.clone()),
+            tag: addons.core_dns.as_ref().and_then(|c| c.image_tag.clone()),
+        },
+        kube_proxy: image(addons.kube_proxy.as_ref()),
+    };
+    let tenant = tenant_spec.validate().map_err(|e| Error::Tenant(format!("{}: {}", e.field, e.reason)))?;
+    let artifacts = TenantArtifacts::build(&tenant, roots.ca.cert_pem(), Addons::default())?;
+    let objects = tenant::objects(&artifacts)?;
+    let hash = plan::desired_hash(&objects);
+    let uid = kcp.uid().unwrap_or_default();
+    let client = tenant::client_from_secret(super_admin).await?;
+    let cached = ctx.bootstrapped.lock().ok().and_then(|m| m.get(&uid).cloned());
+    let want_info = artifacts.cluster_info.data.as_ref().and_then(|d| d.get("kubeconfig")).cloned();
+    if cached.as_deref() == Some(hash.as_str()) && tenant::cluster_info_kubeconfig(&client).await? == want_info {
+        return Ok(());
+    }
+    tenant::apply(&client, &objects).await?;
+    info!(kcp = %object_key(kcp), objects = objects.len(), "applied tenant artifacts");
+    if let Ok(mut m) = ctx.bootstrapped.lock() {
+        m.insert(uid, hash);
+    }
+    Ok(())
+}
+
+async fn write_conditions_only(kcp: &KamajiControlPlane, ctx: &Context, conds: Vec<Cond>) -> Result<(), Error> {
+    let prev = kcp.status.clone().unwrap_or_default();
+    let now = Time(Timestamp::now());
+    let mut next = prev.clone();
+    next.conditions = Some(status::merge_conditions(prev.conditions.as_deref().unwrap_or_default(), &conds, kcp.metadata.generation.unwrap_or(0), &now));
+    next.external_managed_control_plane = Some(true);
+    patch_status(kcp, ctx, &prev, &next).await
+}
+
+async fn write_status(kcp: &KamajiControlPlane, ctx: &Context, spec: &ValidSpec, observed: &Observed, reachable: bool, conds: Vec<Cond>) -> Result<(), Error> {
+    let prev = kcp.status.clone().unwrap_or_default();
+    let selector = plan::selector_labels(spec).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+    let inputs = StatusInputs {
+        previous: &prev,
+        generation: kcp.metadata.generation.unwrap_or(0),
+        desired: spec.replicas,
+        replicas: Replicas::of(observed.deployment.as_ref()),
+        selector: Some(selector),
+        version: Some(spec.version_tag.clone()),
+        api_reachable: reachable,
+        kubeconfig_exists: observed.secrets.contains_key(&spec.names.kubeconfig_secret()) || reachable,
+        conditions: conds,
+    };
+    let now = Time(Timestamp::now());
+    let next = status::compute(&inputs, &now);
+    let was = prev.initialization.as_ref().and_then(|i| i.control_plane_initialized).unwrap_or(false);
+    let is = next.initialization.as_ref().and_then(|i| i.control_plane_initialized).unwrap_or(false);
+    if !was && is {
+        if let Some(created) = kcp.metadata.creation_timestamp.as_ref() {
+            let secs = now.0.duration_since(created.0).as_secs_f64();
+            ctx.metrics.time_to_initialized.observe(secs);
+        }
+        publish(ctx, kcp, EventType::Normal, reasons::INITIALIZED, "the tenant API server answers through the control-plane endpoint").await;
+    }
+    ctx.metrics.set_tenant(
+        &object_key(kcp),
+        Some(next.conditions.iter().flatten().map(|c| (c.type_.clone(), c.status.clone())).collect()),
+    );
+    patch_status(kcp, ctx, &prev, &next).await
+}
+
+async fn patch_status(kcp: &KamajiControlPlane, ctx: &Context, prev: &kamaji_api::KamajiControlPlaneStatus, next: &kamaji_api::KamajiControlPlaneStatus) -> Result<(), Error> {
+    if prev == next {
+        return Ok(());
+    }
+    Api::<KamajiControlPlane>::namespaced(ctx.client.clone(), &kcp.namespace().unwrap_or_default())
+        .patch_status(&kcp.name_any(), &PatchParams::default(), &Patch::Merge(serde_json::json!({"status": next})))
+        .await
+        .ctx(|| "write status".into())?;
+    Ok(())
+}
+
+async fn publish(ctx: &Context, kcp: &KamajiControlPlane, type_: EventType, reason: &str, note: &str) {
+    let ev = Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: "Reconcile".into(), secondary: None };
+    if let Err(e) = ctx.recorder.publish(&ev, &kcp.object_ref(&())).await {
+        warn!("publishing event: {e}");
+    }
+}
+
+/// The deletion branch: stop the control plane, remove the tenant's datastore prefix, remove
+/// what kamaji-rs created, then release the finalizer. Completes when parts are already gone.
+async fn delete(kcp: &KamajiControlPlane, ctx: &Context, owner: Option<&Owner>) -> Result<Action, Error> {
+    if !kcp.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let ns = kcp.namespace().unwrap_or_default();
+    let client = &ctx.client;
+    let cluster_name = owner.map(|o| o.view.name.clone()).or_else(|| kcp.labels().get(CLUSTER_NAME_LABEL).cloned()).unwrap_or_else(|| kcp.name_any());
+    let names = kamaji_api::names::ObjectNames::new(&cluster_name, &kcp.name_any());
+    write_conditions_only(kcp, ctx, vec![Cond::yes(types::DELETING, reasons::WAITING_FOR_CONTROL_PLANE_DELETION, "stopping the control plane")]).await?;
+
+    // 1. Stop the API servers, so nothing writes to the prefix any more.
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
+    match deployments.delete(&names.deployment(), &DeleteParams { propagation_policy: Some(PropagationPolicy::Foreground), ..DeleteParams::default() }).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(Error::Kube { action: "delete Deployment".into(), source: e }),
+    }
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}={}", kamaji_api::meta::KAMAJI_NAME_LABEL, names.pod_label_value())))
+        .await
+        .ctx(|| "list control-plane pods".into())?;
+    if !pods.items.is_empty() || deployments.get_opt(&names.deployment()).await.ctx(|| "get Deployment".into())?.is_some() {
+        // Pod and Deployment deletions produce events on the owned Deployment only until it is
+        // gone; poll briefly for the pods.
+        return Ok(Action::requeue(std::time::Duration::from_secs(2)));
+    }
+
+    // 2. The datastore prefix.
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    let schema = kcp.spec.fields.data_store_schema.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| kamaji_api::names::datastore_schema(&ns, &kcp.name_any()));
+    let ds_name = kcp.spec.fields.data_store_name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| ctx.config.default_datastore.clone());
+    let ds_client = secrets.get_opt(&names.apiserver_etcd_client_secret()).await.ctx(|| "get datastore client Secret".into())?;
+    match (datastore::resolve(client, &ds_name).await, ds_client.as_ref().and_then(secrets::tls_pair_of)) {
+        (Ok(ds), Some((cert, key))) => {
+            let prefix = kamaji_api::names::etcd_prefix(&schema);
+            let deleted = datastore::delete_prefix(&ds, &Credentials { cert, key }, &prefix).await.map_err(Error::Datastore)?;
+            info!(kcp = %object_key(kcp), prefix, deleted, "removed the tenant's datastore keys");
+        }
+        (Err(p), _) => {
+            warn!(kcp = %object_key(kcp), "datastore prefix not removed: {}", p.message());
+            publish(ctx, kcp, EventType::Warning, reasons::WAITING_FOR_DATASTORE_CLEANUP, &format!("the tenant's datastore keys were not removed: {}", p.message())).await;
+        }
+        (Ok(_), None) => {
+            info!(kcp = %object_key(kcp), "no datastore client certificate: nothing was ever stored");
+        }
+    }
+
+    // 3. What kamaji-rs created (also garbage-collected through owner references).
+    let _ = Api::<Service>::namespaced(client.clone(), &ns).delete(&names.service(), &DeleteParams::default()).await;
+    let owned_secrets = secrets
+        .list(&ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={}", names.cluster_label_value())))
+        .await
+        .ctx(|| "list Secrets".into())?;
+    let uid = kcp.uid().unwrap_or_default();
+    for s in owned_secrets.items.iter().filter(|s| s.owner_references().iter().any(|o| o.uid == uid)) {
+        let _ = secrets.delete(&s.name_any(), &DeleteParams::default()).await;
+    }
+    if let Ok(mut m) = ctx.bootstrapped.lock() {
+        m.remove(&uid);
+    }
+    ctx.metrics.set_tenant(&object_key(kcp), None);
+
+    // 4. Release the finalizer.
+    let finalizers: Vec<String> = kcp.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+    Api::<KamajiControlPlane>::namespaced(client.clone(), &ns)
+        .patch(&kcp.name_any(), &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})))
+        .await
+        .ctx(|| "remove finalizer".into())?;
+    Ok(Action::await_change())
+}

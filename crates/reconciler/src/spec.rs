@@ -1,0 +1,287 @@
+//! The **validate** step: a KamajiControlPlane and its Cluster become a [`ValidSpec`], or a
+//! list of errors that each name the field (pure; no I/O).
+//!
+//! Admission (schema + CEL) rejects most bad input before it is stored; what is checked here
+//! needs the Cluster or the target version: the tenant network (service/pod CIDRs from
+//! `Cluster.spec.clusterNetwork`, `dnsServiceIPs` inside the service range, case B18), flags
+//! and admission plugins that the target Kubernetes version no longer has (they crash the
+//! component at start, so they are refused before any pod rolls), and the SAN list.
+
+use std::fmt;
+
+use kamaji_api::KamajiControlPlane;
+use kamaji_api::cluster::ClusterView;
+use kamaji_api::kcp::{
+    AdmissionController, ControlPlaneComponent, DEFAULT_REGISTRY, KubeletPreferredAddressType,
+    ServiceType,
+};
+use kamaji_api::names::{self, ObjectNames};
+use kamaji_bootstrap::network::{NetworkSpec, TenantNetwork};
+use kamaji_bootstrap::version::KubernetesVersion;
+
+use crate::args::{self, Component};
+
+/// One reason a spec cannot be reconciled, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    /// JSON path of the offending field, e.g. `spec.apiServer.extraArgs`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Admission plugins kube-apiserver enables when `spec.admissionControllers` is empty
+/// (kubeadm's choice: the API server defaults plus `NodeRestriction`).
+pub const DEFAULT_ADMISSION_PLUGINS: &[&str] = &["NodeRestriction"];
+
+/// Everything the plan step needs, validated and with defaults applied.
+#[derive(Debug, Clone)]
+pub struct ValidSpec {
+    /// Namespace of the KamajiControlPlane and its Cluster.
+    pub namespace: String,
+    /// The Cluster (defaults applied, case B23).
+    pub cluster: ClusterView,
+    /// Child object names.
+    pub names: ObjectNames,
+    /// Target version.
+    pub version: KubernetesVersion,
+    /// Target version as an image tag and `--version` string, `v` prefixed.
+    pub version_tag: String,
+    /// Desired pods.
+    pub replicas: i32,
+    /// Image registry.
+    pub registry: String,
+    /// Tenant network.
+    pub network: TenantNetwork,
+    /// The raw network inputs (for the kubeadm artifacts).
+    pub network_spec: NetworkSpec,
+    /// kube-apiserver port: the Service port, the container port and the endpoint port unless
+    /// an ingress or gateway serves elsewhere (`Cluster.spec.clusterNetwork.apiServerPort`).
+    pub port: u16,
+    /// Service type.
+    pub service_type: ServiceType,
+    /// `network.serviceAddress`.
+    pub service_address: Option<String>,
+    /// Ingress or gateway host and port, which the endpoint takes first.
+    pub external: Option<(String, u16)>,
+    /// `network.certSANs`.
+    pub cert_sans: Vec<String>,
+    /// `--kubelet-preferred-address-types`.
+    pub kubelet_address_types: Vec<String>,
+    /// Enabled admission plugins.
+    pub admission_plugins: Vec<String>,
+    /// Datastore schema (etcd key prefix without the leading `/`), stable per namespace/name.
+    pub datastore_schema: String,
+    /// DataStore name: `spec.dataStoreName` or the manager's default.
+    pub datastore_name: String,
+    /// The KamajiControlPlane as observed (for the component and deployment sections).
+    pub kcp: KamajiControlPlane,
+}
+
+impl ValidSpec {
+    /// A component's section of the spec.
+    #[must_use]
+    pub fn component(&self, c: Component) -> Option<&ControlPlaneComponent> {
+        let f = &self.kcp.spec.fields;
+        match c {
+            Component::ApiServer => f.api_server.as_ref(),
+            Component::ControllerManager => f.controller_manager.as_ref(),
+            Component::Scheduler => f.scheduler.as_ref(),
+        }
+    }
+
+    /// A component's `extraArgs` (empty when unset).
+    #[must_use]
+    pub fn extra_args(&self, c: Component) -> &[String] {
+        self.component(c).and_then(|s| s.extra_args.as_deref()).unwrap_or_default()
+    }
+}
+
+/// Validates `kcp` against its `cluster`; `default_datastore` is the manager's
+/// `--default-datastore`.
+///
+/// # Errors
+/// Every problem found, each naming its field.
+pub fn validate(
+    kcp: &KamajiControlPlane,
+    cluster: &ClusterView,
+    default_datastore: &str,
+) -> Result<ValidSpec, Vec<SpecError>> {
+    let mut errors = Vec::new();
+    let err = |field: &str, message: String| SpecError { field: field.to_owned(), message };
+    let namespace = kcp.metadata.namespace.clone().unwrap_or_default();
+    let kcp_name = kcp.metadata.name.clone().unwrap_or_default();
+    let fields = &kcp.spec.fields;
+
+    let version = match KubernetesVersion::parse(&kcp.spec.version) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            errors.push(err("spec.version", e.to_string()));
+            None
+        }
+    };
+
+    let network_cfg = fields.network.clone().unwrap_or_default();
+    let dns_service_ips = fields
+        .addons
+        .as_ref()
+        .and_then(|a| a.core_dns.as_ref())
+        .and_then(|c| c.dns_service_ips.clone())
+        .filter(|l| !l.is_empty())
+        .or_else(|| network_cfg.dns_service_ips.clone())
+        .unwrap_or_default();
+    let network_spec = NetworkSpec {
+        service_cidrs: cluster.service_cidrs.clone(),
+        pod_cidrs: cluster.pod_cidrs.clone(),
+        dns_domain: cluster.service_domain.clone(),
+        dns_service_ips,
+    };
+    let network = match network_spec.validate() {
+        Ok(n) => Some(n),
+        Err(e) => {
+            errors.push(err(&network_field(&e.field), e.reason.clone()));
+            None
+        }
+    };
+
+    let port = u16::try_from(cluster.api_server_port).ok().filter(|p| *p != 0);
+    if port.is_none() {
+        errors.push(err(
+            "Cluster.spec.clusterNetwork.apiServerPort",
+            format!("{} is not a TCP port", cluster.api_server_port),
+        ));
+    }
+
+    if let Some(v) = &version {
+        for c in [Component::ApiServer, Component::ControllerManager, Component::Scheduler] {
+            let extra = fields_component(kcp, c)
+                .and_then(|s| s.extra_args.as_deref())
+                .unwrap_or_default();
+            if let Some((flag, removed)) = args::removed_flag(c, extra, v.minor) {
+                errors.push(err(
+                    c.spec_field(),
+                    format!(
+                        "{flag} was removed from {} in v1.{removed}; version {} would not start with it",
+                        c.name(),
+                        kcp.spec.version
+                    ),
+                ));
+            }
+        }
+        for plugin in fields.admission_controllers.iter().flatten() {
+            if let Some(removed) = plugin.removed_in_minor()
+                && u64::from(v.minor) >= removed
+            {
+                errors.push(err(
+                    "spec.admissionControllers",
+                    format!(
+                        "admission plugin {} was removed in v1.{removed}; version {} would not start with it",
+                        plugin.as_str(),
+                        kcp.spec.version
+                    ),
+                ));
+            }
+        }
+    }
+
+    let external = network_cfg
+        .ingress
+        .as_ref()
+        .map(|i| (i.hostname.clone(), 443))
+        .or_else(|| {
+            network_cfg.gateway.as_ref().map(|g| {
+                (g.hostname.clone(), g.port.and_then(|p| u16::try_from(p).ok()).unwrap_or(443))
+            })
+        });
+
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let (Some(version), Some(network), Some(port)) = (version, network, port) else {
+        return Err(errors);
+    };
+    let version_tag = format!("v{}.{}.{}", version.major, version.minor, version.patch);
+    let admission_plugins = match fields.admission_controllers.as_deref() {
+        Some(list) if !list.is_empty() => {
+            list.iter().map(|p: &AdmissionController| p.as_str().to_owned()).collect()
+        }
+        _ => DEFAULT_ADMISSION_PLUGINS.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    let kubelet_address_types = fields
+        .kubelet
+        .as_ref()
+        .and_then(|k| k.preferred_address_types.clone())
+        .unwrap_or_else(|| {
+            vec![
+                KubeletPreferredAddressType::InternalIP,
+                KubeletPreferredAddressType::ExternalIP,
+                KubeletPreferredAddressType::Hostname,
+            ]
+        })
+        .iter()
+        .map(|t| serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())
+        .collect();
+    let mut cert_sans = network_cfg.cert_sans.clone().unwrap_or_default();
+    if let Some((host, _)) = &external {
+        cert_sans.push(host.clone());
+    }
+    Ok(ValidSpec {
+        namespace: namespace.clone(),
+        names: ObjectNames::new(&cluster.name, &kcp_name),
+        cluster: cluster.clone(),
+        version,
+        version_tag,
+        replicas: kcp.spec.replicas.unwrap_or(kamaji_api::kcp::DEFAULT_REPLICAS),
+        registry: fields
+            .container_registry
+            .clone()
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| DEFAULT_REGISTRY.to_owned()),
+        network,
+        network_spec,
+        port,
+        service_type: network_cfg.service_type.unwrap_or(ServiceType::LoadBalancer),
+        service_address: network_cfg.service_address.clone().filter(|a| !a.is_empty()),
+        external,
+        cert_sans,
+        kubelet_address_types,
+        admission_plugins,
+        datastore_schema: fields
+            .data_store_schema
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| names::datastore_schema(&namespace, &kcp_name)),
+        datastore_name: fields
+            .data_store_name
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| default_datastore.to_owned()),
+        kcp: kcp.clone(),
+    })
+}
+
+fn fields_component(kcp: &KamajiControlPlane, c: Component) -> Option<&ControlPlaneComponent> {
+    let f = &kcp.spec.fields;
+    match c {
+        Component::ApiServer => f.api_server.as_ref(),
+        Component::ControllerManager => f.controller_manager.as_ref(),
+        Component::Scheduler => f.scheduler.as_ref(),
+    }
+}
+
+/// Maps the bootstrap crate's network field names to where the user sets them.
+fn network_field(field: &str) -> String {
+    if field.starts_with("clusterNetwork.") {
+        format!("Cluster.spec.{field}")
+    } else if field.starts_with("addons.") {
+        format!("spec.{field}")
+    } else {
+        field.to_owned()
+    }
+}

@@ -1,0 +1,271 @@
+//! The **status** step: conditions and contract fields computed once per pass from what was
+//! observed and applied (pure), then written once — and not at all when nothing changed.
+//!
+//! Both CAPI contract flavours are filled (capi-contract.md §D and the v1beta1 items):
+//! `initialization.controlPlaneInitialized` / `initialized`, replica counters from the
+//! Deployment, `selector`, `versions[]` / `version`, `externalManagedControlPlane: true`,
+//! `ready`, and `metav1.Condition`s with CAPI's types and reasons.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kamaji_api::KamajiControlPlaneStatus;
+use kamaji_api::conditions::{reasons, types};
+use kamaji_api::kcp::{KamajiControlPlaneInitialization, StatusVersion};
+
+/// A condition before timestamps: `(type, status, reason, message)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cond {
+    /// Condition type.
+    pub type_: &'static str,
+    /// `True`, `False` or `Unknown`.
+    pub status: &'static str,
+    /// CamelCase reason.
+    pub reason: &'static str,
+    /// Human-readable message (never contains secret material).
+    pub message: String,
+}
+
+impl Cond {
+    /// A `True` condition.
+    #[must_use]
+    pub fn yes(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { type_, status: "True", reason, message: message.into() }
+    }
+    /// A `False` condition.
+    #[must_use]
+    pub fn no(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { type_, status: "False", reason, message: message.into() }
+    }
+    /// An `Unknown` condition.
+    #[must_use]
+    pub fn unknown(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { type_, status: "Unknown", reason, message: message.into() }
+    }
+}
+
+/// Merges `new` conditions into `prev`: a condition whose status is unchanged keeps its
+/// `lastTransitionTime`; conditions of other types in `prev` are kept as they are.
+#[must_use]
+pub fn merge_conditions(prev: &[Condition], new: &[Cond], generation: i64, now: &Time) -> Vec<Condition> {
+    let mut out: Vec<Condition> = prev
+        .iter()
+        .filter(|p| !new.iter().any(|n| n.type_ == p.type_))
+        .cloned()
+        .collect();
+    for n in new {
+        let old = prev.iter().find(|p| p.type_ == n.type_);
+        let last = match old {
+            Some(o) if o.status == n.status => o.last_transition_time.clone(),
+            _ => now.clone(),
+        };
+        out.push(Condition {
+            type_: n.type_.to_owned(),
+            status: n.status.to_owned(),
+            reason: n.reason.to_owned(),
+            message: n.message.clone(),
+            observed_generation: Some(generation),
+            last_transition_time: last,
+        });
+    }
+    out.sort_by(|a, b| a.type_.cmp(&b.type_));
+    out
+}
+
+/// Replica counters of the control-plane Deployment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replicas {
+    /// Pods that exist.
+    pub replicas: i32,
+    /// Ready pods.
+    pub ready: i32,
+    /// Available pods.
+    pub available: i32,
+    /// Pods of the current template.
+    pub up_to_date: i32,
+    /// The Deployment controller has seen the current spec.
+    pub observed_current: bool,
+}
+
+impl Replicas {
+    /// Reads the counters of `d` (all zero when it does not exist).
+    #[must_use]
+    pub fn of(d: Option<&Deployment>) -> Self {
+        let Some(d) = d else { return Self::default() };
+        let s = d.status.clone().unwrap_or_default();
+        Self {
+            replicas: s.replicas.unwrap_or(0),
+            ready: s.ready_replicas.unwrap_or(0),
+            available: s.available_replicas.unwrap_or(0),
+            up_to_date: s.updated_replicas.unwrap_or(0),
+            observed_current: s.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0),
+        }
+    }
+}
+
+/// What the status is computed from.
+#[derive(Debug, Clone)]
+pub struct StatusInputs<'a> {
+    /// The status as stored.
+    pub previous: &'a KamajiControlPlaneStatus,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// Desired replicas.
+    pub desired: i32,
+    /// The Deployment's counters.
+    pub replicas: Replicas,
+    /// `status.selector` (query-parameter label selector).
+    pub selector: Option<String>,
+    /// The desired version tag (`v1.36.3`).
+    pub version: Option<String>,
+    /// Whether the tenant API answered `/readyz` through the endpoint in this pass.
+    pub api_reachable: bool,
+    /// Whether the `<cluster>-kubeconfig` Secret exists.
+    pub kubeconfig_exists: bool,
+    /// Conditions computed by the pipeline steps (gates, PKI, datastore, endpoint, bootstrap).
+    pub conditions: Vec<Cond>,
+}
+
+/// Computes the new status.
+#[must_use]
+pub fn compute(inputs: &StatusInputs<'_>, now: &Time) -> KamajiControlPlaneStatus {
+    let prev = inputs.previous;
+    let was_initialized = prev
+        .initialization
+        .as_ref()
+        .and_then(|i| i.control_plane_initialized)
+        .unwrap_or(false)
+        || prev.initialized.unwrap_or(false);
+    // Initialized only after /readyz through the endpoint succeeded and the kubeconfig exists
+    // (case B22); never goes back.
+    let initialized = was_initialized || (inputs.api_reachable && inputs.kubeconfig_exists);
+    let r = inputs.replicas;
+    let available = initialized && inputs.api_reachable && r.available > 0;
+    let rolling_out = r.up_to_date < r.replicas || !r.observed_current || r.up_to_date < inputs.desired;
+    let mut conds = inputs.conditions.clone();
+    conds.push(if initialized {
+        Cond::yes(types::INITIALIZED, reasons::INITIALIZED, "the API server has accepted requests")
+    } else {
+        Cond::no(types::INITIALIZED, reasons::NOT_INITIALIZED, "waiting for the API server to answer /readyz through the endpoint")
+    });
+    conds.push(if available {
+        Cond::yes(types::AVAILABLE, reasons::AVAILABLE, format!("{} of {} API server pods available", r.available, inputs.desired))
+    } else if inputs.desired == 0 {
+        Cond::no(types::AVAILABLE, reasons::SCALED_TO_ZERO, "the control plane is scaled to zero")
+    } else if r.available == 0 {
+        Cond::no(types::AVAILABLE, reasons::NOT_AVAILABLE, "no API server pod is available")
+    } else {
+        Cond::no(types::AVAILABLE, reasons::NOT_AVAILABLE, "the API server does not answer /readyz through the endpoint")
+    });
+    conds.push(if rolling_out {
+        Cond::yes(types::ROLLING_OUT, reasons::ROLLING_OUT, format!("{} of {} pods up to date", r.up_to_date, inputs.desired))
+    } else {
+        Cond::no(types::ROLLING_OUT, reasons::NOT_ROLLING_OUT, "")
+    });
+    conds.push(if r.replicas < inputs.desired {
+        Cond::yes(types::SCALING_UP, reasons::SCALING_UP, format!("scaling up from {} to {} pods", r.replicas, inputs.desired))
+    } else {
+        Cond::no(types::SCALING_UP, reasons::NOT_SCALING_UP, "")
+    });
+    conds.push(if r.replicas > inputs.desired {
+        Cond::yes(types::SCALING_DOWN, reasons::SCALING_DOWN, format!("scaling down from {} to {} pods", r.replicas, inputs.desired))
+    } else {
+        Cond::no(types::SCALING_DOWN, reasons::NOT_SCALING_DOWN, "")
+    });
+    let prev_conditions = prev.conditions.clone().unwrap_or_default();
+    let conditions = merge_conditions(&prev_conditions, &conds, inputs.generation, now);
+
+    // versions[]: what runs. When the rollout is complete, every pod runs the desired version;
+    // during a rollout the previously reported list stays until the roll finishes.
+    let versions = match (&inputs.version, rolling_out || r.replicas == 0) {
+        (Some(v), false) => Some(vec![StatusVersion { version: v.clone(), replicas: Some(r.replicas) }]),
+        _ => prev.versions.clone(),
+    };
+    let version = versions.as_ref().and_then(|v| v.last()).map(|v| v.version.clone());
+    KamajiControlPlaneStatus {
+        initialization: Some(KamajiControlPlaneInitialization { control_plane_initialized: Some(initialized) }),
+        initialized: Some(initialized),
+        ready: Some(available),
+        replicas: Some(r.replicas),
+        ready_replicas: Some(r.ready),
+        available_replicas: Some(r.available),
+        up_to_date_replicas: Some(r.up_to_date),
+        updated_replicas: Some(r.up_to_date),
+        unavailable_replicas: Some((r.replicas - r.available).max(0)),
+        selector: inputs.selector.clone(),
+        version,
+        versions,
+        external_managed_control_plane: Some(true),
+        failure_reason: None,
+        failure_message: None,
+        conditions: Some(conditions),
+        observed_generation: Some(inputs.generation),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    #[test]
+    fn transition_time_changes_only_when_the_status_flips() {
+        let prev = merge_conditions(&[], &[Cond::no("Available", "NotAvailable", "x")], 1, &t("2026-01-01T00:00:00Z"));
+        let same = merge_conditions(&prev, &[Cond::no("Available", "NotAvailable", "y")], 2, &t("2026-01-02T00:00:00Z"));
+        assert_eq!(same[0].last_transition_time, t("2026-01-01T00:00:00Z"));
+        assert_eq!(same[0].message, "y");
+        let flipped = merge_conditions(&same, &[Cond::yes("Available", "Available", "")], 2, &t("2026-01-03T00:00:00Z"));
+        assert_eq!(flipped[0].last_transition_time, t("2026-01-03T00:00:00Z"));
+    }
+
+    fn inputs(prev: &KamajiControlPlaneStatus, reachable: bool, available: i32) -> StatusInputs<'_> {
+        StatusInputs {
+            previous: prev,
+            generation: 1,
+            desired: 2,
+            replicas: Replicas { replicas: 2, ready: available, available, up_to_date: 2, observed_current: true },
+            selector: Some("kamaji.clastix.io/name=demo".into()),
+            version: Some("v1.36.3".into()),
+            api_reachable: reachable,
+            kubeconfig_exists: true,
+            conditions: vec![],
+        }
+    }
+
+    #[test]
+    fn b22_initialized_needs_readyz_and_never_goes_back() {
+        let now = t("2026-01-01T00:00:00Z");
+        let s0 = compute(&inputs(&KamajiControlPlaneStatus::default(), false, 2), &now);
+        assert_eq!(s0.initialized, Some(false));
+        assert_eq!(s0.ready, Some(false), "ready is never true while initialized is false");
+        let s1 = compute(&inputs(&s0, true, 2), &now);
+        assert_eq!(s1.initialization.as_ref().unwrap().control_plane_initialized, Some(true));
+        assert_eq!(s1.ready, Some(true));
+        let s2 = compute(&inputs(&s1, false, 0), &now);
+        assert_eq!(s2.initialized, Some(true), "initialized is sticky");
+        assert_eq!(s2.ready, Some(false), "a control plane without pods is not ready");
+        assert_eq!(s2.external_managed_control_plane, Some(true));
+    }
+
+    #[test]
+    fn versions_follow_a_finished_rollout_only() {
+        let now = t("2026-01-01T00:00:00Z");
+        let s1 = compute(&inputs(&KamajiControlPlaneStatus::default(), true, 2), &now);
+        assert_eq!(s1.version.as_deref(), Some("v1.36.3"));
+        let mut rolling = inputs(&s1, true, 2);
+        rolling.version = Some("v1.37.0".into());
+        rolling.replicas.up_to_date = 1;
+        let s2 = compute(&rolling, &now);
+        assert_eq!(s2.version.as_deref(), Some("v1.36.3"), "version is set only when all replicas run it");
+    }
+
+    #[test]
+    fn recomputing_an_unchanged_status_is_equal() {
+        let now = t("2026-01-01T00:00:00Z");
+        let s1 = compute(&inputs(&KamajiControlPlaneStatus::default(), true, 2), &now);
+        let s2 = compute(&inputs(&s1, true, 2), &t("2026-02-01T00:00:00Z"));
+        assert_eq!(s1, s2, "no-op reconcile must not produce a status write");
+    }
+}

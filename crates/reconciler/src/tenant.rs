@@ -1,0 +1,97 @@
+//! Talking to a tenant API server: reachability (`/readyz` through the public endpoint, with
+//! the CAPI admin kubeconfig) and the tenant-side kubeadm artifacts (server-side applied with
+//! the provider's super-admin identity over the management Service address).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kamaji_bootstrap::kubeadm::TenantArtifacts;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::error::Error;
+use crate::pki::KUBECONFIG_KEY;
+
+/// Field manager on tenant objects.
+pub const TENANT_FIELD_MANAGER: &str = "kamaji-rs";
+
+/// A client for the kubeconfig stored under key `value` of `secret`, with short timeouts.
+///
+/// # Errors
+/// [`Error::Tenant`] when the Secret holds no valid kubeconfig.
+pub async fn client_from_secret(secret: &Secret) -> Result<Client, Error> {
+    let raw = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(KUBECONFIG_KEY))
+        .ok_or_else(|| Error::Tenant("kubeconfig Secret has no `value`".into()))?;
+    let kc: Kubeconfig = serde_yaml::from_slice(&raw.0).map_err(|e| Error::Tenant(format!("kubeconfig: {e}")))?;
+    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::Tenant(format!("kubeconfig: {e}")))?;
+    config.connect_timeout = Some(Duration::from_secs(3));
+    config.read_timeout = Some(Duration::from_secs(15));
+    config.write_timeout = Some(Duration::from_secs(15));
+    Client::try_from(config).map_err(|e| Error::Tenant(format!("client: {e}")))
+}
+
+/// `GET /readyz` answered `ok`.
+pub async fn readyz(client: &Client) -> bool {
+    let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else { return false };
+    matches!(client.request_text(req).await, Ok(body) if body.trim() == "ok")
+}
+
+/// Every tenant object of `artifacts` as dynamic objects, in apply order.
+///
+/// # Errors
+/// [`Error::Bootstrap`] / [`Error::Serde`] when rendering fails.
+pub fn objects(artifacts: &TenantArtifacts) -> Result<Vec<DynamicObject>, Error> {
+    let yaml = artifacts.to_yaml()?;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&yaml) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc).map_err(|e| Error::Tenant(format!("artifact YAML: {e}")))?;
+        if v.is_null() {
+            continue;
+        }
+        out.push(serde_json::from_value(v)?);
+    }
+    Ok(out)
+}
+
+/// Server-side applies `objects` to the tenant (forced: these objects are the provider's).
+///
+/// # Errors
+/// [`Error::Tenant`] naming the first object the tenant refused.
+pub async fn apply(client: &Client, objects: &[DynamicObject]) -> Result<(), Error> {
+    let pp = PatchParams::apply(TENANT_FIELD_MANAGER).force();
+    for obj in objects {
+        let types = obj.types.clone().ok_or_else(|| Error::Tenant("artifact without apiVersion/kind".into()))?;
+        let (group, version) = match types.api_version.split_once('/') {
+            Some((g, v)) => (g.to_owned(), v.to_owned()),
+            None => (String::new(), types.api_version.clone()),
+        };
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, &version, &types.kind));
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        let api: Api<DynamicObject> = match &obj.metadata.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(&name, &pp, &Patch::Apply(obj))
+            .await
+            .map_err(|e| Error::Tenant(format!("apply {} {name}: {e}", types.kind)))?;
+    }
+    Ok(())
+}
+
+/// The tenant's `kube-public/cluster-info` `kubeconfig` value, if the ConfigMap exists.
+///
+/// # Errors
+/// [`Error::Tenant`] when the tenant does not answer.
+pub async fn cluster_info_kubeconfig(client: &Client) -> Result<Option<String>, Error> {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), "kube-public")
+        .get_opt("cluster-info")
+        .await
+        .map_err(|e| Error::Tenant(format!("read cluster-info: {e}")))?;
+    Ok(cm.and_then(|c| c.data).and_then(|d| d.get("kubeconfig").cloned()))
+}

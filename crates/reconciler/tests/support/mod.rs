@@ -1,0 +1,261 @@
+//! The real chain for end-to-end tests: a local management cluster (etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, the CAPI core manager), a local node that runs the
+//! control-plane pods as processes, a shared TLS etcd registered as the `default` DataStore,
+//! and the kamaji-rs `manager` binary as its own process and identity.
+
+#![allow(dead_code, clippy::missing_panics_doc)]
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kamaji_api::KamajiControlPlane;
+use kamaji_localnode::LocalNode;
+use kamaji_testenv::pki::CertPair;
+use kamaji_testenv::{Etcd, EtcdTls, LocalCluster, Supervised, free_port};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::runtime::wait::await_condition;
+use kube::{Client, ResourceExt};
+
+/// User name of the manager in the audit log.
+pub const MANAGER_USER: &str = "kamaji-rs-manager";
+
+/// A running environment. Drop order: manager, node, datastore, cluster.
+pub struct Env {
+    manager: Option<Supervised>,
+    pub node: LocalNode,
+    pub datastore: Etcd,
+    pub datastore_client: CertPair,
+    pub datastore_ca: CertPair,
+    pub cluster: LocalCluster,
+    manager_kubeconfig: PathBuf,
+    manager_starts: u32,
+}
+
+impl Env {
+    /// Starts everything, including the manager.
+    pub async fn start() -> Result<Self> {
+        let cluster = LocalCluster::builder()
+            .controllers(true)
+            .service_cidr(&kamaji_localnode::unique_service_cidr())
+            .start()
+            .await?;
+        let node = LocalNode::start(&cluster).await?;
+        let host_ip = node.host_ip();
+        let dir = cluster.dir().join("datastore");
+        std::fs::create_dir_all(&dir)?;
+        let ca = kamaji_testenv::pki::TestCa::new("datastore-ca")?;
+        let server = ca.serving("etcd", &["localhost"], &[IpAddr::from([127, 0, 0, 1]), IpAddr::V4(host_ip)])?;
+        std::fs::write(dir.join("server.crt"), &server.cert_pem)?;
+        std::fs::write(dir.join("server.key"), &server.key_pem)?;
+        std::fs::write(dir.join("ca.crt"), ca.cert_pem())?;
+        let tls = EtcdTls {
+            cert_file: dir.join("server.crt"),
+            key_file: dir.join("server.key"),
+            client_ca_file: dir.join("ca.crt"),
+        };
+        let datastore = Etcd::start(cluster.tools(), &dir.join("etcd"), Some(&tls)).await?;
+        let port: u16 = datastore.url().rsplit(':').next().unwrap_or_default().parse()?;
+        let for_pods = node.expose_host_port(port)?;
+        let client_pair = ca.client("datastore-admin", &[])?;
+        let env = Self {
+            manager: None,
+            node,
+            datastore,
+            datastore_client: client_pair,
+            datastore_ca: ca.pair(),
+            manager_kubeconfig: cluster.user_kubeconfig(MANAGER_USER, &["system:masters"])?,
+            cluster,
+            manager_starts: 0,
+        };
+        env.create_datastore("default", for_pods).await?;
+        let mut env = env;
+        env.start_manager()?;
+        Ok(env)
+    }
+
+    /// Registers a Kamaji etcd DataStore named `name` pointing at this environment's etcd.
+    pub async fn create_datastore(&self, name: &str, endpoint: SocketAddr) -> Result<()> {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let ds = serde_json::json!({
+            "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore",
+            "metadata": {"name": name},
+            "spec": {
+                "driver": "etcd",
+                "endpoints": [endpoint.to_string()],
+                "tlsConfig": {
+                    "certificateAuthority": {
+                        "certificate": {"content": b64(&self.datastore_ca.cert_pem)},
+                        "privateKey": {"content": b64(&self.datastore_ca.key_pem)},
+                    },
+                    "clientCertificate": {
+                        "certificate": {"content": b64(&self.datastore_client.cert_pem)},
+                        "privateKey": {"content": b64(&self.datastore_client.key_pem)},
+                    },
+                },
+            },
+        });
+        self.apply_value(&ds).await
+    }
+
+    /// Starts (or restarts) the manager process.
+    pub fn start_manager(&mut self) -> Result<()> {
+        self.manager_starts += 1;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_manager"));
+        cmd.env("KUBECONFIG", &self.manager_kubeconfig)
+            .env("RUST_LOG", "info,kamaji_reconciler=debug,kube=warn")
+            .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()?))
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{}", free_port()?));
+        let log = self.cluster.dir().join(format!("manager-{}.log", self.manager_starts));
+        self.manager = Some(Supervised::spawn("manager", cmd, &log)?);
+        Ok(())
+    }
+
+    /// Kills the manager with SIGKILL (a crash).
+    pub fn kill_manager(&mut self) {
+        if let Some(mut m) = self.manager.take() {
+            m.kill();
+        }
+    }
+
+    /// The manager's log so far (for failure messages).
+    pub fn manager_log(&self) -> String {
+        self.manager.as_ref().map(|m| m.log_tail(60)).unwrap_or_default()
+    }
+
+    pub fn client(&self) -> Client {
+        self.cluster.client()
+    }
+
+    /// Creates namespace `ns` if missing.
+    pub async fn namespace(&self, ns: &str) -> Result<()> {
+        let obj: Namespace = serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))?;
+        self.cluster.apply(&obj).await?;
+        Ok(())
+    }
+
+    /// Server-side applies one object given as JSON (any kind the API server knows).
+    pub async fn apply_value(&self, v: &serde_json::Value) -> Result<()> {
+        let obj: DynamicObject = serde_json::from_value(v.clone())?;
+        let types = obj.types.clone().context("object without apiVersion/kind")?;
+        let (group, version) = types.api_version.split_once('/').map_or(("", types.api_version.as_str()), |(g, v)| (g, v));
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind));
+        let api: Api<DynamicObject> = match obj.namespace() {
+            Some(ns) => Api::namespaced_with(self.client(), &ns, &ar),
+            None => Api::all_with(self.client(), &ar),
+        };
+        api.patch(&obj.name_any(), &PatchParams::apply("e2e-test").force(), &Patch::Apply(&obj))
+            .await
+            .with_context(|| format!("apply {} {}", types.kind, obj.name_any()))?;
+        Ok(())
+    }
+
+    /// Applies every document of a YAML stream, in order.
+    pub async fn apply_yaml(&self, yaml: &str) -> Result<()> {
+        for doc in serde_yaml::Deserializer::from_str(yaml) {
+            let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+            if !v.is_null() {
+                self.apply_value(&v).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the KamajiControlPlane has condition `type_` with `status`.
+    pub async fn wait_kcp_condition(&self, ns: &str, name: &str, type_: &str, status: &str, timeout: Duration) -> Result<KamajiControlPlane> {
+        let api: Api<KamajiControlPlane> = Api::namespaced(self.client(), ns);
+        let cond = |k: Option<&KamajiControlPlane>| {
+            k.and_then(|k| k.status.as_ref())
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == type_ && c.status == status))
+        };
+        match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
+            Ok(r) => {
+                r?;
+                Ok(api.get(name).await?)
+            }
+            Err(_) => {
+                let now = api.get_opt(name).await?.map(|k| serde_yaml::to_string(&k.status).unwrap_or_default());
+                bail!(
+                    "KamajiControlPlane {ns}/{name} did not reach {type_}={status} in {timeout:?}\nstatus: {}\nmanager log:\n{}",
+                    now.unwrap_or_default(),
+                    self.manager_log()
+                )
+            }
+        }
+    }
+
+    /// Waits until the Cluster (read as v1beta2) has condition `type_` = `status`.
+    pub async fn wait_cluster_condition(&self, ns: &str, name: &str, type_: &str, status: &str, timeout: Duration) -> Result<DynamicObject> {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"));
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client(), ns, &ar);
+        let cond = |c: Option<&DynamicObject>| {
+            c.and_then(|c| c.data["status"]["conditions"].as_array().cloned())
+                .is_some_and(|l| l.iter().any(|c| c["type"] == type_ && c["status"] == status))
+        };
+        match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
+            Ok(r) => {
+                r?;
+                Ok(api.get(name).await?)
+            }
+            Err(_) => {
+                let now = api.get_opt(name).await?.map(|c| serde_yaml::to_string(&c.data["status"]).unwrap_or_default());
+                bail!(
+                    "Cluster {ns}/{name} did not reach {type_}={status} in {timeout:?}\nstatus: {}\nmanager log:\n{}",
+                    now.unwrap_or_default(),
+                    self.manager_log()
+                )
+            }
+        }
+    }
+
+    /// A client for the tenant from `<cluster>-kubeconfig` (key `value`).
+    pub async fn tenant_client(&self, ns: &str, cluster: &str) -> Result<Client> {
+        let secret = Api::<Secret>::namespaced(self.client(), ns).get(&format!("{cluster}-kubeconfig")).await?;
+        let raw = secret.data.and_then(|d| d.get("value").cloned()).context("no value key")?;
+        let kc: kube::config::Kubeconfig = serde_yaml::from_slice(&raw.0)?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// Writes requests of the manager's user, from the audit log.
+    pub fn manager_writes(&self) -> Result<Vec<kamaji_testenv::AuditEvent>> {
+        Ok(self.cluster.audit_events()?.into_iter().filter(|e| e.user.username == MANAGER_USER && e.is_write()).collect())
+    }
+}
+
+/// A Cluster (v1beta1, as the cases write it) and a KamajiControlPlane (v1alpha1) for
+/// `ns/name`, LoadBalancer, the tools' Kubernetes version.
+pub fn f0(ns: &str, name: &str, replicas: i32) -> String {
+    format!(
+        r"
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: Cluster
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  clusterNetwork:
+    services: {{cidrBlocks: [10.96.0.0/12]}}
+    pods: {{cidrBlocks: [10.244.0.0/16]}}
+    serviceDomain: cluster.local
+  controlPlaneRef:
+    apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
+    kind: KamajiControlPlane
+    name: {name}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
+kind: KamajiControlPlane
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  version: {version}
+  replicas: {replicas}
+  dataStoreName: default
+  network:
+    serviceType: LoadBalancer
+",
+        version = kamaji_testenv::KUBERNETES_VERSION
+    )
+}
