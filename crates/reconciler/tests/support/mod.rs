@@ -105,7 +105,7 @@ impl Env {
     /// Starts (or restarts) the manager process.
     pub fn start_manager(&mut self) -> Result<()> {
         self.manager_starts += 1;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_manager"));
+        let mut cmd = Command::new(manager_binary()?);
         cmd.env("KUBECONFIG", &self.manager_kubeconfig)
             .env("RUST_LOG", "info,kamaji_reconciler=debug,kube=warn")
             .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()?))
@@ -228,6 +228,24 @@ impl Env {
     }
 }
 
+/// The `manager` binary: Cargo's path for integration tests, else `$KAMAJI_MANAGER_BIN`, else
+/// `target/<profile>/manager` beside the running example.
+pub fn manager_binary() -> Result<PathBuf> {
+    if let Some(p) = option_env!("CARGO_BIN_EXE_manager") {
+        return Ok(PathBuf::from(p));
+    }
+    if let Some(p) = std::env::var_os("KAMAJI_MANAGER_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()?;
+    let candidate = exe.parent().and_then(|p| p.parent()).map(|p| p.join("manager")).context("no parent directory")?;
+    if candidate.exists() {
+        Ok(candidate)
+    } else {
+        bail!("{} is missing: build it with `cargo build -p kamaji-reconciler --bin manager`", candidate.display())
+    }
+}
+
 /// A Cluster (v1beta1, as the cases write it) and a KamajiControlPlane (v1alpha1) for
 /// `ns/name`, LoadBalancer, the tools' Kubernetes version.
 pub fn f0(ns: &str, name: &str, replicas: i32) -> String {
@@ -258,4 +276,59 @@ spec:
 ",
         version = kamaji_testenv::KUBERNETES_VERSION
     )
+}
+
+/// Substitutes clusterctl-style variables: `${VAR}` and `${VAR:=default}`, taking values from
+/// `vars`, else the default; an unset variable without default is an error naming it.
+pub fn substitute(text: &str, vars: &std::collections::HashMap<String, String>) -> Result<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').context("unterminated ${")?;
+        let expr = &after[..end];
+        let (name, default) = match expr.split_once(":=") {
+            Some((n, d)) => (n, Some(d)),
+            None => (expr, None),
+        };
+        match vars.get(name).map(String::as_str).or(default) {
+            Some(v) => out.push_str(v),
+            None => bail!("variable {name} is not set and has no default"),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Creates a fresh bootstrap token in the tenant, waits for its cluster-info signature, and
+/// runs the real `kubeadm join phase preflight` discovery against `endpoint` pinned to the CA
+/// of `<cluster>-ca`. Returns kubeadm's output; fails when discovery fails.
+pub async fn kubeadm_discovery(env: &Env, ns: &str, cluster: &str, endpoint: &str) -> Result<String> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kamaji_bootstrap::token::{BootstrapToken, TokenSecretOptions, bootstrap_token_secret};
+    let tenant = env.tenant_client(ns, cluster).await?;
+    let token = BootstrapToken::generate()?;
+    let secret = bootstrap_token_secret(&token, &TokenSecretOptions::default())?;
+    Api::<Secret>::namespaced(tenant.clone(), "kube-system").create(&kube::api::PostParams::default(), &secret).await?;
+    let key = token.jws_key();
+    let signed = move |c: Option<&ConfigMap>| c.and_then(|c| c.data.as_ref()).is_some_and(|d| d.contains_key(&key));
+    tokio::time::timeout(Duration::from_secs(60), await_condition(Api::<ConfigMap>::namespaced(tenant, "kube-public"), "cluster-info", signed))
+        .await
+        .context("cluster-info was not signed for the new token within 60 s")??;
+    let ca = Api::<Secret>::namespaced(env.client(), ns).get(&format!("{cluster}-ca")).await?;
+    let ca_pem = String::from_utf8(ca.data.context("no data")?.get("tls.crt").context("no tls.crt")?.0.clone())?;
+    let hash = kamaji_bootstrap::pki::ca_cert_hash(&ca_pem)?;
+    let out = Command::new(env.cluster.tools().path("kubeadm"))
+        .args(["join", "phase", "preflight", endpoint])
+        .arg(format!("--token={}", token.token()))
+        .arg(format!("--discovery-token-ca-cert-hash={hash}"))
+        .args(["--ignore-preflight-errors=all", "--node-name=worker-1", "--cri-socket=unix:///nonexistent.sock", "-v=1"])
+        .output()?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() || !text.contains("TLS certificate validates against pinned roots") {
+        bail!("kubeadm join discovery failed:\n{text}");
+    }
+    Ok(text)
 }
