@@ -406,7 +406,10 @@ impl Worker {
                         Some(Some(v)) => v,
                         _ if r.optional.unwrap_or(false) => continue,
                         _ => {
-                            return Err(format!("configmap {:?} key {:?} not found", r.name, r.key));
+                            return Err(format!(
+                                "configmap {:?} key {:?} not found",
+                                r.name, r.key
+                            ));
                         }
                     }
                 } else {
