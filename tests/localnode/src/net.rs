@@ -133,6 +133,8 @@ impl HostNet {
         let link = net.host_link.as_str();
         self.ledger.push(Undo::Netns(ns.to_owned()))?;
         ledger::run(&["ip", "netns", "add", ns]).await?;
+        // Recorded too: a namespace is freed asynchronously, its veth would linger.
+        self.ledger.push(Undo::Link(link.to_owned()))?;
         ledger::run(&[
             "ip", "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns,
         ])
@@ -155,8 +157,8 @@ impl HostNet {
 
     /// Kills what still runs in the pod's namespace and deletes it (its veth goes with it).
     pub(crate) fn remove_pod(&self, net: &PodNet) {
+        self.ledger.undo(&Undo::Link(net.host_link.clone()));
         self.ledger.undo(&Undo::Netns(net.netns.clone()));
-        let _ = ledger::quiet(&["ip", "link", "del", &net.host_link]);
         if let Ok(mut free) = self.free.lock() {
             free.insert(net.ip.octets()[3]);
         }

@@ -204,9 +204,30 @@ async fn apiserver_deployment_behind_load_balancer_rolls() {
         .unwrap();
     assert!(lb.ip().is_loopback(), "{lb}");
 
+    let svc = services.get("tenant").await.unwrap();
+    let cluster_ip: std::net::IpAddr = svc
+        .spec
+        .as_ref()
+        .unwrap()
+        .cluster_ip
+        .as_ref()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let node_port = u16::try_from(
+        svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0]
+            .node_port
+            .unwrap(),
+    )
+    .unwrap();
+    let node_ip = std::net::IpAddr::V4(node.nodes()[0].ip);
     let ca = cluster.ca();
     let serving = ca
-        .serving("tenant-apiserver", &["localhost", "tenant"], &[lb.ip()])
+        .serving(
+            "tenant-apiserver",
+            &["localhost", "tenant"],
+            &[lb.ip(), cluster_ip, node_ip],
+        )
         .unwrap();
     let (sa_key, sa_pub) = kamaji_testenv::pki::key_pair().unwrap();
     let data: BTreeMap<String, ByteString> = [
@@ -271,6 +292,17 @@ async fn apiserver_deployment_behind_load_balancer_rolls() {
         .await
         .unwrap();
     assert_eq!((status, body.trim()), (200, "ok"));
+    // The same Service answers on its ClusterIP (local on the host while the agent runs)
+    // and on its NodePort.
+    for addr in [
+        SocketAddr::new(cluster_ip, 6443),
+        SocketAddr::new(node_ip, node_port),
+    ] {
+        let (status, _) = kamaji_localnode::https_get(addr, &ca.cert_pem(), "/readyz")
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "GET /readyz via {addr}");
+    }
 
     // Roll with maxUnavailable 0 / maxSurge 1: no refused connection.
     let probe = ProbeLoop::start(lb, ca.cert_pem());
@@ -316,6 +348,16 @@ async fn apiserver_deployment_behind_load_balancer_rolls() {
         .unwrap();
     assert_eq!(status, 200);
 
+    let (tag, pids, cidr) = (
+        node.name_tag().to_owned(),
+        node.started_pids(),
+        cluster.service_cidr().to_owned(),
+    );
+    assert!(
+        pids.len() >= 6,
+        "2 + 2 + 2 processes were started: {pids:?}"
+    );
     node.shutdown().await;
+    common::assert_no_leftovers(&tag, &pids, &cidr);
     drop(etcd);
 }

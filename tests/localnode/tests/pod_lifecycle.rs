@@ -5,8 +5,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{assert_no_leftovers, cluster_and_node, container_ready, running, wait_pod};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 const ETCD_IMAGE: &str = "registry.k8s.io/etcd:3.6.16-0";
 
@@ -61,6 +61,37 @@ async fn failing_readiness_kill_restart_crash_loop_and_bad_image() {
     let mut bad = etcd_pod("bad-image", &[], "/health");
     bad.spec.as_mut().unwrap().containers[0].image = Some("registry.k8s.io/etcd:3.4.0-0".into());
     pods.create(&pp, &bad).await.unwrap();
+    // Ready only once a mounted ConfigMap says so (an exec probe reads the mounted file).
+    let gate: ConfigMap = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "gate", "namespace": "default"},
+        "data": {"ready": "no"},
+    }))
+    .unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    config_maps.create(&pp, &gate).await.unwrap();
+    let mut gated = etcd_pod("gated", &[], "/health");
+    let c = &mut gated.spec.as_mut().unwrap().containers[0];
+    c.readiness_probe = Some(
+        serde_json::from_value(serde_json::json!({
+            "exec": {"command": ["/bin/sh", "-c", "grep -qx yes /etc/localnode-test/gate/ready"]},
+            "periodSeconds": 1,
+        }))
+        .unwrap(),
+    );
+    c.volume_mounts.as_mut().unwrap().push(
+        serde_json::from_value(serde_json::json!({
+            "name": "gate", "mountPath": "/etc/localnode-test/gate",
+        }))
+        .unwrap(),
+    );
+    gated.spec.as_mut().unwrap().volumes.as_mut().unwrap().push(
+        serde_json::from_value(serde_json::json!({
+            "name": "gate", "configMap": {"name": "gate", "defaultMode": 0o640},
+        }))
+        .unwrap(),
+    );
+    pods.create(&pp, &gated).await.unwrap();
 
     // Running (the process is up and the liveness probe passes) but never Ready.
     let p = wait_pod(&pods, "never-ready", 60, "Running", running).await;
@@ -165,6 +196,31 @@ async fn failing_readiness_kill_restart_crash_loop_and_bad_image() {
     })
     .await;
     assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+
+    // The gated pod runs but is not Ready until the ConfigMap changes; the update reaches
+    // the mounted file. The host's /etc is untouched (the mount point is private).
+    wait_pod(&pods, "gated", 30, "Running", running).await;
+    assert!(!container_ready(&pods.get("gated").await.unwrap()));
+    assert!(
+        !std::path::Path::new("/etc/localnode-test").exists(),
+        "the host's /etc was modified"
+    );
+    config_maps
+        .patch(
+            "gate",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"ready": "yes"}})),
+        )
+        .await
+        .unwrap();
+    wait_pod(
+        &pods,
+        "gated",
+        30,
+        "Ready after the ConfigMap update",
+        container_ready,
+    )
+    .await;
 
     // Deletion stops the process and removes the pod object.
     let pid = node
