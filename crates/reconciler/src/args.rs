@@ -61,7 +61,10 @@ impl Flag {
     /// A flag with a value.
     #[must_use]
     pub fn new(name: &str, value: impl Into<String>) -> Self {
-        Self { name: name.to_owned(), value: Some(value.into()) }
+        Self {
+            name: name.to_owned(),
+            value: Some(value.into()),
+        }
     }
 
     /// Parses `--name=value`, `--name`, `-name=value` or `name=value` (the forms
@@ -70,8 +73,14 @@ impl Flag {
     pub fn parse(arg: &str) -> Self {
         let arg = arg.trim().trim_start_matches('-');
         match arg.split_once('=') {
-            Some((name, value)) => Self { name: name.to_owned(), value: Some(value.to_owned()) },
-            None => Self { name: arg.to_owned(), value: None },
+            Some((name, value)) => Self {
+                name: name.to_owned(),
+                value: Some(value.to_owned()),
+            },
+            None => Self {
+                name: arg.to_owned(),
+                value: None,
+            },
         }
     }
 
@@ -118,10 +127,18 @@ pub const REMOVED: &[(Component, &str, u32)] = &[
     (Component::ApiServer, "enable-logs-handler", 33),
     (Component::ControllerManager, "address", 24),
     (Component::ControllerManager, "port", 24),
-    (Component::ControllerManager, "experimental-cluster-signing-duration", 25),
+    (
+        Component::ControllerManager,
+        "experimental-cluster-signing-duration",
+        25,
+    ),
     (Component::ControllerManager, "pod-eviction-timeout", 27),
     (Component::ControllerManager, "enable-taint-manager", 29),
-    (Component::ControllerManager, "horizontal-pod-autoscaler-use-rest-clients", 24),
+    (
+        Component::ControllerManager,
+        "horizontal-pod-autoscaler-use-rest-clients",
+        24,
+    ),
     (Component::Scheduler, "address", 24),
     (Component::Scheduler, "port", 24),
     (Component::Scheduler, "policy-config-file", 23),
@@ -129,14 +146,20 @@ pub const REMOVED: &[(Component, &str, u32)] = &[
     (Component::Scheduler, "policy-configmap-namespace", 23),
     (Component::Scheduler, "use-legacy-policy-config", 23),
     (Component::Scheduler, "algorithm-provider", 23),
-    (Component::Scheduler, "hard-pod-affinity-symmetric-weight", 23),
+    (
+        Component::Scheduler,
+        "hard-pod-affinity-symmetric-weight",
+        23,
+    ),
 ];
 
 /// Controllers kube-controller-manager must run for kubeadm joins (off by default upstream).
 pub const REQUIRED_CONTROLLERS: &[&str] = &["bootstrapsigner", "tokencleaner"];
 
 fn repeatable(component: Component, name: &str) -> bool {
-    REPEATABLE.iter().any(|(c, n)| *c == component && *n == name)
+    REPEATABLE
+        .iter()
+        .any(|(c, n)| *c == component && *n == name)
 }
 
 /// A flag in `extra` that `minor` (of Kubernetes 1.x) no longer accepts: `(flag, removed_in)`.
@@ -155,10 +178,17 @@ pub fn removed_flag(component: Component, extra: &[String], minor: u32) -> Optio
 /// flags in the user's order.
 #[must_use]
 pub fn merge(component: Component, defaults: &[Flag], extra: &[String]) -> Vec<String> {
-    let user: Vec<Flag> = extra.iter().map(|a| Flag::parse(a)).filter(|f| !f.name.is_empty()).collect();
+    let user: Vec<Flag> = extra
+        .iter()
+        .map(|a| Flag::parse(a))
+        .filter(|f| !f.name.is_empty())
+        .collect();
     let user_names: BTreeSet<&str> = user.iter().map(|f| f.name.as_str()).collect();
-    let mut out: Vec<Flag> =
-        defaults.iter().filter(|d| !user_names.contains(d.name.as_str())).cloned().collect();
+    let mut out: Vec<Flag> = defaults
+        .iter()
+        .filter(|d| !user_names.contains(d.name.as_str()))
+        .cloned()
+        .collect();
     for (i, flag) in user.iter().enumerate() {
         let later_duplicate = user[i + 1..].iter().any(|f| f.name == flag.name);
         if later_duplicate && !repeatable(component, &flag.name) {
@@ -183,7 +213,11 @@ fn ensure_required_controllers(flags: &mut [Flag]) {
             .split(',')
             .map(str::trim)
             .filter(|c| !c.is_empty())
-            .filter(|c| !REQUIRED_CONTROLLERS.iter().any(|r| c.strip_prefix('-') == Some(*r)))
+            .filter(|c| {
+                !REQUIRED_CONTROLLERS
+                    .iter()
+                    .any(|r| c.strip_prefix('-') == Some(*r))
+            })
             .map(str::to_owned)
             .collect();
         for required in REQUIRED_CONTROLLERS {
@@ -202,7 +236,10 @@ mod tests {
     fn defaults() -> Vec<Flag> {
         vec![
             Flag::new("max-requests-inflight", "400"),
-            Flag::new("service-account-issuer", "https://kubernetes.default.svc.cluster.local"),
+            Flag::new(
+                "service-account-issuer",
+                "https://kubernetes.default.svc.cluster.local",
+            ),
             Flag::new("secure-port", "6443"),
         ]
     }
@@ -215,7 +252,10 @@ mod tests {
     fn b12_user_value_wins_without_duplicates() {
         let kcm = merge(
             Component::ControllerManager,
-            &[Flag::new("allocate-node-cidrs", "true"), Flag::new("controllers", "*")],
+            &[
+                Flag::new("allocate-node-cidrs", "true"),
+                Flag::new("controllers", "*"),
+            ],
             &["--allocate-node-cidrs=false".into()],
         );
         assert_eq!(count(&kcm, "allocate-node-cidrs"), 1);
@@ -230,8 +270,10 @@ mod tests {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
         ];
         let args = merge(Component::ApiServer, &defaults(), &extra);
-        let issuers: Vec<&String> =
-            args.iter().filter(|a| a.starts_with("--service-account-issuer=")).collect();
+        let issuers: Vec<&String> = args
+            .iter()
+            .filter(|a| a.starts_with("--service-account-issuer="))
+            .collect();
         assert_eq!(
             issuers,
             vec![
@@ -250,7 +292,10 @@ mod tests {
             &defaults(),
             &["--max-mutating-requests-inflight=400".into()],
         );
-        assert!(args.contains(&"--max-requests-inflight=400".to_owned()), "default is back");
+        assert!(
+            args.contains(&"--max-requests-inflight=400".to_owned()),
+            "default is back"
+        );
         assert!(args.contains(&"--max-mutating-requests-inflight=400".to_owned()));
         assert_eq!(count(&args, "service-account-issuer"), 1);
         let names: BTreeSet<String> = args.iter().map(|a| Flag::parse(a).name).collect();
@@ -259,11 +304,7 @@ mod tests {
 
     #[test]
     fn scalar_flag_given_twice_keeps_the_last() {
-        let args = merge(
-            Component::ApiServer,
-            &[],
-            &["--v=2".into(), "v=4".into()],
-        );
+        let args = merge(Component::ApiServer, &[], &["--v=2".into(), "v=4".into()]);
         assert_eq!(args, vec!["--v=4"]);
     }
 
@@ -274,7 +315,10 @@ mod tests {
             &[Flag::new("controllers", "*,bootstrapsigner,tokencleaner")],
             &["--controllers=*,-ttl".into()],
         );
-        assert_eq!(args, vec!["--controllers=*,-ttl,bootstrapsigner,tokencleaner"]);
+        assert_eq!(
+            args,
+            vec!["--controllers=*,-ttl,bootstrapsigner,tokencleaner"]
+        );
         let args = merge(
             Component::ControllerManager,
             &[],

@@ -35,7 +35,7 @@ impl Default for Config {
             key_algorithm: KeyAlgorithm::default(),
             management_domain: "cluster.local".into(),
             unreachable_requeue: Duration::from_secs(2),
-            resync: Duration::from_secs(600),
+            resync: Duration::from_mins(10),
         }
     }
 }
@@ -52,7 +52,11 @@ impl Backoff {
     /// A backoff from `base` to `max`.
     #[must_use]
     pub fn new(base: Duration, max: Duration) -> Self {
-        Self { attempts: Mutex::new(HashMap::new()), base, max }
+        Self {
+            attempts: Mutex::new(HashMap::new()),
+            base,
+            max,
+        }
     }
 
     /// The next delay for `key`, counting this attempt.
@@ -62,7 +66,9 @@ impl Backoff {
             *e = e.saturating_add(1);
             *e - 1
         });
-        self.base.saturating_mul(2u32.saturating_pow(n.min(16))).min(self.max)
+        self.base
+            .saturating_mul(2u32.saturating_pow(n.min(16)))
+            .min(self.max)
     }
 
     /// Forgets `key` after a success.
@@ -94,7 +100,9 @@ pub struct Context {
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Context")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -102,12 +110,15 @@ impl Context {
     /// A context for `client`.
     #[must_use]
     pub fn new(client: Client, config: Config) -> Self {
-        let reporter = Reporter { controller: "kamaji-rs".into(), instance: std::env::var("POD_NAME").ok() };
+        let reporter = Reporter {
+            controller: "kamaji-rs".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
-            errors: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
-            waiting: Backoff::new(config.unreachable_requeue, Duration::from_secs(60)),
+            errors: Backoff::new(Duration::from_secs(1), Duration::from_mins(5)),
+            waiting: Backoff::new(config.unreachable_requeue, Duration::from_mins(1)),
             config,
             metrics: Metrics::default(),
             bootstrapped: Mutex::new(HashMap::new()),

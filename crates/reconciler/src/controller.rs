@@ -44,20 +44,36 @@ impl Scope {
     }
 }
 
+#[allow(clippy::needless_pass_by_value)] // the signature kube-runtime's Controller::run expects
 fn error_policy(kcp: Arc<KamajiControlPlane>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.errors.get_or_create(&crate::metrics::ErrorLabels { error: error.category().into() }).inc();
+    ctx.metrics
+        .errors
+        .get_or_create(&crate::metrics::ErrorLabels {
+            error: error.category().into(),
+        })
+        .inc();
     let delay = ctx.errors.next(&object_key(&kcp));
     warn!(kcp = %object_key(&kcp), error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 
 /// The control planes that use DataStore `name` (by `dataStoreName`, or the default).
-fn users_of(store: &Store<KamajiControlPlane>, name: &str, default: &str) -> Vec<ObjectRef<KamajiControlPlane>> {
+fn users_of(
+    store: &Store<KamajiControlPlane>,
+    name: &str,
+    default: &str,
+) -> Vec<ObjectRef<KamajiControlPlane>> {
     store
         .state()
         .iter()
         .filter(|k| {
-            let used = k.spec.fields.data_store_name.as_deref().filter(|n| !n.is_empty()).unwrap_or(default);
+            let used = k
+                .spec
+                .fields
+                .data_store_name
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .unwrap_or(default);
             used == name
         })
         .map(|k| ObjectRef::from_obj(k.as_ref()))
@@ -65,7 +81,11 @@ fn users_of(store: &Store<KamajiControlPlane>, name: &str, default: &str) -> Vec
 }
 
 /// Runs the controller until `shutdown` resolves.
-pub async fn run(ctx: Arc<Context>, scope: Scope, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+pub async fn run(
+    ctx: Arc<Context>,
+    scope: Scope,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     let client = ctx.client.clone();
     let kcps: Api<KamajiControlPlane> = scope.api(&client);
     let owned = watcher::Config::default().labels(KAMAJI_NAME_LABEL);
@@ -78,17 +98,32 @@ pub async fn run(ctx: Arc<Context>, scope: Scope, shutdown: impl std::future::Fu
         .owns(scope.api::<Secret>(&client), secrets_cfg)
         .owns(scope.api::<Deployment>(&client), owned.clone())
         .owns(scope.api::<Service>(&client), owned)
-        .watches(scope.api::<v1beta2::Cluster>(&client), watcher::Config::default(), |cluster: v1beta2::Cluster| {
-            let ns = cluster.metadata.namespace.clone().unwrap_or_default();
-            cluster
-                .spec
-                .control_plane_ref
-                .filter(|r| r.kind == "KamajiControlPlane" && r.api_group == kamaji_api::meta::CONTROL_PLANE_GROUP)
-                .map(|r| ObjectRef::new(&r.name).within(&ns))
-        })
-        .watches(Api::<DataStore>::all(client.clone()), watcher::Config::default(), move |ds: DataStore| {
-            users_of(&ds_store, ds.metadata.name.as_deref().unwrap_or_default(), &default_ds)
-        })
+        .watches(
+            scope.api::<v1beta2::Cluster>(&client),
+            watcher::Config::default(),
+            |cluster: v1beta2::Cluster| {
+                let ns = cluster.metadata.namespace.clone().unwrap_or_default();
+                cluster
+                    .spec
+                    .control_plane_ref
+                    .filter(|r| {
+                        r.kind == "KamajiControlPlane"
+                            && r.api_group == kamaji_api::meta::CONTROL_PLANE_GROUP
+                    })
+                    .map(|r| ObjectRef::new(&r.name).within(&ns))
+            },
+        )
+        .watches(
+            Api::<DataStore>::all(client.clone()),
+            watcher::Config::default(),
+            move |ds: DataStore| {
+                users_of(
+                    &ds_store,
+                    ds.metadata.name.as_deref().unwrap_or_default(),
+                    &default_ds,
+                )
+            },
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(|res| async move {

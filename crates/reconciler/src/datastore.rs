@@ -55,7 +55,10 @@ pub struct Resolved {
 
 impl std::fmt::Debug for Resolved {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resolved").field("name", &self.name).field("endpoints", &self.endpoints).finish_non_exhaustive()
+        f.debug_struct("Resolved")
+            .field("name", &self.name)
+            .field("endpoints", &self.endpoints)
+            .finish_non_exhaustive()
     }
 }
 
@@ -65,7 +68,13 @@ impl Resolved {
     pub fn server_urls(&self) -> Vec<String> {
         self.endpoints
             .iter()
-            .map(|e| if e.contains("://") { e.clone() } else { format!("https://{e}") })
+            .map(|e| {
+                if e.contains("://") {
+                    e.clone()
+                } else {
+                    format!("https://{e}")
+                }
+            })
             .collect()
     }
 }
@@ -73,11 +82,17 @@ impl Resolved {
 /// Reads `r` (inline content or a Secret key).
 async fn content(client: &kube::Client, r: &ContentRef, field: &str) -> Result<String, Problem> {
     if let Some(c) = &r.content {
-        return String::from_utf8(c.0.clone()).map_err(|_| Problem::Invalid(format!("{field}.content is not UTF-8 PEM")));
+        return String::from_utf8(c.0.clone())
+            .map_err(|_| Problem::Invalid(format!("{field}.content is not UTF-8 PEM")));
     }
-    let sr = r.secret_reference.as_ref().ok_or_else(|| Problem::Invalid(format!("{field}: neither content nor secretReference")))?;
+    let sr = r
+        .secret_reference
+        .as_ref()
+        .ok_or_else(|| Problem::Invalid(format!("{field}: neither content nor secretReference")))?;
     let (Some(name), Some(ns)) = (&sr.name, &sr.namespace) else {
-        return Err(Problem::Invalid(format!("{field}.secretReference needs name and namespace")));
+        return Err(Problem::Invalid(format!(
+            "{field}.secretReference needs name and namespace"
+        )));
     };
     let secret = Api::<Secret>::namespaced(client.clone(), ns)
         .get_opt(name)
@@ -85,10 +100,18 @@ async fn content(client: &kube::Client, r: &ContentRef, field: &str) -> Result<S
         .map_err(|e| Problem::Invalid(format!("{field}: reading Secret {ns}/{name}: {e}")))?
         .ok_or_else(|| Problem::Invalid(format!("{field}: Secret {ns}/{name} does not exist")))?;
     let data: BTreeMap<_, _> = secret.data.unwrap_or_default();
-    let raw = data
-        .get(&sr.key_path)
-        .ok_or_else(|| Problem::Invalid(format!("{field}: Secret {ns}/{name} has no key {}", sr.key_path)))?;
-    String::from_utf8(raw.0.clone()).map_err(|_| Problem::Invalid(format!("{field}: Secret {ns}/{name} key {} is not UTF-8", sr.key_path)))
+    let raw = data.get(&sr.key_path).ok_or_else(|| {
+        Problem::Invalid(format!(
+            "{field}: Secret {ns}/{name} has no key {}",
+            sr.key_path
+        ))
+    })?;
+    String::from_utf8(raw.0.clone()).map_err(|_| {
+        Problem::Invalid(format!(
+            "{field}: Secret {ns}/{name} key {} is not UTF-8",
+            sr.key_path
+        ))
+    })
 }
 
 /// Resolves the DataStore `name`.
@@ -102,19 +125,36 @@ pub async fn resolve(client: &kube::Client, name: &str) -> Result<Resolved, Prob
         .map_err(|e| Problem::Invalid(format!("reading DataStore {name}: {e}")))?
         .ok_or_else(|| Problem::NotFound(name.to_owned()))?;
     if ds.spec.driver != Driver::Etcd {
-        return Err(Problem::DriverUnsupported(ds.spec.driver.as_str().to_owned()));
+        return Err(Problem::DriverUnsupported(
+            ds.spec.driver.as_str().to_owned(),
+        ));
     }
-    let tls = ds
-        .spec
-        .tls_config
-        .as_ref()
-        .ok_or_else(|| Problem::Invalid(format!("DataStore {name}: spec.tlsConfig is required for etcd")))?;
-    let ca_cert = content(client, &tls.certificate_authority.certificate, "spec.tlsConfig.certificateAuthority.certificate").await?;
+    let tls = ds.spec.tls_config.as_ref().ok_or_else(|| {
+        Problem::Invalid(format!(
+            "DataStore {name}: spec.tlsConfig is required for etcd"
+        ))
+    })?;
+    let ca_cert = content(
+        client,
+        &tls.certificate_authority.certificate,
+        "spec.tlsConfig.certificateAuthority.certificate",
+    )
+    .await?;
     let key_ref = tls.certificate_authority.private_key.as_ref().ok_or_else(|| {
         Problem::Invalid(format!("DataStore {name}: spec.tlsConfig.certificateAuthority.privateKey is required to issue tenant client certificates"))
     })?;
-    let ca_key = content(client, key_ref, "spec.tlsConfig.certificateAuthority.privateKey").await?;
-    Ok(Resolved { name: name.to_owned(), endpoints: ds.spec.endpoints.clone(), ca_cert, ca_key })
+    let ca_key = content(
+        client,
+        key_ref,
+        "spec.tlsConfig.certificateAuthority.privateKey",
+    )
+    .await?;
+    Ok(Resolved {
+        name: name.to_owned(),
+        endpoints: ds.spec.endpoints.clone(),
+        ca_cert,
+        ca_key,
+    })
 }
 
 /// Client credentials towards the datastore (a tenant's client certificate).
@@ -127,10 +167,16 @@ pub struct Credentials {
 }
 
 /// POSTs `body` to `path` of etcd's gRPC JSON gateway on the first endpoint that answers.
-async fn gateway(ds: &Resolved, creds: &Credentials, path: &str, body: &serde_json::Value) -> Result<serde_json::Value, String> {
+async fn gateway(
+    ds: &Resolved,
+    creds: &Credentials,
+    path: &str,
+    body: &serde_json::Value,
+) -> Result<serde_json::Value, String> {
     let identity = reqwest::Identity::from_pem(format!("{}\n{}", creds.cert, creds.key).as_bytes())
         .map_err(|e| format!("client identity: {e}"))?;
-    let ca = reqwest::Certificate::from_pem(ds.ca_cert.as_bytes()).map_err(|e| format!("CA: {e}"))?;
+    let ca =
+        reqwest::Certificate::from_pem(ds.ca_cert.as_bytes()).map_err(|e| format!("CA: {e}"))?;
     let http = reqwest::Client::builder()
         .tls_certs_only([ca])
         .identity(identity)
@@ -140,7 +186,9 @@ async fn gateway(ds: &Resolved, creds: &Credentials, path: &str, body: &serde_js
     let mut last = String::from("no endpoint");
     for url in ds.server_urls() {
         match http.post(format!("{url}{path}")).json(body).send().await {
-            Ok(resp) if resp.status().is_success() => return resp.json().await.map_err(|e| e.to_string()),
+            Ok(resp) if resp.status().is_success() => {
+                return resp.json().await.map_err(|e| e.to_string());
+            }
             Ok(resp) => last = format!("{url}: HTTP {}", resp.status()),
             Err(e) => last = format!("{url}: {e}"),
         }
@@ -160,10 +208,23 @@ fn prefix_range(prefix: &str) -> (String, String) {
 ///
 /// # Errors
 /// A message when no endpoint accepted the request.
-pub async fn delete_prefix(ds: &Resolved, creds: &Credentials, prefix: &str) -> Result<u64, String> {
+pub async fn delete_prefix(
+    ds: &Resolved,
+    creds: &Credentials,
+    prefix: &str,
+) -> Result<u64, String> {
     let (key, range_end) = prefix_range(prefix);
-    let v = gateway(ds, creds, "/v3/kv/deleterange", &serde_json::json!({"key": key, "range_end": range_end})).await?;
-    Ok(v["deleted"].as_str().and_then(|d| d.parse().ok()).unwrap_or(0))
+    let v = gateway(
+        ds,
+        creds,
+        "/v3/kv/deleterange",
+        &serde_json::json!({"key": key, "range_end": range_end}),
+    )
+    .await?;
+    Ok(v["deleted"]
+        .as_str()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0))
 }
 
 /// Counts keys under `prefix` (`POST /v3/kv/range`, `count_only`).
@@ -172,6 +233,15 @@ pub async fn delete_prefix(ds: &Resolved, creds: &Credentials, prefix: &str) -> 
 /// A message when no endpoint accepted the request.
 pub async fn count_prefix(ds: &Resolved, creds: &Credentials, prefix: &str) -> Result<u64, String> {
     let (key, range_end) = prefix_range(prefix);
-    let v = gateway(ds, creds, "/v3/kv/range", &serde_json::json!({"key": key, "range_end": range_end, "count_only": true})).await?;
-    Ok(v["count"].as_str().and_then(|d| d.parse().ok()).unwrap_or(0))
+    let v = gateway(
+        ds,
+        creds,
+        "/v3/kv/range",
+        &serde_json::json!({"key": key, "range_end": range_end, "count_only": true}),
+    )
+    .await?;
+    Ok(v["count"]
+        .as_str()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0))
 }

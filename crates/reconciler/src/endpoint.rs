@@ -39,25 +39,51 @@ pub fn choose(spec: &ValidSpec, service: Option<&Service>) -> Option<Endpoint> {
     if let Some((host, port)) = &spec.cluster.control_plane_endpoint
         && let Ok(port) = u16::try_from(*port)
     {
-        return Some(Endpoint { host: host.clone(), port });
+        return Some(Endpoint {
+            host: host.clone(),
+            port,
+        });
     }
     if let Some((host, port)) = &spec.external {
-        return Some(Endpoint { host: host.clone(), port: *port });
+        return Some(Endpoint {
+            host: host.clone(),
+            port: *port,
+        });
     }
     if let Some(address) = &spec.service_address {
-        return Some(Endpoint { host: address.clone(), port: spec.port });
+        return Some(Endpoint {
+            host: address.clone(),
+            port: spec.port,
+        });
     }
     let svc = service?;
     match spec.service_type {
         ServiceType::LoadBalancer => {
-            let ingress = svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?;
+            let ingress = svc
+                .status
+                .as_ref()?
+                .load_balancer
+                .as_ref()?
+                .ingress
+                .as_ref()?;
             let first = ingress.first()?;
             let host = first.ip.clone().or_else(|| first.hostname.clone())?;
-            Some(Endpoint { host, port: spec.port })
+            Some(Endpoint {
+                host,
+                port: spec.port,
+            })
         }
         ServiceType::ClusterIP => {
-            let ip = svc.spec.as_ref()?.cluster_ip.clone().filter(|ip| ip != "None" && !ip.is_empty())?;
-            Some(Endpoint { host: ip, port: spec.port })
+            let ip = svc
+                .spec
+                .as_ref()?
+                .cluster_ip
+                .clone()
+                .filter(|ip| ip != "None" && !ip.is_empty())?;
+            Some(Endpoint {
+                host: ip,
+                port: spec.port,
+            })
         }
         ServiceType::NodePort => None,
     }

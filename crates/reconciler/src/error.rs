@@ -55,6 +55,9 @@ pub trait KubeContext<T> {
 
 impl<T> KubeContext<T> for Result<T, kube::Error> {
     fn ctx(self, action: impl FnOnce() -> String) -> Result<T, Error> {
-        self.map_err(|source| Error::Kube { action: action(), source })
+        self.map_err(|source| Error::Kube {
+            action: action(),
+            source,
+        })
     }
 }

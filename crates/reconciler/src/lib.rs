@@ -11,6 +11,9 @@
 //! - [`tenant`], [`datastore`] — the tenant API and the datastore;
 //! - [`controller`] — watches and backoff; [`server`], [`metrics`] — observability.
 
+// Docs name Kubernetes kinds and fields in prose (KamajiControlPlane, DataStore, kubeconfig).
+#![allow(clippy::doc_markdown)]
+
 pub mod args;
 pub mod context;
 pub mod controller;

@@ -18,7 +18,11 @@ use tracing::{error, info, warn};
 
 /// Command-line flags; each also reads the environment variable of the same name.
 #[derive(Debug, Parser)]
-#[command(name = "manager", version, about = "kamaji-rs: a Cluster API control-plane provider running tenant control planes as pods")]
+#[command(
+    name = "manager",
+    version,
+    about = "kamaji-rs: a Cluster API control-plane provider running tenant control planes as pods"
+)]
 struct Args {
     /// Watch only this namespace (empty: all namespaces).
     #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
@@ -33,9 +37,13 @@ struct Args {
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
     metrics_bind_address: SocketAddr,
     /// Address of `/healthz` and `/readyz`.
-    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081")]
+    #[arg(
+        long,
+        env = "HEALTH_PROBE_BIND_ADDRESS",
+        default_value = "0.0.0.0:8081"
+    )]
     health_probe_bind_address: SocketAddr,
-    /// DataStore used by control planes without `spec.dataStoreName`.
+    /// `DataStore` used by control planes without `spec.dataStoreName`.
     #[arg(long, env = "DEFAULT_DATASTORE", default_value = "default")]
     default_datastore: String,
     /// Algorithm of new keys: `ECDSA-P256`, `RSA-2048`, `RSA-3072` or `RSA-4096`.
@@ -95,8 +103,11 @@ async fn wait_for_crds(client: &Client) {
 async fn main() -> Result<()> {
     let args = Args::parse();
     init_logging(&args.log_format);
-    let key_algorithm = KeyAlgorithm::parse(&args.key_algorithm).map_err(|e| anyhow::anyhow!("--key-algorithm: {}", e.reason))?;
-    let client = Client::try_default().await.context("connect to the management cluster")?;
+    let key_algorithm = KeyAlgorithm::parse(&args.key_algorithm)
+        .map_err(|e| anyhow::anyhow!("--key-algorithm: {}", e.reason))?;
+    let client = Client::try_default()
+        .await
+        .context("connect to the management cluster")?;
     let config = Config {
         default_datastore: args.default_datastore.clone(),
         key_algorithm,
@@ -107,7 +118,10 @@ async fn main() -> Result<()> {
     let ctx = Arc::new(Context::new(client.clone(), config));
     let ready = Arc::new(AtomicBool::new(false));
     let metrics = tokio::spawn(server::metrics(args.metrics_bind_address, ctx.clone()));
-    let health = tokio::spawn(server::health(args.health_probe_bind_address, ready.clone()));
+    let health = tokio::spawn(server::health(
+        args.health_probe_bind_address,
+        ready.clone(),
+    ));
 
     wait_for_crds(&client).await;
 
@@ -116,17 +130,22 @@ async fn main() -> Result<()> {
         let ns = args
             .leader_election_namespace
             .clone()
-            .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
+            .or_else(|| {
+                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                    .ok()
+            })
             .unwrap_or_else(|| "default".into());
-        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("manager-{}", std::process::id()));
-        let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "kamaji-rs-manager")
-            .with_namespace(ns.trim())
-            .with_identity(identity)
-            .with_duration(15)
-            .with_grace(5)
-            .build()
-            .await
-            .context("leader election")?;
+        let identity =
+            std::env::var("POD_NAME").unwrap_or_else(|_| format!("manager-{}", std::process::id()));
+        let manager =
+            kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "kamaji-rs-manager")
+                .with_namespace(ns.trim())
+                .with_identity(identity)
+                .with_duration(15)
+                .with_grace(5)
+                .build()
+                .await
+                .context("leader election")?;
         let (mut leading, _task) = manager.watch().await;
         info!("waiting to become leader");
         while !*leading.borrow_and_update() {
@@ -146,11 +165,13 @@ async fn main() -> Result<()> {
     }
 
     ready.store(true, Ordering::Relaxed);
-    let scope = Scope { namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()) };
+    let scope = Scope {
+        namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()),
+    };
     let shutdown = async move {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => info!("interrupted"),
-            _ = sigterm() => info!("terminated"),
+            () = sigterm() => info!("terminated"),
             _ = lost_rx => error!("lost leadership"),
         }
     };

@@ -68,12 +68,32 @@ impl Default for Metrics {
         let tenants = Family::<TenantLabels, Gauge>::default();
         let ssa_conflicts = Counter::default();
         registry.register("reconcile", "Reconcile passes", reconciles.clone());
-        registry.register("reconcile_errors", "Failed reconcile passes by error category", errors.clone());
-        registry.register("reconcile_duration_seconds", "Duration of a reconcile pass", duration.clone());
-        registry.register("pki_generation_duration_seconds", "Time to generate a tenant's root key material", pki_generation.clone());
-        registry.register("time_to_initialized_seconds", "Time from KamajiControlPlane creation to controlPlaneInitialized", time_to_initialized.clone());
+        registry.register(
+            "reconcile_errors",
+            "Failed reconcile passes by error category",
+            errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of a reconcile pass",
+            duration.clone(),
+        );
+        registry.register(
+            "pki_generation_duration_seconds",
+            "Time to generate a tenant's root key material",
+            pki_generation.clone(),
+        );
+        registry.register(
+            "time_to_initialized_seconds",
+            "Time from KamajiControlPlane creation to controlPlaneInitialized",
+            time_to_initialized.clone(),
+        );
         registry.register("tenants", "Tenants by condition status", tenants.clone());
-        registry.register("ssa_conflicts", "Server-side apply conflicts resolved by forcing", ssa_conflicts.clone());
+        registry.register(
+            "ssa_conflicts",
+            "Server-side apply conflicts resolved by forcing",
+            ssa_conflicts.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -100,7 +120,9 @@ impl Metrics {
     /// Records the conditions of tenant `key` (`None` when it is gone) and refreshes the
     /// tenant gauge.
     pub fn set_tenant(&self, key: &str, conditions: Option<Vec<(String, String)>>) {
-        let Ok(mut map) = self.tenant_conditions.lock() else { return };
+        let Ok(mut map) = self.tenant_conditions.lock() else {
+            return;
+        };
         match conditions {
             Some(c) => {
                 map.insert(key.to_owned(), c);
@@ -113,7 +135,10 @@ impl Metrics {
         for conds in map.values() {
             for (condition, status) in conds {
                 self.tenants
-                    .get_or_create(&TenantLabels { condition: condition.clone(), status: status.clone() })
+                    .get_or_create(&TenantLabels {
+                        condition: condition.clone(),
+                        status: status.clone(),
+                    })
                     .inc();
             }
         }

@@ -26,7 +26,7 @@ use crate::spec::ValidSpec;
 
 /// Leaves are reissued when less than this is left of their validity (kubeadm renews
 /// certificates older than 9 months of their 1-year life on upgrade; we use 30 days).
-pub const RENEWAL_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+pub const RENEWAL_WINDOW: Duration = Duration::from_hours(30 * 24);
 
 /// Key of the kubeconfig in the component kubeconfig Secrets.
 pub const KUBECONFIG_KEY: &str = "value";
@@ -72,8 +72,10 @@ pub fn ca_from_secret(secret: &Secret) -> Result<CertificateAuthority, PkiError>
         name: name.clone(),
         reason: "tls.crt or tls.key missing".into(),
     })?;
-    CertificateAuthority::from_pem(&crt, &key)
-        .map_err(|e| PkiError::UnusableRoot { name, reason: e.to_string() })
+    CertificateAuthority::from_pem(&crt, &key).map_err(|e| PkiError::UnusableRoot {
+        name,
+        reason: e.to_string(),
+    })
 }
 
 /// Reads the service-account key pair from `<cluster>-sa` (`tls.key` = private key).
@@ -86,8 +88,10 @@ pub fn sa_from_secret(secret: &Secret) -> Result<ServiceAccountKeyPair, PkiError
         name: name.clone(),
         reason: "tls.key missing".into(),
     })?;
-    ServiceAccountKeyPair::from_private_pem(&key)
-        .map_err(|e| PkiError::UnusableRoot { name, reason: e.to_string() })
+    ServiceAccountKeyPair::from_private_pem(&key).map_err(|e| PkiError::UnusableRoot {
+        name,
+        reason: e.to_string(),
+    })
 }
 
 /// Which leaf a Secret holds and how it is stored.
@@ -216,7 +220,11 @@ pub fn plan_leaves(
     let mut out = Vec::with_capacity(LEAVES.len());
     for &kind in LEAVES {
         let name = leaf_secret_name(spec, kind);
-        let target = SecretTarget { name: &name, namespace: &spec.namespace, cluster_name: cluster };
+        let target = SecretTarget {
+            name: &name,
+            namespace: &spec.namespace,
+            cluster_name: cluster,
+        };
         let (leaf_spec, issuer) = match kind {
             LeafKind::ApiServer => (api_server_leaf_spec(inputs)?, &inputs.roots.ca),
             LeafKind::KubeletClient => (LeafSpec::api_server_kubelet_client(), &inputs.roots.ca),
@@ -238,7 +246,13 @@ pub fn plan_leaves(
             }
             _ => true,
         };
-        let decision = decide_leaf(stored.as_ref(), &leaf_spec, issuer, inputs.now, RENEWAL_WINDOW);
+        let decision = decide_leaf(
+            stored.as_ref(),
+            &leaf_spec,
+            issuer,
+            inputs.now,
+            RENEWAL_WINDOW,
+        );
         let leaf = match (decision, stored) {
             (LeafDecision::Keep, Some(pair)) => {
                 LeafCertificate::from_pem(leaf_spec.role(), pair.cert_pem(), pair.key_pem())
@@ -261,7 +275,11 @@ pub fn plan_leaves(
             // Keep the stored bytes exactly, so an unchanged leaf is byte-identical.
             secret.data.clone_from(&cur.data);
         }
-        out.push(LeafSecret { kind, secret, changed });
+        out.push(LeafSecret {
+            kind,
+            secret,
+            changed,
+        });
     }
     Ok(out)
 }
@@ -274,7 +292,9 @@ fn render_kubeconfig(
     leaf: &LeafCertificate,
 ) -> Kubeconfig {
     match kind {
-        LeafKind::ControllerManager => kubeconfig::controller_manager_kubeconfig(cluster, server, ca, leaf),
+        LeafKind::ControllerManager => {
+            kubeconfig::controller_manager_kubeconfig(cluster, server, ca, leaf)
+        }
         LeafKind::Scheduler => kubeconfig::scheduler_kubeconfig(cluster, server, ca, leaf),
         LeafKind::SuperAdmin => kubeconfig::super_admin_kubeconfig(cluster, server, ca, leaf),
         _ => kubeconfig::capi_admin_kubeconfig(cluster, server, ca, leaf),
@@ -284,7 +304,10 @@ fn render_kubeconfig(
 /// A Secret of the CAPI shape with one data key.
 fn secret_with(target: SecretTarget<'_>, key: &str, value: &str) -> Secret {
     let mut s = secrets::kubeconfig_secret(target, value);
-    s.data = Some(BTreeMap::from([(key.to_owned(), ByteString(value.as_bytes().to_vec()))]));
+    s.data = Some(BTreeMap::from([(
+        key.to_owned(),
+        ByteString(value.as_bytes().to_vec()),
+    )]));
     s
 }
 
@@ -306,8 +329,12 @@ pub fn kubeconfig_of(secret: &Secret) -> Option<StoredKubeconfig> {
     let raw = secret.data.as_ref()?.get(KUBECONFIG_KEY)?;
     let v: serde_yaml::Value = serde_yaml::from_slice(&raw.0).ok()?;
     let cluster = &v.get("clusters")?.get(0)?.get("cluster")?;
-    let text = |x: Option<&serde_yaml::Value>| x.and_then(serde_yaml::Value::as_str).map(str::to_owned);
-    let user = v.get("users").and_then(|u| u.get(0)).and_then(|u| u.get("user"));
+    let text =
+        |x: Option<&serde_yaml::Value>| x.and_then(serde_yaml::Value::as_str).map(str::to_owned);
+    let user = v
+        .get("users")
+        .and_then(|u| u.get(0))
+        .and_then(|u| u.get("user"));
     let b64 = base64::engine::general_purpose::STANDARD;
     let pem = |key: &str| {
         text(user.and_then(|u| u.get(key)))
@@ -317,7 +344,9 @@ pub fn kubeconfig_of(secret: &Secret) -> Option<StoredKubeconfig> {
     Some(StoredKubeconfig {
         server: text(cluster.get("server"))?,
         ca_data: text(cluster.get("certificate-authority-data")).unwrap_or_default(),
-        client: pem("client-certificate-data").zip(pem("client-key-data")).map(|(c, k)| CertAndKey::new(c, k)),
+        client: pem("client-certificate-data")
+            .zip(pem("client-key-data"))
+            .map(|(c, k)| CertAndKey::new(c, k)),
     })
 }
 
@@ -349,11 +378,16 @@ pub fn datastore_client(
 ) -> Result<(LeafCertificate, bool), PkiError> {
     let authority = CertificateAuthority::from_pem(ca_cert_pem, ca_key_pem)?;
     let spec = LeafSpec::datastore_client(common_name);
-    let stored = existing.and_then(secrets::tls_pair_of).map(|(c, k)| CertAndKey::new(c, k));
+    let stored = existing
+        .and_then(secrets::tls_pair_of)
+        .map(|(c, k)| CertAndKey::new(c, k));
     if let Some(pair) = &stored
         && decide_leaf(Some(pair), &spec, &authority, now, RENEWAL_WINDOW) == LeafDecision::Keep
     {
-        return Ok((LeafCertificate::from_pem(spec.role(), pair.cert_pem(), pair.key_pem()), false));
+        return Ok((
+            LeafCertificate::from_pem(spec.role(), pair.cert_pem(), pair.key_pem()),
+            false,
+        ));
     }
     let ca = DatastoreCa::from_pem(ca_cert_pem, ca_key_pem)?;
     Ok((ca.issue_client(common_name, algorithm, now)?, true))

@@ -63,7 +63,9 @@ pub fn desired_hash<T: Serialize>(value: &T) -> String {
 
 /// Stamps `obj`'s metadata with [`DESIRED_HASH_ANNOTATION`] = hash of the object as it is now.
 pub fn stamp_hash(meta: &mut ObjectMeta, hash: String) {
-    meta.annotations.get_or_insert_with(BTreeMap::new).insert(DESIRED_HASH_ANNOTATION.into(), hash);
+    meta.annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(DESIRED_HASH_ANNOTATION.into(), hash);
 }
 
 /// Labels every control-plane object carries.
@@ -71,7 +73,10 @@ pub fn stamp_hash(meta: &mut ObjectMeta, hash: String) {
 pub fn common_labels(spec: &ValidSpec) -> BTreeMap<String, String> {
     BTreeMap::from([
         (KAMAJI_NAME_LABEL.to_owned(), spec.names.pod_label_value()),
-        (CLUSTER_NAME_LABEL.to_owned(), spec.names.cluster_label_value()),
+        (
+            CLUSTER_NAME_LABEL.to_owned(),
+            spec.names.cluster_label_value(),
+        ),
     ])
 }
 
@@ -134,10 +139,26 @@ pub fn service(spec: &ValidSpec, owner: &OwnerReference) -> Service {
             type_: Some(spec.service_type.as_str().into()),
             selector: Some(selector_labels(spec)),
             ports: Some(ports),
-            load_balancer_ip: if lb { spec.service_address.clone() } else { None },
-            load_balancer_source_ranges: if lb { lb_config.load_balancer_source_ranges } else { None },
-            load_balancer_class: if lb { lb_config.load_balancer_class } else { None },
-            allocate_load_balancer_node_ports: if lb { net.allocate_load_balancer_node_ports } else { None },
+            load_balancer_ip: if lb {
+                spec.service_address.clone()
+            } else {
+                None
+            },
+            load_balancer_source_ranges: if lb {
+                lb_config.load_balancer_source_ranges
+            } else {
+                None
+            },
+            load_balancer_class: if lb {
+                lb_config.load_balancer_class
+            } else {
+                None
+            },
+            allocate_load_balancer_node_ports: if lb {
+                net.allocate_load_balancer_node_ports
+            } else {
+                None
+            },
             ..ServiceSpec::default()
         }),
         status: None,
@@ -149,6 +170,7 @@ pub fn service(spec: &ValidSpec, owner: &OwnerReference) -> Service {
 
 /// kamaji-rs's default flags of one component (before `extraArgs`).
 #[must_use]
+#[allow(clippy::too_many_lines)] // one flag per line, kubeadm's static-pod flags in order
 pub fn default_flags(spec: &ValidSpec, c: Component, ds: &DatastoreWiring) -> Vec<Flag> {
     let pki = "/etc/kubernetes/pki";
     match c {
@@ -164,30 +186,60 @@ pub fn default_flags(spec: &ValidSpec, c: Component, ds: &DatastoreWiring) -> Ve
             ];
             if ds.tls_secret.is_some() {
                 f.push(Flag::new("etcd-cafile", format!("{pki}/datastore/ca.crt")));
-                f.push(Flag::new("etcd-certfile", format!("{pki}/datastore/tls.crt")));
-                f.push(Flag::new("etcd-keyfile", format!("{pki}/datastore/tls.key")));
+                f.push(Flag::new(
+                    "etcd-certfile",
+                    format!("{pki}/datastore/tls.crt"),
+                ));
+                f.push(Flag::new(
+                    "etcd-keyfile",
+                    format!("{pki}/datastore/tls.key"),
+                ));
             }
             if let Ok(ip) = spec_endpoint_ip(spec) {
                 f.push(Flag::new("advertise-address", ip));
             }
             f.extend([
-                Flag::new("kubelet-client-certificate", format!("{pki}/apiserver-kubelet-client/tls.crt")),
-                Flag::new("kubelet-client-key", format!("{pki}/apiserver-kubelet-client/tls.key")),
-                Flag::new("kubelet-preferred-address-types", spec.kubelet_address_types.join(",")),
-                Flag::new("proxy-client-cert-file", format!("{pki}/front-proxy-client/tls.crt")),
-                Flag::new("proxy-client-key-file", format!("{pki}/front-proxy-client/tls.key")),
+                Flag::new(
+                    "kubelet-client-certificate",
+                    format!("{pki}/apiserver-kubelet-client/tls.crt"),
+                ),
+                Flag::new(
+                    "kubelet-client-key",
+                    format!("{pki}/apiserver-kubelet-client/tls.key"),
+                ),
+                Flag::new(
+                    "kubelet-preferred-address-types",
+                    spec.kubelet_address_types.join(","),
+                ),
+                Flag::new(
+                    "proxy-client-cert-file",
+                    format!("{pki}/front-proxy-client/tls.crt"),
+                ),
+                Flag::new(
+                    "proxy-client-key-file",
+                    format!("{pki}/front-proxy-client/tls.key"),
+                ),
                 Flag::new("requestheader-allowed-names", "front-proxy-client"),
-                Flag::new("requestheader-client-ca-file", format!("{pki}/front-proxy-ca/tls.crt")),
+                Flag::new(
+                    "requestheader-client-ca-file",
+                    format!("{pki}/front-proxy-ca/tls.crt"),
+                ),
                 Flag::new("requestheader-extra-headers-prefix", "X-Remote-Extra-"),
                 Flag::new("requestheader-group-headers", "X-Remote-Group"),
                 Flag::new("requestheader-username-headers", "X-Remote-User"),
                 Flag::new("secure-port", spec.port.to_string()),
                 Flag::new(
                     "service-account-issuer",
-                    format!("https://kubernetes.default.svc.{}", spec.network.dns_domain()),
+                    format!(
+                        "https://kubernetes.default.svc.{}",
+                        spec.network.dns_domain()
+                    ),
                 ),
                 Flag::new("service-account-key-file", format!("{pki}/sa/tls.crt")),
-                Flag::new("service-account-signing-key-file", format!("{pki}/sa/tls.key")),
+                Flag::new(
+                    "service-account-signing-key-file",
+                    format!("{pki}/sa/tls.key"),
+                ),
                 Flag::new(
                     "service-cluster-ip-range",
                     join_nets(spec.network.service_cidrs()),
@@ -210,15 +262,27 @@ pub fn default_flags(spec: &ValidSpec, c: Component, ds: &DatastoreWiring) -> Ve
                 Flag::new("controllers", "*,bootstrapsigner,tokencleaner"),
                 Flag::new("kubeconfig", kc),
                 Flag::new("leader-elect", "true"),
-                Flag::new("requestheader-client-ca-file", format!("{pki}/front-proxy-ca/tls.crt")),
+                Flag::new(
+                    "requestheader-client-ca-file",
+                    format!("{pki}/front-proxy-ca/tls.crt"),
+                ),
                 Flag::new("root-ca-file", format!("{pki}/ca/tls.crt")),
-                Flag::new("service-account-private-key-file", format!("{pki}/sa/tls.key")),
-                Flag::new("service-cluster-ip-range", join_nets(spec.network.service_cidrs())),
+                Flag::new(
+                    "service-account-private-key-file",
+                    format!("{pki}/sa/tls.key"),
+                ),
+                Flag::new(
+                    "service-cluster-ip-range",
+                    join_nets(spec.network.service_cidrs()),
+                ),
                 Flag::new("use-service-account-credentials", "true"),
             ];
             if !spec.network.pod_cidrs().is_empty() {
                 f.push(Flag::new("allocate-node-cidrs", "true"));
-                f.push(Flag::new("cluster-cidr", join_nets(spec.network.pod_cidrs())));
+                f.push(Flag::new(
+                    "cluster-cidr",
+                    join_nets(spec.network.pod_cidrs()),
+                ));
             }
             f
         }
@@ -243,11 +307,16 @@ fn spec_endpoint_ip(spec: &ValidSpec) -> Result<String, ()> {
         .map(|(h, _)| h.clone())
         .or_else(|| spec.service_address.clone())
         .ok_or(())?;
-    host.parse::<std::net::IpAddr>().map(|ip| ip.to_string()).map_err(|_| ())
+    host.parse::<std::net::IpAddr>()
+        .map(|ip| ip.to_string())
+        .map_err(|_| ())
 }
 
 fn join_nets(nets: &[ipnet::IpNet]) -> String {
-    nets.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+    nets.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The full argument list of a component.
@@ -273,8 +342,14 @@ fn mounts(c: Component, tls_datastore: bool) -> Vec<Mount> {
                 mount("sa", "/etc/kubernetes/pki/sa"),
                 mount("front-proxy-ca", "/etc/kubernetes/pki/front-proxy-ca"),
                 mount("apiserver", "/etc/kubernetes/pki/apiserver"),
-                mount("apiserver-kubelet-client", "/etc/kubernetes/pki/apiserver-kubelet-client"),
-                mount("front-proxy-client", "/etc/kubernetes/pki/front-proxy-client"),
+                mount(
+                    "apiserver-kubelet-client",
+                    "/etc/kubernetes/pki/apiserver-kubelet-client",
+                ),
+                mount(
+                    "front-proxy-client",
+                    "/etc/kubernetes/pki/front-proxy-client",
+                ),
             ];
             if tls_datastore {
                 m.push(mount("datastore", "/etc/kubernetes/pki/datastore"));
@@ -285,7 +360,10 @@ fn mounts(c: Component, tls_datastore: bool) -> Vec<Mount> {
             mount("ca", "/etc/kubernetes/pki/ca"),
             mount("sa", "/etc/kubernetes/pki/sa"),
             mount("front-proxy-ca", "/etc/kubernetes/pki/front-proxy-ca"),
-            mount("controller-manager-kubeconfig", "/etc/kubernetes/controller-manager"),
+            mount(
+                "controller-manager-kubeconfig",
+                "/etc/kubernetes/controller-manager",
+            ),
         ],
         Component::Scheduler => vec![mount("scheduler-kubeconfig", "/etc/kubernetes/scheduler")],
     }
@@ -299,7 +377,11 @@ fn secret_volume(name: &str, secret: String, items: Option<Vec<(&str, &str)>>) -
             default_mode: Some(SECRET_MODE),
             items: items.map(|list| {
                 list.into_iter()
-                    .map(|(k, p)| KeyToPath { key: k.into(), path: p.into(), mode: None })
+                    .map(|(k, p)| KeyToPath {
+                        key: k.into(),
+                        path: p.into(),
+                        mode: None,
+                    })
                     .collect()
             }),
             optional: None,
@@ -314,8 +396,16 @@ fn pki_volumes(spec: &ValidSpec, ds: &DatastoreWiring) -> Vec<Volume> {
     let mut v = vec![
         secret_volume("ca", n.ca_secret(), None),
         secret_volume("sa", n.service_account_secret(), None),
-        secret_volume("front-proxy-ca", n.front_proxy_ca_secret(), Some(vec![("tls.crt", "tls.crt")])),
-        secret_volume("apiserver", leaf_secret_name(spec, LeafKind::ApiServer), None),
+        secret_volume(
+            "front-proxy-ca",
+            n.front_proxy_ca_secret(),
+            Some(vec![("tls.crt", "tls.crt")]),
+        ),
+        secret_volume(
+            "apiserver",
+            leaf_secret_name(spec, LeafKind::ApiServer),
+            None,
+        ),
         secret_volume(
             "apiserver-kubelet-client",
             leaf_secret_name(spec, LeafKind::KubeletClient),
@@ -331,7 +421,11 @@ fn pki_volumes(spec: &ValidSpec, ds: &DatastoreWiring) -> Vec<Volume> {
             leaf_secret_name(spec, LeafKind::ControllerManager),
             kc.clone(),
         ),
-        secret_volume("scheduler-kubeconfig", leaf_secret_name(spec, LeafKind::Scheduler), kc),
+        secret_volume(
+            "scheduler-kubeconfig",
+            leaf_secret_name(spec, LeafKind::Scheduler),
+            kc,
+        ),
     ];
     if let Some(secret) = &ds.tls_secret {
         v.push(secret_volume("datastore", secret.clone(), None));
@@ -382,11 +476,19 @@ fn probe(spec: &ValidSpec, c: Component, kind: &str, path: &str, port: i32) -> P
     let comp = pick(kind, spec.component(c).and_then(|s| s.probes.as_ref()));
     let global = pick(
         kind,
-        spec.kcp.spec.fields.deployment.as_ref().and_then(|d| d.probes.as_ref()),
+        spec.kcp
+            .spec
+            .fields
+            .deployment
+            .as_ref()
+            .and_then(|d| d.probes.as_ref()),
     );
     let def = default_probe(kind);
     let field = |f: fn(&ProbeSpec) -> Option<i32>| {
-        comp.as_ref().and_then(f).or_else(|| global.as_ref().and_then(f)).or_else(|| f(&def))
+        comp.as_ref()
+            .and_then(f)
+            .or_else(|| global.as_ref().and_then(f))
+            .or_else(|| f(&def))
     };
     Probe {
         http_get: Some(HTTPGetAction {
@@ -406,8 +508,9 @@ fn probe(spec: &ValidSpec, c: Component, kind: &str, path: &str, port: i32) -> P
 
 fn container(spec: &ValidSpec, c: Component, ds: &DatastoreWiring) -> Container {
     let section = spec.component(c);
-    let image_name =
-        section.and_then(|s| s.container_image_name.clone()).unwrap_or_else(|| c.name().to_owned());
+    let image_name = section
+        .and_then(|s| s.container_image_name.clone())
+        .unwrap_or_else(|| c.name().to_owned());
     let (port, live, ready) = match c {
         Component::ApiServer => (i32::from(spec.port), "/livez", "/readyz"),
         Component::ControllerManager => (CONTROLLER_MANAGER_PORT, "/healthz", "/healthz"),
@@ -422,15 +525,26 @@ fn container(spec: &ValidSpec, c: Component, ds: &DatastoreWiring) -> Container 
             ..VolumeMount::default()
         })
         .collect();
-    volume_mounts.extend(section.and_then(|s| s.extra_volume_mounts.clone()).unwrap_or_default());
+    volume_mounts.extend(
+        section
+            .and_then(|s| s.extra_volume_mounts.clone())
+            .unwrap_or_default(),
+    );
     Container {
         name: c.name().into(),
-        image: Some(format!("{}/{image_name}:{}", spec.registry, spec.version_tag)),
+        image: Some(format!(
+            "{}/{image_name}:{}",
+            spec.registry, spec.version_tag
+        )),
         image_pull_policy: Some("IfNotPresent".into()),
         command: Some(vec![c.name().into()]),
         args: Some(component_args(spec, c, ds)),
         ports: Some(vec![ContainerPort {
-            name: Some(if c == Component::ApiServer { API_SERVER_PORT_NAME.into() } else { "https".into() }),
+            name: Some(if c == Component::ApiServer {
+                API_SERVER_PORT_NAME.into()
+            } else {
+                "https".into()
+            }),
             container_port: port,
             protocol: Some("TCP".into()),
             ..ContainerPort::default()
@@ -469,29 +583,43 @@ pub fn deployment(
     let d = spec.kcp.spec.fields.deployment.clone().unwrap_or_default();
     let mut m = meta(spec, spec.names.deployment(), owner);
     if let Some(extra) = d.additional_metadata.as_ref() {
-        merge_into(m.labels.get_or_insert_with(BTreeMap::new), extra.labels.as_ref());
+        merge_into(
+            m.labels.get_or_insert_with(BTreeMap::new),
+            extra.labels.as_ref(),
+        );
         if extra.annotations.is_some() {
-            merge_into(m.annotations.get_or_insert_with(BTreeMap::new), extra.annotations.as_ref());
+            merge_into(
+                m.annotations.get_or_insert_with(BTreeMap::new),
+                extra.annotations.as_ref(),
+            );
         }
     }
     let mut pod_labels = common_labels(spec);
-    let mut pod_annotations = BTreeMap::from([(PKI_HASH_ANNOTATION.to_owned(), pki_hash.to_owned())]);
+    let mut pod_annotations =
+        BTreeMap::from([(PKI_HASH_ANNOTATION.to_owned(), pki_hash.to_owned())]);
     if let Some(extra) = d.pod_additional_metadata.as_ref() {
         merge_into(&mut pod_labels, extra.labels.as_ref());
         merge_into(&mut pod_annotations, extra.annotations.as_ref());
     }
     let mut volumes = pki_volumes(spec, ds);
     volumes.extend(d.extra_volumes.clone().unwrap_or_default());
-    let mut containers: Vec<Container> = [Component::ApiServer, Component::ControllerManager, Component::Scheduler]
-        .into_iter()
-        .map(|c| container(spec, c, ds))
-        .collect();
+    let mut containers: Vec<Container> = [
+        Component::ApiServer,
+        Component::ControllerManager,
+        Component::Scheduler,
+    ]
+    .into_iter()
+    .map(|c| container(spec, c, ds))
+    .collect();
     containers.extend(d.extra_containers.clone().unwrap_or_default());
     let mut dep = Deployment {
         metadata: m,
         spec: Some(DeploymentSpec {
             replicas: Some(spec.replicas),
-            selector: LabelSelector { match_labels: Some(selector_labels(spec)), ..LabelSelector::default() },
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(spec)),
+                ..LabelSelector::default()
+            },
             strategy: Some(d.strategy.clone().unwrap_or_else(default_strategy)),
             revision_history_limit: Some(10),
             template: PodTemplateSpec {

@@ -6,16 +6,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use k8s_openapi::ByteString;
 use kamaji_api::KamajiControlPlane;
 use kamaji_api::cluster::{ClusterView, v1beta2};
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::{CLUSTER_NAME_LABEL, FIELD_MANAGER, FINALIZER, PAUSED_ANNOTATION};
-use kamaji_bootstrap::kubeadm::{Addons, AddonImage, KubeletSpec, TenantArtifacts, TenantSpec};
+use kamaji_bootstrap::kubeadm::{AddonImage, Addons, KubeletSpec, TenantArtifacts, TenantSpec};
 use kamaji_bootstrap::pki::{CertificateAuthority, ServiceAccountKeyPair};
 use kamaji_bootstrap::secrets::{self, SecretTarget};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
@@ -49,8 +49,10 @@ struct Owner {
 pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
-    let result = run(&kcp, &ctx).await;
-    ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
+    let result = Box::pin(run(&kcp, &ctx)).await;
+    ctx.metrics
+        .duration
+        .observe(started.elapsed().as_secs_f64());
     let key = object_key(&kcp);
     if result.is_ok() {
         ctx.errors.reset(&key);
@@ -77,8 +79,24 @@ async fn run(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Action, Error> {
         None => {
             let msg = "waiting for Cluster API to set an owner reference from the Cluster (is spec.controlPlaneRef of a Cluster pointing here?)";
             info!(kcp = %object_key(kcp), "{msg}");
-            publish(ctx, kcp, EventType::Normal, reasons::WAITING_FOR_OWNER_CLUSTER, msg).await;
-            write_conditions_only(kcp, ctx, vec![Cond::no(types::CLUSTER_FOUND, reasons::WAITING_FOR_OWNER_CLUSTER, msg)]).await?;
+            publish(
+                ctx,
+                kcp,
+                EventType::Normal,
+                reasons::WAITING_FOR_OWNER_CLUSTER,
+                msg,
+            )
+            .await;
+            write_conditions_only(
+                kcp,
+                ctx,
+                vec![Cond::no(
+                    types::CLUSTER_FOUND,
+                    reasons::WAITING_FOR_OWNER_CLUSTER,
+                    msg,
+                )],
+            )
+            .await?;
             return Ok(Action::await_change());
         }
     };
@@ -99,7 +117,11 @@ async fn run(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Action, Error> {
         let mut finalizers = kcp.finalizers().to_vec();
         finalizers.push(FINALIZER.to_owned());
         Api::<KamajiControlPlane>::namespaced(client.clone(), &ns)
-            .patch(&kcp.name_any(), &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})))
+            .patch(
+                &kcp.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})),
+            )
             .await
             .ctx(|| "add finalizer".into())?;
     }
@@ -109,8 +131,17 @@ async fn run(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Action, Error> {
         return delete(kcp, ctx, Some(&owner)).await;
     }
 
+    Box::pin(pipeline(kcp, ctx, &owner)).await
+}
+
+/// The pipeline after the gates: validate → observe → plan/apply → status.
+async fn pipeline(kcp: &KamajiControlPlane, ctx: &Context, owner: &Owner) -> Result<Action, Error> {
     let mut conds = vec![
-        Cond::yes(types::CLUSTER_FOUND, reasons::READY, format!("Cluster {}", owner.view.name)),
+        Cond::yes(
+            types::CLUSTER_FOUND,
+            reasons::READY,
+            format!("Cluster {}", owner.view.name),
+        ),
         Cond::no(types::PAUSED, reasons::NOT_PAUSED, ""),
         Cond::no(types::DELETING, reasons::NOT_DELETING, ""),
     ];
@@ -119,7 +150,11 @@ async fn run(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Action, Error> {
     let spec = match spec::validate(kcp, &owner.view, &ctx.config.default_datastore) {
         Ok(s) => s,
         Err(errors) => {
-            let msg = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+            let msg = errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ");
             warn!(kcp = %object_key(kcp), "invalid spec: {msg}");
             publish(ctx, kcp, EventType::Warning, reasons::INVALID_SPEC, &msg).await;
             conds.push(Cond::no(types::SPEC_VALID, reasons::INVALID_SPEC, msg));
@@ -131,98 +166,20 @@ async fn run(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Action, Error> {
 
     // Observe.
     let observed = observe(&spec, ctx).await?;
-    let owner_ref = owner_reference(kcp);
 
-    // The datastore.
-    let ds = match datastore::resolve(client, &spec.datastore_name).await {
-        Ok(ds) => ds,
-        Err(problem) => {
-            let reason = match &problem {
-                Problem::NotFound(_) => reasons::DATASTORE_NOT_FOUND,
-                Problem::DriverUnsupported(_) => reasons::DATASTORE_DRIVER_UNSUPPORTED,
-                Problem::Invalid(_) => reasons::INVALID_SPEC,
-            };
-            let mut msg = problem.message();
-            if kcp.spec.fields.data_store_name.as_deref().unwrap_or("").is_empty() {
-                msg.push_str(" (spec.dataStoreName is empty, so the manager's default DataStore is used)");
-            }
-            conds.push(Cond::no(types::DATASTORE_READY, reason, msg));
-            write_status(kcp, ctx, &spec, &observed, false, conds).await?;
-            return Ok(Action::await_change());
-        }
-    };
-    conds.push(Cond::yes(types::DATASTORE_READY, reasons::READY, format!("DataStore {} (etcd), prefix /{}", ds.name, spec.datastore_schema)));
-
-    // Roots: read back, or generate once with create-if-absent.
-    let roots = ensure_roots(&spec, &observed.secrets, &owner_ref, ctx).await?;
-    let now = SystemTime::now();
-
-    // Datastore client certificate of this tenant.
-    let ds_secret_name = spec.names.apiserver_etcd_client_secret();
-    let cn = kamaji_api::names::datastore_username(&spec.namespace, &spec.names.deployment());
-    let (ds_leaf, _) = pki::datastore_client(&ds.ca_cert, &ds.ca_key, &cn, observed.secrets.get(&ds_secret_name), ctx.config.key_algorithm, now)?;
-    let mut ds_secret = secrets::leaf_secret(
-        SecretTarget { name: &ds_secret_name, namespace: &spec.namespace, cluster_name: &spec.cluster.name },
-        &ds_leaf,
-    );
-    ds_secret.data.get_or_insert_with(BTreeMap::new).insert("ca.crt".into(), ByteString(ds.ca_cert.clone().into_bytes()));
-    let ds_secret = apply_if_changed(ctx, &spec.namespace, owned(ds_secret, &owner_ref), observed.secrets.get(&ds_secret_name)).await?;
-    let wiring = DatastoreWiring {
-        servers: ds.server_urls(),
-        prefix: kamaji_api::names::etcd_prefix(&spec.datastore_schema),
-        tls_secret: Some(ds_secret_name.clone()),
-    };
-
-    // The Service, then the endpoint.
-    let service = apply_if_changed(ctx, &spec.namespace, plan::service(&spec, &owner_ref), observed.service.as_ref()).await?;
-    let Some(endpoint) = endpoint::choose(&spec, Some(&service)) else {
-        conds.push(Cond::no(types::ENDPOINT_READY, reasons::WAITING_FOR_ENDPOINT, match spec.service_type {
-            kamaji_api::kcp::ServiceType::NodePort => "a NodePort Service needs spec.network.serviceAddress to know the endpoint".to_owned(),
-            _ => format!("waiting for Service {} to get an address", spec.names.service()),
-        }));
-        write_status(kcp, ctx, &spec, &observed, false, conds).await?;
+    let Some(ds) = datastore_step(kcp, ctx, &spec, &observed, &mut conds).await? else {
         return Ok(Action::await_change());
     };
-    conds.push(Cond::yes(types::ENDPOINT_READY, reasons::READY, format!("{}:{}", endpoint.host, endpoint.port)));
-    set_kcp_endpoint(kcp, ctx, &endpoint).await?;
-
-    // Leaves and kubeconfigs.
-    let service_ip = service.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()).and_then(|ip| ip.parse().ok());
-    let inputs = LeafInputs {
-        spec: &spec,
-        roots: &roots,
-        endpoint: &endpoint,
-        service_ip,
-        management_domain: &ctx.config.management_domain,
-        algorithm: ctx.config.key_algorithm,
-        now,
+    let Some(p) = provision(kcp, ctx, &spec, &observed, &ds, &mut conds).await? else {
+        return Ok(Action::await_change());
     };
-    let leaves = pki::plan_leaves(&inputs, &observed.secrets)?;
-    let mut applied: BTreeMap<String, Secret> = BTreeMap::new();
-    for leaf in leaves {
-        let name = leaf.secret.name_any();
-        let s = apply_if_changed(ctx, &spec.namespace, owned(leaf.secret, &owner_ref), observed.secrets.get(&name)).await?;
-        applied.insert(name, s);
-    }
-    conds.push(Cond::yes(types::CERTIFICATES_AVAILABLE, reasons::READY, "CA, service-account key, front-proxy CA and every leaf certificate are present"));
-    conds.push(Cond::yes(types::KUBECONFIG_AVAILABLE, reasons::READY, format!("Secret {}", spec.names.kubeconfig_secret())));
-
-    // The Deployment, rolled when the mounted key material changes.
-    let mut mounted: Vec<&Secret> = applied
-        .iter()
-        .filter(|(n, _)| {
-            *n != &pki::leaf_secret_name(&spec, LeafKind::Admin) && *n != &pki::leaf_secret_name(&spec, LeafKind::SuperAdmin)
-        })
-        .map(|(_, s)| s)
-        .collect();
-    mounted.push(&ds_secret);
-    for root in [spec.names.ca_secret(), spec.names.service_account_secret(), spec.names.front_proxy_ca_secret()] {
-        if let Some(s) = observed.secrets.get(&root) {
-            mounted.push(s);
-        }
-    }
-    let pki_hash = plan::desired_hash(&mounted.iter().map(|s| (&s.metadata.name, &s.data)).collect::<Vec<_>>());
-    let deployment = apply_if_changed(ctx, &spec.namespace, plan::deployment(&spec, &owner_ref, &wiring, &pki_hash), observed.deployment.as_ref()).await?;
+    let Provisioned {
+        roots,
+        endpoint,
+        applied,
+        deployment,
+        service,
+    } = p;
     let replicas = Replicas::of(Some(&deployment));
 
     // The tenant: reachable through the endpoint? Then bootstrap it.
@@ -248,16 +205,271 @@ async fn run(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Action, Error> {
             }
         }
     } else {
-        let msg = if replicas.available == 0 { "waiting for a control-plane pod to become available" } else { "waiting for the API server to answer /readyz through the endpoint" };
-        conds.push(Cond::no(types::TENANT_BOOTSTRAPPED, if replicas.available == 0 { reasons::WAITING_FOR_PODS } else { reasons::WAITING_FOR_API_SERVER }, msg));
+        let msg = if replicas.available == 0 {
+            "waiting for a control-plane pod to become available"
+        } else {
+            "waiting for the API server to answer /readyz through the endpoint"
+        };
+        conds.push(Cond::no(
+            types::TENANT_BOOTSTRAPPED,
+            if replicas.available == 0 {
+                reasons::WAITING_FOR_PODS
+            } else {
+                reasons::WAITING_FOR_API_SERVER
+            },
+            msg,
+        ));
         // Pod readiness produces Deployment events; reachability through the endpoint does not.
         if replicas.available > 0 {
             requeue = ctx.waiting.next(&object_key(kcp));
         }
     }
-    let observed = Observed { deployment: Some(deployment), service: Some(service), secrets: observed.secrets };
+    let observed = Observed {
+        deployment: Some(deployment),
+        service: Some(service),
+        secrets: observed.secrets,
+    };
     write_status(kcp, ctx, &spec, &observed, reachable, conds).await?;
     Ok(Action::requeue(requeue))
+}
+
+/// Resolves the DataStore; reports `DataStoreReady=False` (and waits for a change) when it is
+/// missing, unsupported or invalid.
+async fn datastore_step(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &ValidSpec,
+    observed: &Observed,
+    conds: &mut Vec<Cond>,
+) -> Result<Option<datastore::Resolved>, Error> {
+    // The datastore.
+    let ds = match datastore::resolve(&ctx.client, &spec.datastore_name).await {
+        Ok(ds) => ds,
+        Err(problem) => {
+            let reason = match &problem {
+                Problem::NotFound(_) => reasons::DATASTORE_NOT_FOUND,
+                Problem::DriverUnsupported(_) => reasons::DATASTORE_DRIVER_UNSUPPORTED,
+                Problem::Invalid(_) => reasons::INVALID_SPEC,
+            };
+            let mut msg = problem.message();
+            if kcp
+                .spec
+                .fields
+                .data_store_name
+                .as_deref()
+                .unwrap_or("")
+                .is_empty()
+            {
+                msg.push_str(
+                    " (spec.dataStoreName is empty, so the manager's default DataStore is used)",
+                );
+            }
+            conds.push(Cond::no(types::DATASTORE_READY, reason, msg));
+            write_status(kcp, ctx, spec, observed, false, std::mem::take(conds)).await?;
+            return Ok(None);
+        }
+    };
+    conds.push(Cond::yes(
+        types::DATASTORE_READY,
+        reasons::READY,
+        format!(
+            "DataStore {} (etcd), prefix /{}",
+            ds.name, spec.datastore_schema
+        ),
+    ));
+
+    Ok(Some(ds))
+}
+
+/// What [`provision`] applied.
+struct Provisioned {
+    roots: Roots,
+    endpoint: Endpoint,
+    applied: BTreeMap<String, Secret>,
+    deployment: Deployment,
+    service: Service,
+}
+
+/// Roots, the datastore client certificate, the Service and endpoint, leaves and kubeconfigs,
+/// and the Deployment. `None` when the endpoint is not known yet (status written).
+async fn provision(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &ValidSpec,
+    observed: &Observed,
+    ds: &datastore::Resolved,
+    conds: &mut Vec<Cond>,
+) -> Result<Option<Provisioned>, Error> {
+    let owner_ref = owner_reference(kcp);
+    // Roots: read back, or generate once with create-if-absent.
+    let (roots, root_secrets) = ensure_roots(spec, &observed.secrets, &owner_ref, ctx).await?;
+    let now = SystemTime::now();
+
+    let (ds_secret, wiring) =
+        datastore_client_secret(ctx, spec, observed, ds, &owner_ref, now).await?;
+
+    // The Service, then the endpoint.
+    let service = apply_if_changed(
+        ctx,
+        &spec.namespace,
+        plan::service(spec, &owner_ref),
+        observed.service.as_ref(),
+    )
+    .await?;
+    let Some(endpoint) = endpoint::choose(spec, Some(&service)) else {
+        conds.push(Cond::no(
+            types::ENDPOINT_READY,
+            reasons::WAITING_FOR_ENDPOINT,
+            match spec.service_type {
+                kamaji_api::kcp::ServiceType::NodePort => {
+                    "a NodePort Service needs spec.network.serviceAddress to know the endpoint"
+                        .to_owned()
+                }
+                _ => format!(
+                    "waiting for Service {} to get an address",
+                    spec.names.service()
+                ),
+            },
+        ));
+        write_status(kcp, ctx, spec, observed, false, std::mem::take(conds)).await?;
+        return Ok(None);
+    };
+    conds.push(Cond::yes(
+        types::ENDPOINT_READY,
+        reasons::READY,
+        format!("{}:{}", endpoint.host, endpoint.port),
+    ));
+    set_kcp_endpoint(kcp, ctx, &endpoint).await?;
+
+    // Leaves and kubeconfigs.
+    let service_ip = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.as_deref())
+        .and_then(|ip| ip.parse().ok());
+    let inputs = LeafInputs {
+        spec,
+        roots: &roots,
+        endpoint: &endpoint,
+        service_ip,
+        management_domain: &ctx.config.management_domain,
+        algorithm: ctx.config.key_algorithm,
+        now,
+    };
+    let leaves = pki::plan_leaves(&inputs, &observed.secrets)?;
+    let mut applied: BTreeMap<String, Secret> = BTreeMap::new();
+    for leaf in leaves {
+        let name = leaf.secret.name_any();
+        let s = apply_if_changed(
+            ctx,
+            &spec.namespace,
+            owned(leaf.secret, &owner_ref),
+            observed.secrets.get(&name),
+        )
+        .await?;
+        applied.insert(name, s);
+    }
+    conds.push(Cond::yes(
+        types::CERTIFICATES_AVAILABLE,
+        reasons::READY,
+        "CA, service-account key, front-proxy CA and every leaf certificate are present",
+    ));
+    conds.push(Cond::yes(
+        types::KUBECONFIG_AVAILABLE,
+        reasons::READY,
+        format!("Secret {}", spec.names.kubeconfig_secret()),
+    ));
+
+    // The Deployment, rolled when the mounted key material changes.
+    let pki_hash = mounted_hash(spec, &applied, &ds_secret, &root_secrets);
+    let deployment = apply_if_changed(
+        ctx,
+        &spec.namespace,
+        plan::deployment(spec, &owner_ref, &wiring, &pki_hash),
+        observed.deployment.as_ref(),
+    )
+    .await?;
+
+    Ok(Some(Provisioned {
+        roots,
+        endpoint,
+        applied,
+        deployment,
+        service,
+    }))
+}
+
+/// The tenant's own datastore client certificate (issued from the DataStore CA, kept while
+/// valid) in `<cluster>-apiserver-etcd-client` with the DataStore CA as `ca.crt`, and the
+/// API server's datastore wiring.
+async fn datastore_client_secret(
+    ctx: &Context,
+    spec: &ValidSpec,
+    observed: &Observed,
+    ds: &datastore::Resolved,
+    owner_ref: &OwnerReference,
+    now: SystemTime,
+) -> Result<(Secret, DatastoreWiring), Error> {
+    let ds_secret_name = spec.names.apiserver_etcd_client_secret();
+    let cn = kamaji_api::names::datastore_username(&spec.namespace, &spec.names.deployment());
+    let (ds_leaf, _) = pki::datastore_client(
+        &ds.ca_cert,
+        &ds.ca_key,
+        &cn,
+        observed.secrets.get(&ds_secret_name),
+        ctx.config.key_algorithm,
+        now,
+    )?;
+    let mut ds_secret = secrets::leaf_secret(
+        SecretTarget {
+            name: &ds_secret_name,
+            namespace: &spec.namespace,
+            cluster_name: &spec.cluster.name,
+        },
+        &ds_leaf,
+    );
+    ds_secret
+        .data
+        .get_or_insert_with(BTreeMap::new)
+        .insert("ca.crt".into(), ByteString(ds.ca_cert.clone().into_bytes()));
+    let ds_secret = apply_if_changed(
+        ctx,
+        &spec.namespace,
+        owned(ds_secret, owner_ref),
+        observed.secrets.get(&ds_secret_name),
+    )
+    .await?;
+    let wiring = DatastoreWiring {
+        servers: ds.server_urls(),
+        prefix: kamaji_api::names::etcd_prefix(&spec.datastore_schema),
+        tls_secret: Some(ds_secret_name.clone()),
+    };
+
+    Ok((ds_secret, wiring))
+}
+
+/// Hash of every Secret the control-plane pods mount (roots, leaves but the two kubeconfigs
+/// only the provider and users use, the datastore client), for the pod-template annotation:
+/// a reissued certificate changes it and rolls the pods.
+fn mounted_hash(
+    spec: &ValidSpec,
+    applied: &BTreeMap<String, Secret>,
+    ds_secret: &Secret,
+    roots: &[Secret],
+) -> String {
+    let unmounted = [
+        pki::leaf_secret_name(spec, LeafKind::Admin),
+        pki::leaf_secret_name(spec, LeafKind::SuperAdmin),
+    ];
+    let mounted = applied
+        .iter()
+        .filter(|(n, _)| !unmounted.contains(n))
+        .map(|(_, s)| s)
+        .chain(std::iter::once(ds_secret))
+        .chain(roots.iter())
+        .map(|s| (&s.metadata.name, &s.data))
+        .collect::<Vec<_>>();
+    plan::desired_hash(&mounted)
 }
 
 /// What the observe step read.
@@ -268,11 +480,9 @@ struct Observed {
 }
 
 async fn owner_cluster(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Option<Owner>, Error> {
-    let Some(reference) = kcp
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "Cluster" && o.api_version.split('/').next() == Some("cluster.x-k8s.io"))
-    else {
+    let Some(reference) = kcp.owner_references().iter().find(|o| {
+        o.kind == "Cluster" && o.api_version.split('/').next() == Some("cluster.x-k8s.io")
+    }) else {
         return Ok(None);
     };
     let ns = kcp.namespace().unwrap_or_default();
@@ -280,13 +490,18 @@ async fn owner_cluster(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Option
         .get_opt(&reference.name)
         .await
         .ctx(|| format!("get Cluster {ns}/{}", reference.name))?;
-    Ok(cluster.map(|c| Owner { view: ClusterView::from(&c) }))
+    Ok(cluster.map(|c| Owner {
+        view: ClusterView::from(&c),
+    }))
 }
 
 async fn observe(spec: &ValidSpec, ctx: &Context) -> Result<Observed, Error> {
     let ns = &spec.namespace;
     let secrets_api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
-    let lp = ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={}", spec.names.cluster_label_value()));
+    let lp = ListParams::default().labels(&format!(
+        "{CLUSTER_NAME_LABEL}={}",
+        spec.names.cluster_label_value()
+    ));
     let mut secrets: BTreeMap<String, Secret> = secrets_api
         .list(&lp)
         .await
@@ -298,7 +513,10 @@ async fn observe(spec: &ValidSpec, ctx: &Context) -> Result<Observed, Error> {
     // A kubeconfig Secret written by someone else may lack the label: it is adopted (case B01).
     let kubeconfig = spec.names.kubeconfig_secret();
     if !secrets.contains_key(&kubeconfig)
-        && let Some(s) = secrets_api.get_opt(&kubeconfig).await.ctx(|| format!("get Secret {ns}/{kubeconfig}"))?
+        && let Some(s) = secrets_api
+            .get_opt(&kubeconfig)
+            .await
+            .ctx(|| format!("get Secret {ns}/{kubeconfig}"))?
     {
         secrets.insert(kubeconfig, s);
     }
@@ -310,7 +528,11 @@ async fn observe(spec: &ValidSpec, ctx: &Context) -> Result<Observed, Error> {
         .get_opt(&spec.names.service())
         .await
         .ctx(|| "get Service".into())?;
-    Ok(Observed { secrets, deployment, service })
+    Ok(Observed {
+        secrets,
+        deployment,
+        service,
+    })
 }
 
 /// The controller owner reference to `kcp`.
@@ -333,9 +555,18 @@ fn owned(mut secret: Secret, owner: &OwnerReference) -> Secret {
 
 /// Server-side applies `desired` unless the observed object already carries the same desired
 /// hash (then nothing is written). Returns the object as stored.
-async fn apply_if_changed<K>(ctx: &Context, ns: &str, mut desired: K, observed: Option<&K>) -> Result<K, Error>
+async fn apply_if_changed<K>(
+    ctx: &Context,
+    ns: &str,
+    mut desired: K,
+    observed: Option<&K>,
+) -> Result<K, Error>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
 {
     let hash = {
         let meta = desired.meta_mut();
@@ -353,22 +584,41 @@ where
     let name = desired.name_any();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
     let kind = K::kind(&());
-    match api.patch(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&desired)).await {
+    match api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&desired),
+        )
+        .await
+    {
         Ok(o) => Ok(o),
         Err(kube::Error::Api(e)) if e.code == 409 => {
             ctx.metrics.ssa_conflicts.inc();
-            api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&desired))
-                .await
-                .ctx(|| format!("apply {kind} {ns}/{name} (forced after a conflict)"))
+            api.patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&desired),
+            )
+            .await
+            .ctx(|| format!("apply {kind} {ns}/{name} (forced after a conflict)"))
         }
-        Err(e) => Err(Error::Kube { action: format!("apply {kind} {ns}/{name}"), source: e }),
+        Err(e) => Err(Error::Kube {
+            action: format!("apply {kind} {ns}/{name}"),
+            source: e,
+        }),
     }
 }
 
 /// Reads the CA, front-proxy CA and service-account key from their Secrets; generates each
 /// missing one once and creates it with create-if-absent (a 409 means another writer won: its
 /// material is read back and used).
-async fn ensure_roots(spec: &ValidSpec, secrets: &BTreeMap<String, Secret>, owner: &OwnerReference, ctx: &Context) -> Result<Roots, Error> {
+async fn ensure_roots(
+    spec: &ValidSpec,
+    secrets: &BTreeMap<String, Secret>,
+    owner: &OwnerReference,
+    ctx: &Context,
+) -> Result<(Roots, [Secret; 3]), Error> {
     let n = &spec.names;
     let api = Api::<Secret>::namespaced(ctx.client.clone(), &spec.namespace);
     let cluster = spec.cluster.name.as_str();
@@ -376,48 +626,93 @@ async fn ensure_roots(spec: &ValidSpec, secrets: &BTreeMap<String, Secret>, owne
     let now = SystemTime::now();
     let alg = ctx.config.key_algorithm;
 
-    let get_or_create = async |name: String, make: &(dyn Fn() -> Result<Secret, Error> + Sync)| -> Result<Secret, Error> {
+    let get_or_create = async |name: String,
+                               make: &(dyn Fn() -> Result<Secret, Error> + Sync)|
+           -> Result<Secret, Error> {
         if let Some(s) = secrets.get(&name) {
             return Ok(s.clone());
         }
         let started = Instant::now();
         let secret = owned(make()?, owner);
-        ctx.metrics.pki_generation.observe(started.elapsed().as_secs_f64());
-        match api.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() }, &secret).await {
+        ctx.metrics
+            .pki_generation
+            .observe(started.elapsed().as_secs_f64());
+        match api
+            .create(
+                &PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PostParams::default()
+                },
+                &secret,
+            )
+            .await
+        {
             Ok(s) => {
                 info!(secret = %name, "generated key material");
                 Ok(s)
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => api.get(&name).await.ctx(|| format!("re-read Secret {ns}/{name}")),
-            Err(e) => Err(Error::Kube { action: format!("create Secret {ns}/{name}"), source: e }),
+            Err(kube::Error::Api(e)) if e.code == 409 => api
+                .get(&name)
+                .await
+                .ctx(|| format!("re-read Secret {ns}/{name}")),
+            Err(e) => Err(Error::Kube {
+                action: format!("create Secret {ns}/{name}"),
+                source: e,
+            }),
         }
     };
     let ca_name = n.ca_secret();
     let ca_secret = get_or_create(ca_name.clone(), &|| {
         let ca = CertificateAuthority::generate("kubernetes", alg, now)?;
-        Ok(secrets::ca_secret(SecretTarget { name: &ca_name, namespace: ns, cluster_name: cluster }, &ca))
+        Ok(secrets::ca_secret(
+            SecretTarget {
+                name: &ca_name,
+                namespace: ns,
+                cluster_name: cluster,
+            },
+            &ca,
+        ))
     })
     .await?;
     let proxy_name = n.front_proxy_ca_secret();
     let proxy_secret = get_or_create(proxy_name.clone(), &|| {
         let ca = CertificateAuthority::generate("front-proxy-ca", alg, now)?;
-        Ok(secrets::ca_secret(SecretTarget { name: &proxy_name, namespace: ns, cluster_name: cluster }, &ca))
+        Ok(secrets::ca_secret(
+            SecretTarget {
+                name: &proxy_name,
+                namespace: ns,
+                cluster_name: cluster,
+            },
+            &ca,
+        ))
     })
     .await?;
     let sa_name = n.service_account_secret();
     let sa_secret = get_or_create(sa_name.clone(), &|| {
         let sa = ServiceAccountKeyPair::generate(alg)?;
-        Ok(secrets::service_account_secret(SecretTarget { name: &sa_name, namespace: ns, cluster_name: cluster }, &sa))
+        Ok(secrets::service_account_secret(
+            SecretTarget {
+                name: &sa_name,
+                namespace: ns,
+                cluster_name: cluster,
+            },
+            &sa,
+        ))
     })
     .await?;
-    Ok(Roots {
+    let roots = Roots {
         ca: pki::ca_from_secret(&ca_secret)?,
         front_proxy_ca: pki::ca_from_secret(&proxy_secret)?,
         service_account: pki::sa_from_secret(&sa_secret)?,
-    })
+    };
+    Ok((roots, [ca_secret, proxy_secret, sa_secret]))
 }
 
-async fn set_kcp_endpoint(kcp: &KamajiControlPlane, ctx: &Context, endpoint: &Endpoint) -> Result<(), Error> {
+async fn set_kcp_endpoint(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    endpoint: &Endpoint,
+) -> Result<(), Error> {
     let current = kcp.spec.control_plane_endpoint.as_ref();
     if current.and_then(|e| e.host.as_deref()) == Some(endpoint.host.as_str())
         && current.and_then(|e| e.port) == Some(i32::from(endpoint.port))
@@ -437,7 +732,11 @@ async fn set_kcp_endpoint(kcp: &KamajiControlPlane, ctx: &Context, endpoint: &En
 
 /// Writes the endpoint into the Cluster when it has none, together with initialization
 /// (capi-contract.md item 15); CAPI core would copy it too, but only after it reads our status.
-async fn set_cluster_endpoint(cluster: &ClusterView, ctx: &Context, endpoint: &Endpoint) -> Result<(), Error> {
+async fn set_cluster_endpoint(
+    cluster: &ClusterView,
+    ctx: &Context,
+    endpoint: &Endpoint,
+) -> Result<(), Error> {
     if cluster.control_plane_endpoint.is_some() {
         return Ok(());
     }
@@ -463,7 +762,8 @@ async fn bootstrap_tenant(
     super_admin: Option<&Secret>,
     ctx: &Context,
 ) -> Result<(), Error> {
-    let super_admin = super_admin.ok_or_else(|| Error::Tenant("super-admin kubeconfig missing".into()))?;
+    let super_admin =
+        super_admin.ok_or_else(|| Error::Tenant("super-admin kubeconfig missing".into()))?;
     let f = &kcp.spec.fields;
     let addons = f.addons.clone().unwrap_or_default();
     let image = |a: Option<&kamaji_api::kcp::AddonSpec>| AddonImage {
@@ -471,7 +771,12 @@ async fn bootstrap_tenant(
         tag: a.and_then(|a| a.image_tag.clone()),
     };
     let kubelet = f.kubelet.clone().unwrap_or_default();
-    let patches: json_patch::Patch = serde_json::from_value(serde_json::to_value(kubelet.configuration_json_patches.clone().unwrap_or_default())?)?;
+    let patches: json_patch::Patch = serde_json::from_value(serde_json::to_value(
+        kubelet
+            .configuration_json_patches
+            .clone()
+            .unwrap_or_default(),
+    )?)?;
     let tenant_spec = TenantSpec {
         cluster_name: spec.cluster.name.clone(),
         version: spec.version_tag.clone(),
@@ -482,25 +787,45 @@ async fn bootstrap_tenant(
         cert_sans: spec.cert_sans.clone(),
         etcd_endpoints: ds.server_urls(),
         kubelet: KubeletSpec {
-            cgroup_driver: kubelet.cgroupfs.and_then(|c| serde_json::to_value(c).ok()).and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+            cgroup_driver: kubelet
+                .cgroupfs
+                .and_then(|c| serde_json::to_value(c).ok())
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
             configuration_json_patches: patches,
             preferred_address_types: spec.kubelet_address_types.clone(),
         },
         coredns: AddonImage {
-            repository: addons.core_dns.as_ref().and_then(|c| c.image_repository.clone()),
+            repository: addons
+                .core_dns
+                .as_ref()
+                .and_then(|c| c.image_repository.clone()),
             tag: addons.core_dns.as_ref().and_then(|c| c.image_tag.clone()),
         },
         kube_proxy: image(addons.kube_proxy.as_ref()),
     };
-    let tenant = tenant_spec.validate().map_err(|e| Error::Tenant(format!("{}: {}", e.field, e.reason)))?;
+    let tenant = tenant_spec
+        .validate()
+        .map_err(|e| Error::Tenant(format!("{}: {}", e.field, e.reason)))?;
     let artifacts = TenantArtifacts::build(&tenant, roots.ca.cert_pem(), Addons::default())?;
     let objects = tenant::objects(&artifacts)?;
     let hash = plan::desired_hash(&objects);
     let uid = kcp.uid().unwrap_or_default();
     let client = tenant::client_from_secret(super_admin).await?;
-    let cached = ctx.bootstrapped.lock().ok().and_then(|m| m.get(&uid).cloned());
-    let want_info = artifacts.cluster_info.data.as_ref().and_then(|d| d.get("kubeconfig")).cloned();
-    if cached.as_deref() == Some(hash.as_str()) && tenant::cluster_info_kubeconfig(&client).await? == want_info {
+    let cached = ctx
+        .bootstrapped
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&uid).cloned());
+    let want_info = artifacts
+        .cluster_info
+        .data
+        .as_ref()
+        .and_then(|d| d.get("kubeconfig"))
+        .cloned();
+    if cached.as_deref() == Some(hash.as_str())
+        && tenant::cluster_info_kubeconfig(&client).await? == want_info
+    {
         return Ok(());
     }
     tenant::apply(&client, &objects).await?;
@@ -511,18 +836,38 @@ async fn bootstrap_tenant(
     Ok(())
 }
 
-async fn write_conditions_only(kcp: &KamajiControlPlane, ctx: &Context, conds: Vec<Cond>) -> Result<(), Error> {
+async fn write_conditions_only(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    conds: Vec<Cond>,
+) -> Result<(), Error> {
     let prev = kcp.status.clone().unwrap_or_default();
     let now = Time(Timestamp::now());
     let mut next = prev.clone();
-    next.conditions = Some(status::merge_conditions(prev.conditions.as_deref().unwrap_or_default(), &conds, kcp.metadata.generation.unwrap_or(0), &now));
+    next.conditions = Some(status::merge_conditions(
+        prev.conditions.as_deref().unwrap_or_default(),
+        &conds,
+        kcp.metadata.generation.unwrap_or(0),
+        &now,
+    ));
     next.external_managed_control_plane = Some(true);
     patch_status(kcp, ctx, &prev, &next).await
 }
 
-async fn write_status(kcp: &KamajiControlPlane, ctx: &Context, spec: &ValidSpec, observed: &Observed, reachable: bool, conds: Vec<Cond>) -> Result<(), Error> {
+async fn write_status(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &ValidSpec,
+    observed: &Observed,
+    reachable: bool,
+    conds: Vec<Cond>,
+) -> Result<(), Error> {
     let prev = kcp.status.clone().unwrap_or_default();
-    let selector = plan::selector_labels(spec).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+    let selector = plan::selector_labels(spec)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
     let inputs = StatusInputs {
         previous: &prev,
         generation: kcp.metadata.generation.unwrap_or(0),
@@ -531,40 +876,85 @@ async fn write_status(kcp: &KamajiControlPlane, ctx: &Context, spec: &ValidSpec,
         selector: Some(selector),
         version: Some(spec.version_tag.clone()),
         api_reachable: reachable,
-        kubeconfig_exists: observed.secrets.contains_key(&spec.names.kubeconfig_secret()) || reachable,
+        kubeconfig_exists: observed
+            .secrets
+            .contains_key(&spec.names.kubeconfig_secret())
+            || reachable,
         conditions: conds,
     };
     let now = Time(Timestamp::now());
     let next = status::compute(&inputs, &now);
-    let was = prev.initialization.as_ref().and_then(|i| i.control_plane_initialized).unwrap_or(false);
-    let is = next.initialization.as_ref().and_then(|i| i.control_plane_initialized).unwrap_or(false);
+    let was = prev
+        .initialization
+        .as_ref()
+        .and_then(|i| i.control_plane_initialized)
+        .unwrap_or(false);
+    let is = next
+        .initialization
+        .as_ref()
+        .and_then(|i| i.control_plane_initialized)
+        .unwrap_or(false);
     if !was && is {
         if let Some(created) = kcp.metadata.creation_timestamp.as_ref() {
             let secs = now.0.duration_since(created.0).as_secs_f64();
             ctx.metrics.time_to_initialized.observe(secs);
         }
-        publish(ctx, kcp, EventType::Normal, reasons::INITIALIZED, "the tenant API server answers through the control-plane endpoint").await;
+        publish(
+            ctx,
+            kcp,
+            EventType::Normal,
+            reasons::INITIALIZED,
+            "the tenant API server answers through the control-plane endpoint",
+        )
+        .await;
     }
     ctx.metrics.set_tenant(
         &object_key(kcp),
-        Some(next.conditions.iter().flatten().map(|c| (c.type_.clone(), c.status.clone())).collect()),
+        Some(
+            next.conditions
+                .iter()
+                .flatten()
+                .map(|c| (c.type_.clone(), c.status.clone()))
+                .collect(),
+        ),
     );
     patch_status(kcp, ctx, &prev, &next).await
 }
 
-async fn patch_status(kcp: &KamajiControlPlane, ctx: &Context, prev: &kamaji_api::KamajiControlPlaneStatus, next: &kamaji_api::KamajiControlPlaneStatus) -> Result<(), Error> {
+async fn patch_status(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    prev: &kamaji_api::KamajiControlPlaneStatus,
+    next: &kamaji_api::KamajiControlPlaneStatus,
+) -> Result<(), Error> {
     if prev == next {
         return Ok(());
     }
     Api::<KamajiControlPlane>::namespaced(ctx.client.clone(), &kcp.namespace().unwrap_or_default())
-        .patch_status(&kcp.name_any(), &PatchParams::default(), &Patch::Merge(serde_json::json!({"status": next})))
+        .patch_status(
+            &kcp.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": next})),
+        )
         .await
         .ctx(|| "write status".into())?;
     Ok(())
 }
 
-async fn publish(ctx: &Context, kcp: &KamajiControlPlane, type_: EventType, reason: &str, note: &str) {
-    let ev = Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: "Reconcile".into(), secondary: None };
+async fn publish(
+    ctx: &Context,
+    kcp: &KamajiControlPlane,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
     if let Err(e) = ctx.recorder.publish(&ev, &kcp.object_ref(&())).await {
         warn!("publishing event: {e}");
     }
@@ -572,73 +962,200 @@ async fn publish(ctx: &Context, kcp: &KamajiControlPlane, type_: EventType, reas
 
 /// The deletion branch: stop the control plane, remove the tenant's datastore prefix, remove
 /// what kamaji-rs created, then release the finalizer. Completes when parts are already gone.
-async fn delete(kcp: &KamajiControlPlane, ctx: &Context, owner: Option<&Owner>) -> Result<Action, Error> {
+async fn delete(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    owner: Option<&Owner>,
+) -> Result<Action, Error> {
     if !kcp.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
     let ns = kcp.namespace().unwrap_or_default();
     let client = &ctx.client;
-    let cluster_name = owner.map(|o| o.view.name.clone()).or_else(|| kcp.labels().get(CLUSTER_NAME_LABEL).cloned()).unwrap_or_else(|| kcp.name_any());
+    let cluster_name = owner
+        .map(|o| o.view.name.clone())
+        .or_else(|| kcp.labels().get(CLUSTER_NAME_LABEL).cloned())
+        .unwrap_or_else(|| kcp.name_any());
     let names = kamaji_api::names::ObjectNames::new(&cluster_name, &kcp.name_any());
-    write_conditions_only(kcp, ctx, vec![Cond::yes(types::DELETING, reasons::WAITING_FOR_CONTROL_PLANE_DELETION, "stopping the control plane")]).await?;
+    write_conditions_only(
+        kcp,
+        ctx,
+        vec![Cond::yes(
+            types::DELETING,
+            reasons::WAITING_FOR_CONTROL_PLANE_DELETION,
+            "stopping the control plane",
+        )],
+    )
+    .await?;
 
-    // 1. Stop the API servers, so nothing writes to the prefix any more.
-    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
-    match deployments.delete(&names.deployment(), &DeleteParams { propagation_policy: Some(PropagationPolicy::Foreground), ..DeleteParams::default() }).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(Error::Kube { action: "delete Deployment".into(), source: e }),
-    }
-    let pods = Api::<Pod>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default().labels(&format!("{}={}", kamaji_api::meta::KAMAJI_NAME_LABEL, names.pod_label_value())))
-        .await
-        .ctx(|| "list control-plane pods".into())?;
-    if !pods.items.is_empty() || deployments.get_opt(&names.deployment()).await.ctx(|| "get Deployment".into())?.is_some() {
+    if !stop_control_plane(ctx, &ns, &names).await? {
         // Pod and Deployment deletions produce events on the owned Deployment only until it is
-        // gone; poll briefly for the pods.
+        // gone; check again shortly for the pods.
         return Ok(Action::requeue(std::time::Duration::from_secs(2)));
     }
+    remove_datastore_prefix(kcp, ctx, &ns, &names).await?;
+    remove_owned(kcp, ctx, &ns, &names).await?;
 
+    // 4. Release the finalizer.
+    let finalizers: Vec<String> = kcp
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    Api::<KamajiControlPlane>::namespaced(client.clone(), &ns)
+        .patch(
+            &kcp.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await
+        .ctx(|| "remove finalizer".into())?;
+    Ok(Action::await_change())
+}
+
+/// Deletes the control-plane Deployment (foreground) and reports whether it and its pods are
+/// gone, so that nothing writes to the datastore prefix any more.
+async fn stop_control_plane(
+    ctx: &Context,
+    ns: &str,
+    names: &kamaji_api::names::ObjectNames,
+) -> Result<bool, Error> {
+    let client = &ctx.client;
+    // 1. Stop the API servers, so nothing writes to the prefix any more.
+    let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
+    match deployments
+        .delete(
+            &names.deployment(),
+            &DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Foreground),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => {
+            return Err(Error::Kube {
+                action: "delete Deployment".into(),
+                source: e,
+            });
+        }
+    }
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!(
+            "{}={}",
+            kamaji_api::meta::KAMAJI_NAME_LABEL,
+            names.pod_label_value()
+        )))
+        .await
+        .ctx(|| "list control-plane pods".into())?;
+    let deployment_left = deployments
+        .get_opt(&names.deployment())
+        .await
+        .ctx(|| "get Deployment".into())?
+        .is_some();
+    Ok(pods.items.is_empty() && !deployment_left)
+}
+
+/// Removes the tenant's keys from its datastore; when the DataStore is gone the keys cannot be
+/// reached and a Warning event says so.
+async fn remove_datastore_prefix(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    ns: &str,
+    names: &kamaji_api::names::ObjectNames,
+) -> Result<(), Error> {
+    let client = &ctx.client;
     // 2. The datastore prefix.
-    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
-    let schema = kcp.spec.fields.data_store_schema.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| kamaji_api::names::datastore_schema(&ns, &kcp.name_any()));
-    let ds_name = kcp.spec.fields.data_store_name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| ctx.config.default_datastore.clone());
-    let ds_client = secrets.get_opt(&names.apiserver_etcd_client_secret()).await.ctx(|| "get datastore client Secret".into())?;
-    match (datastore::resolve(client, &ds_name).await, ds_client.as_ref().and_then(secrets::tls_pair_of)) {
+    let secrets = Api::<Secret>::namespaced(client.clone(), ns);
+    let schema = kcp
+        .spec
+        .fields
+        .data_store_schema
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| kamaji_api::names::datastore_schema(ns, &kcp.name_any()));
+    let ds_name = kcp
+        .spec
+        .fields
+        .data_store_name
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| ctx.config.default_datastore.clone());
+    let ds_client = secrets
+        .get_opt(&names.apiserver_etcd_client_secret())
+        .await
+        .ctx(|| "get datastore client Secret".into())?;
+    match (
+        datastore::resolve(client, &ds_name).await,
+        ds_client.as_ref().and_then(secrets::tls_pair_of),
+    ) {
         (Ok(ds), Some((cert, key))) => {
             let prefix = kamaji_api::names::etcd_prefix(&schema);
-            let deleted = datastore::delete_prefix(&ds, &Credentials { cert, key }, &prefix).await.map_err(Error::Datastore)?;
+            let deleted = datastore::delete_prefix(&ds, &Credentials { cert, key }, &prefix)
+                .await
+                .map_err(Error::Datastore)?;
             info!(kcp = %object_key(kcp), prefix, deleted, "removed the tenant's datastore keys");
         }
         (Err(p), _) => {
             warn!(kcp = %object_key(kcp), "datastore prefix not removed: {}", p.message());
-            publish(ctx, kcp, EventType::Warning, reasons::WAITING_FOR_DATASTORE_CLEANUP, &format!("the tenant's datastore keys were not removed: {}", p.message())).await;
+            publish(
+                ctx,
+                kcp,
+                EventType::Warning,
+                reasons::WAITING_FOR_DATASTORE_CLEANUP,
+                &format!(
+                    "the tenant's datastore keys were not removed: {}",
+                    p.message()
+                ),
+            )
+            .await;
         }
         (Ok(_), None) => {
             info!(kcp = %object_key(kcp), "no datastore client certificate: nothing was ever stored");
         }
     }
 
+    Ok(())
+}
+
+/// Deletes the Service and the Secrets this control plane owns (they would also be
+/// garbage-collected through their owner references) and forgets in-memory state.
+async fn remove_owned(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    ns: &str,
+    names: &kamaji_api::names::ObjectNames,
+) -> Result<(), Error> {
+    let client = &ctx.client;
+    let secrets = Api::<Secret>::namespaced(client.clone(), ns);
     // 3. What kamaji-rs created (also garbage-collected through owner references).
-    let _ = Api::<Service>::namespaced(client.clone(), &ns).delete(&names.service(), &DeleteParams::default()).await;
+    let _ = Api::<Service>::namespaced(client.clone(), ns)
+        .delete(&names.service(), &DeleteParams::default())
+        .await;
     let owned_secrets = secrets
-        .list(&ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={}", names.cluster_label_value())))
+        .list(&ListParams::default().labels(&format!(
+            "{CLUSTER_NAME_LABEL}={}",
+            names.cluster_label_value()
+        )))
         .await
         .ctx(|| "list Secrets".into())?;
     let uid = kcp.uid().unwrap_or_default();
-    for s in owned_secrets.items.iter().filter(|s| s.owner_references().iter().any(|o| o.uid == uid)) {
-        let _ = secrets.delete(&s.name_any(), &DeleteParams::default()).await;
+    for s in owned_secrets
+        .items
+        .iter()
+        .filter(|s| s.owner_references().iter().any(|o| o.uid == uid))
+    {
+        let _ = secrets
+            .delete(&s.name_any(), &DeleteParams::default())
+            .await;
     }
     if let Ok(mut m) = ctx.bootstrapped.lock() {
         m.remove(&uid);
     }
     ctx.metrics.set_tenant(&object_key(kcp), None);
 
-    // 4. Release the finalizer.
-    let finalizers: Vec<String> = kcp.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
-    Api::<KamajiControlPlane>::namespaced(client.clone(), &ns)
-        .patch(&kcp.name_any(), &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})))
-        .await
-        .ctx(|| "remove finalizer".into())?;
-    Ok(Action::await_change())
+    Ok(())
 }

@@ -22,7 +22,10 @@ pub async fn metrics(addr: SocketAddr, ctx: Arc<Context>) -> std::io::Result<()>
             let ctx = ctx.clone();
             async move {
                 (
-                    [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
                     ctx.metrics.encode(),
                 )
             }
@@ -38,19 +41,21 @@ pub async fn metrics(addr: SocketAddr, ctx: Arc<Context>) -> std::io::Result<()>
 /// # Errors
 /// When the address cannot be bound.
 pub async fn health(addr: SocketAddr, ready: Arc<AtomicBool>) -> std::io::Result<()> {
-    let app = Router::new().route("/healthz", get(|| async { "ok" })).route(
-        "/readyz",
-        get(move || {
-            let ready = ready.clone();
-            async move {
-                if ready.load(Ordering::Relaxed) {
-                    (StatusCode::OK, "ok")
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    if ready.load(Ordering::Relaxed) {
+                        (StatusCode::OK, "ok")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                    }
                 }
-            }
-        }),
-    );
+            }),
+        );
     let listener = tokio::net::TcpListener::bind(addr).await?;
     axum::serve(listener, app).await
 }

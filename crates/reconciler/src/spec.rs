@@ -99,7 +99,9 @@ impl ValidSpec {
     /// A component's `extraArgs` (empty when unset).
     #[must_use]
     pub fn extra_args(&self, c: Component) -> &[String] {
-        self.component(c).and_then(|s| s.extra_args.as_deref()).unwrap_or_default()
+        self.component(c)
+            .and_then(|s| s.extra_args.as_deref())
+            .unwrap_or_default()
     }
 }
 
@@ -114,43 +116,28 @@ pub fn validate(
     default_datastore: &str,
 ) -> Result<ValidSpec, Vec<SpecError>> {
     let mut errors = Vec::new();
-    let err = |field: &str, message: String| SpecError { field: field.to_owned(), message };
+    let err = |field: &str, message: String| SpecError {
+        field: field.to_owned(),
+        message,
+    };
     let namespace = kcp.metadata.namespace.clone().unwrap_or_default();
     let kcp_name = kcp.metadata.name.clone().unwrap_or_default();
     let fields = &kcp.spec.fields;
 
-    let version = match KubernetesVersion::parse(&kcp.spec.version) {
-        Ok(v) => Some(v),
-        Err(e) => {
-            errors.push(err("spec.version", e.to_string()));
-            None
-        }
-    };
+    let version = KubernetesVersion::parse(&kcp.spec.version)
+        .map_err(|e| errors.push(err("spec.version", e.to_string())))
+        .ok();
 
     let network_cfg = fields.network.clone().unwrap_or_default();
-    let dns_service_ips = fields
-        .addons
-        .as_ref()
-        .and_then(|a| a.core_dns.as_ref())
-        .and_then(|c| c.dns_service_ips.clone())
-        .filter(|l| !l.is_empty())
-        .or_else(|| network_cfg.dns_service_ips.clone())
-        .unwrap_or_default();
-    let network_spec = NetworkSpec {
-        service_cidrs: cluster.service_cidrs.clone(),
-        pod_cidrs: cluster.pod_cidrs.clone(),
-        dns_domain: cluster.service_domain.clone(),
-        dns_service_ips,
-    };
-    let network = match network_spec.validate() {
-        Ok(n) => Some(n),
-        Err(e) => {
-            errors.push(err(&network_field(&e.field), e.reason.clone()));
-            None
-        }
-    };
+    let network_spec = network_spec(kcp, cluster);
+    let network = network_spec
+        .validate()
+        .map_err(|e| errors.push(err(&network_field(&e.field), e.reason.clone())))
+        .ok();
 
-    let port = u16::try_from(cluster.api_server_port).ok().filter(|p| *p != 0);
+    let port = u16::try_from(cluster.api_server_port)
+        .ok()
+        .filter(|p| *p != 0);
     if port.is_none() {
         errors.push(err(
             "Cluster.spec.clusterNetwork.apiServerPort",
@@ -159,46 +146,20 @@ pub fn validate(
     }
 
     if let Some(v) = &version {
-        for c in [Component::ApiServer, Component::ControllerManager, Component::Scheduler] {
-            let extra = fields_component(kcp, c)
-                .and_then(|s| s.extra_args.as_deref())
-                .unwrap_or_default();
-            if let Some((flag, removed)) = args::removed_flag(c, extra, v.minor) {
-                errors.push(err(
-                    c.spec_field(),
-                    format!(
-                        "{flag} was removed from {} in v1.{removed}; version {} would not start with it",
-                        c.name(),
-                        kcp.spec.version
-                    ),
-                ));
-            }
-        }
-        for plugin in fields.admission_controllers.iter().flatten() {
-            if let Some(removed) = plugin.removed_in_minor()
-                && u64::from(v.minor) >= removed
-            {
-                errors.push(err(
-                    "spec.admissionControllers",
-                    format!(
-                        "admission plugin {} was removed in v1.{removed}; version {} would not start with it",
-                        plugin.as_str(),
-                        kcp.spec.version
-                    ),
-                ));
-            }
-        }
+        errors.extend(removed_in_target(kcp, v));
+    }
+    if fields
+        .deployment
+        .as_ref()
+        .is_some_and(|d| d.external_cluster_reference.is_some())
+    {
+        errors.push(err(
+            "spec.deployment.externalClusterReference",
+            "running the control plane in another cluster is not supported by kamaji-rs".into(),
+        ));
     }
 
-    let external = network_cfg
-        .ingress
-        .as_ref()
-        .map(|i| (i.hostname.clone(), 443))
-        .or_else(|| {
-            network_cfg.gateway.as_ref().map(|g| {
-                (g.hostname.clone(), g.port.and_then(|p| u16::try_from(p).ok()).unwrap_or(443))
-            })
-        });
+    let external = external_endpoint(&network_cfg);
 
     if !errors.is_empty() {
         return Err(errors);
@@ -207,26 +168,8 @@ pub fn validate(
         return Err(errors);
     };
     let version_tag = format!("v{}.{}.{}", version.major, version.minor, version.patch);
-    let admission_plugins = match fields.admission_controllers.as_deref() {
-        Some(list) if !list.is_empty() => {
-            list.iter().map(|p: &AdmissionController| p.as_str().to_owned()).collect()
-        }
-        _ => DEFAULT_ADMISSION_PLUGINS.iter().map(|s| (*s).to_owned()).collect(),
-    };
-    let kubelet_address_types = fields
-        .kubelet
-        .as_ref()
-        .and_then(|k| k.preferred_address_types.clone())
-        .unwrap_or_else(|| {
-            vec![
-                KubeletPreferredAddressType::InternalIP,
-                KubeletPreferredAddressType::ExternalIP,
-                KubeletPreferredAddressType::Hostname,
-            ]
-        })
-        .iter()
-        .map(|t| serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())
-        .collect();
+    let admission_plugins = admission_plugins(fields);
+    let kubelet_address_types = kubelet_address_types(fields);
     let mut cert_sans = network_cfg.cert_sans.clone().unwrap_or_default();
     if let Some((host, _)) = &external {
         cert_sans.push(host.clone());
@@ -237,7 +180,10 @@ pub fn validate(
         cluster: cluster.clone(),
         version,
         version_tag,
-        replicas: kcp.spec.replicas.unwrap_or(kamaji_api::kcp::DEFAULT_REPLICAS),
+        replicas: kcp
+            .spec
+            .replicas
+            .unwrap_or(kamaji_api::kcp::DEFAULT_REPLICAS),
         registry: fields
             .container_registry
             .clone()
@@ -246,8 +192,13 @@ pub fn validate(
         network,
         network_spec,
         port,
-        service_type: network_cfg.service_type.unwrap_or(ServiceType::LoadBalancer),
-        service_address: network_cfg.service_address.clone().filter(|a| !a.is_empty()),
+        service_type: network_cfg
+            .service_type
+            .unwrap_or(ServiceType::LoadBalancer),
+        service_address: network_cfg
+            .service_address
+            .clone()
+            .filter(|a| !a.is_empty()),
         external,
         cert_sans,
         kubelet_address_types,
@@ -264,6 +215,128 @@ pub fn validate(
             .unwrap_or_else(|| default_datastore.to_owned()),
         kcp: kcp.clone(),
     })
+}
+
+/// Flags and admission plugins that the target version no longer has: the component would exit
+/// at start, so they are refused before any pod rolls.
+fn removed_in_target(kcp: &KamajiControlPlane, v: &KubernetesVersion) -> Vec<SpecError> {
+    let mut errors = Vec::new();
+    let err = |field: &str, message: String| SpecError {
+        field: field.to_owned(),
+        message,
+    };
+    let fields = &kcp.spec.fields;
+    for c in [
+        Component::ApiServer,
+        Component::ControllerManager,
+        Component::Scheduler,
+    ] {
+        let extra = fields_component(kcp, c)
+            .and_then(|s| s.extra_args.as_deref())
+            .unwrap_or_default();
+        if let Some((flag, removed)) = args::removed_flag(c, extra, v.minor) {
+            errors.push(err(
+                c.spec_field(),
+                format!(
+                    "{flag} was removed from {} in v1.{removed}; version {} would not start with it",
+                    c.name(),
+                    kcp.spec.version
+                ),
+            ));
+        }
+    }
+    for plugin in fields.admission_controllers.iter().flatten() {
+        if let Some(removed) = plugin.removed_in_minor()
+            && u64::from(v.minor) >= removed
+        {
+            errors.push(err(
+                "spec.admissionControllers",
+                format!(
+                    "admission plugin {} was removed in v1.{removed}; version {} would not start with it",
+                    plugin.as_str(),
+                    kcp.spec.version
+                ),
+            ));
+        }
+    }
+    errors
+}
+
+/// `--enable-admission-plugins`: `spec.admissionControllers`, else [`DEFAULT_ADMISSION_PLUGINS`].
+fn admission_plugins(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<String> {
+    match fields.admission_controllers.as_deref() {
+        Some(list) if !list.is_empty() => list
+            .iter()
+            .map(|p: &AdmissionController| p.as_str().to_owned())
+            .collect(),
+        _ => DEFAULT_ADMISSION_PLUGINS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+    }
+}
+
+/// `--kubelet-preferred-address-types`: `spec.kubelet.preferredAddressTypes`, else the
+/// schema default `InternalIP,ExternalIP,Hostname`.
+fn kubelet_address_types(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<String> {
+    fields
+        .kubelet
+        .as_ref()
+        .and_then(|k| k.preferred_address_types.clone())
+        .unwrap_or_else(|| {
+            vec![
+                KubeletPreferredAddressType::InternalIP,
+                KubeletPreferredAddressType::ExternalIP,
+                KubeletPreferredAddressType::Hostname,
+            ]
+        })
+        .iter()
+        .map(|t| {
+            serde_json::to_value(t)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The tenant network inputs: ranges and domain from the Cluster (defaults applied, case B23),
+/// CoreDNS addresses from `spec.addons.coreDNS.dnsServiceIPs`, else
+/// `spec.network.dnsServiceIPs`.
+fn network_spec(kcp: &KamajiControlPlane, cluster: &ClusterView) -> NetworkSpec {
+    let fields = &kcp.spec.fields;
+    let network_cfg = fields.network.clone().unwrap_or_default();
+    let dns_service_ips = fields
+        .addons
+        .as_ref()
+        .and_then(|a| a.core_dns.as_ref())
+        .and_then(|c| c.dns_service_ips.clone())
+        .filter(|l| !l.is_empty())
+        .or_else(|| network_cfg.dns_service_ips.clone())
+        .unwrap_or_default();
+    NetworkSpec {
+        service_cidrs: cluster.service_cidrs.clone(),
+        pod_cidrs: cluster.pod_cidrs.clone(),
+        dns_domain: cluster.service_domain.clone(),
+        dns_service_ips,
+    }
+}
+
+/// The ingress or gateway host and port (443 unless the gateway names one), which the endpoint
+/// takes before any Service address.
+fn external_endpoint(network_cfg: &kamaji_api::kcp::NetworkComponent) -> Option<(String, u16)> {
+    network_cfg
+        .ingress
+        .as_ref()
+        .map(|i| (i.hostname.clone(), 443))
+        .or_else(|| {
+            network_cfg.gateway.as_ref().map(|g| {
+                (
+                    g.hostname.clone(),
+                    g.port.and_then(|p| u16::try_from(p).ok()).unwrap_or(443),
+                )
+            })
+        })
 }
 
 fn fields_component(kcp: &KamajiControlPlane, c: Component) -> Option<&ControlPlaneComponent> {

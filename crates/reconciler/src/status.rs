@@ -29,24 +29,44 @@ impl Cond {
     /// A `True` condition.
     #[must_use]
     pub fn yes(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { type_, status: "True", reason, message: message.into() }
+        Self {
+            type_,
+            status: "True",
+            reason,
+            message: message.into(),
+        }
     }
     /// A `False` condition.
     #[must_use]
     pub fn no(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { type_, status: "False", reason, message: message.into() }
+        Self {
+            type_,
+            status: "False",
+            reason,
+            message: message.into(),
+        }
     }
     /// An `Unknown` condition.
     #[must_use]
     pub fn unknown(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { type_, status: "Unknown", reason, message: message.into() }
+        Self {
+            type_,
+            status: "Unknown",
+            reason,
+            message: message.into(),
+        }
     }
 }
 
 /// Merges `new` conditions into `prev`: a condition whose status is unchanged keeps its
 /// `lastTransitionTime`; conditions of other types in `prev` are kept as they are.
 #[must_use]
-pub fn merge_conditions(prev: &[Condition], new: &[Cond], generation: i64, now: &Time) -> Vec<Condition> {
+pub fn merge_conditions(
+    prev: &[Condition],
+    new: &[Cond],
+    generation: i64,
+    now: &Time,
+) -> Vec<Condition> {
     let mut out: Vec<Condition> = prev
         .iter()
         .filter(|p| !new.iter().any(|n| n.type_ == p.type_))
@@ -97,7 +117,8 @@ impl Replicas {
             ready: s.ready_replicas.unwrap_or(0),
             available: s.available_replicas.unwrap_or(0),
             up_to_date: s.updated_replicas.unwrap_or(0),
-            observed_current: s.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0),
+            observed_current: s.observed_generation.unwrap_or(0)
+                >= d.metadata.generation.unwrap_or(0),
         }
     }
 }
@@ -140,49 +161,35 @@ pub fn compute(inputs: &StatusInputs<'_>, now: &Time) -> KamajiControlPlaneStatu
     let initialized = was_initialized || (inputs.api_reachable && inputs.kubeconfig_exists);
     let r = inputs.replicas;
     let available = initialized && inputs.api_reachable && r.available > 0;
-    let rolling_out = r.up_to_date < r.replicas || !r.observed_current || r.up_to_date < inputs.desired;
+    let rolling_out =
+        r.up_to_date < r.replicas || !r.observed_current || r.up_to_date < inputs.desired;
     let mut conds = inputs.conditions.clone();
-    conds.push(if initialized {
-        Cond::yes(types::INITIALIZED, reasons::INITIALIZED, "the API server has accepted requests")
-    } else {
-        Cond::no(types::INITIALIZED, reasons::NOT_INITIALIZED, "waiting for the API server to answer /readyz through the endpoint")
-    });
-    conds.push(if available {
-        Cond::yes(types::AVAILABLE, reasons::AVAILABLE, format!("{} of {} API server pods available", r.available, inputs.desired))
-    } else if inputs.desired == 0 {
-        Cond::no(types::AVAILABLE, reasons::SCALED_TO_ZERO, "the control plane is scaled to zero")
-    } else if r.available == 0 {
-        Cond::no(types::AVAILABLE, reasons::NOT_AVAILABLE, "no API server pod is available")
-    } else {
-        Cond::no(types::AVAILABLE, reasons::NOT_AVAILABLE, "the API server does not answer /readyz through the endpoint")
-    });
-    conds.push(if rolling_out {
-        Cond::yes(types::ROLLING_OUT, reasons::ROLLING_OUT, format!("{} of {} pods up to date", r.up_to_date, inputs.desired))
-    } else {
-        Cond::no(types::ROLLING_OUT, reasons::NOT_ROLLING_OUT, "")
-    });
-    conds.push(if r.replicas < inputs.desired {
-        Cond::yes(types::SCALING_UP, reasons::SCALING_UP, format!("scaling up from {} to {} pods", r.replicas, inputs.desired))
-    } else {
-        Cond::no(types::SCALING_UP, reasons::NOT_SCALING_UP, "")
-    });
-    conds.push(if r.replicas > inputs.desired {
-        Cond::yes(types::SCALING_DOWN, reasons::SCALING_DOWN, format!("scaling down from {} to {} pods", r.replicas, inputs.desired))
-    } else {
-        Cond::no(types::SCALING_DOWN, reasons::NOT_SCALING_DOWN, "")
-    });
+    conds.extend(contract_conditions(
+        inputs,
+        initialized,
+        available,
+        rolling_out,
+    ));
     let prev_conditions = prev.conditions.clone().unwrap_or_default();
     let conditions = merge_conditions(&prev_conditions, &conds, inputs.generation, now);
 
     // versions[]: what runs. When the rollout is complete, every pod runs the desired version;
     // during a rollout the previously reported list stays until the roll finishes.
     let versions = match (&inputs.version, rolling_out || r.replicas == 0) {
-        (Some(v), false) => Some(vec![StatusVersion { version: v.clone(), replicas: Some(r.replicas) }]),
+        (Some(v), false) => Some(vec![StatusVersion {
+            version: v.clone(),
+            replicas: Some(r.replicas),
+        }]),
         _ => prev.versions.clone(),
     };
-    let version = versions.as_ref().and_then(|v| v.last()).map(|v| v.version.clone());
+    let version = versions
+        .as_ref()
+        .and_then(|v| v.last())
+        .map(|v| v.version.clone());
     KamajiControlPlaneStatus {
-        initialization: Some(KamajiControlPlaneInitialization { control_plane_initialized: Some(initialized) }),
+        initialization: Some(KamajiControlPlaneInitialization {
+            control_plane_initialized: Some(initialized),
+        }),
         initialized: Some(initialized),
         ready: Some(available),
         replicas: Some(r.replicas),
@@ -202,6 +209,90 @@ pub fn compute(inputs: &StatusInputs<'_>, now: &Time) -> KamajiControlPlaneStatu
     }
 }
 
+/// The CAPI contract conditions: `Initialized`, `Available`, `RollingOut`, `ScalingUp`,
+/// `ScalingDown` (capi-contract.md items 29–32).
+fn contract_conditions(
+    inputs: &StatusInputs<'_>,
+    initialized: bool,
+    available: bool,
+    rolling_out: bool,
+) -> Vec<Cond> {
+    let r = inputs.replicas;
+    let mut conds = Vec::with_capacity(5);
+    conds.push(if initialized {
+        Cond::yes(
+            types::INITIALIZED,
+            reasons::INITIALIZED,
+            "the API server has accepted requests",
+        )
+    } else {
+        Cond::no(
+            types::INITIALIZED,
+            reasons::NOT_INITIALIZED,
+            "waiting for the API server to answer /readyz through the endpoint",
+        )
+    });
+    conds.push(if available {
+        Cond::yes(
+            types::AVAILABLE,
+            reasons::AVAILABLE,
+            format!(
+                "{} of {} API server pods available",
+                r.available, inputs.desired
+            ),
+        )
+    } else if inputs.desired == 0 {
+        Cond::no(
+            types::AVAILABLE,
+            reasons::SCALED_TO_ZERO,
+            "the control plane is scaled to zero",
+        )
+    } else if r.available == 0 {
+        Cond::no(
+            types::AVAILABLE,
+            reasons::NOT_AVAILABLE,
+            "no API server pod is available",
+        )
+    } else {
+        Cond::no(
+            types::AVAILABLE,
+            reasons::NOT_AVAILABLE,
+            "the API server does not answer /readyz through the endpoint",
+        )
+    });
+    conds.push(if rolling_out {
+        Cond::yes(
+            types::ROLLING_OUT,
+            reasons::ROLLING_OUT,
+            format!("{} of {} pods up to date", r.up_to_date, inputs.desired),
+        )
+    } else {
+        Cond::no(types::ROLLING_OUT, reasons::NOT_ROLLING_OUT, "")
+    });
+    conds.push(if r.replicas < inputs.desired {
+        Cond::yes(
+            types::SCALING_UP,
+            reasons::SCALING_UP,
+            format!("scaling up from {} to {} pods", r.replicas, inputs.desired),
+        )
+    } else {
+        Cond::no(types::SCALING_UP, reasons::NOT_SCALING_UP, "")
+    });
+    conds.push(if r.replicas > inputs.desired {
+        Cond::yes(
+            types::SCALING_DOWN,
+            reasons::SCALING_DOWN,
+            format!(
+                "scaling down from {} to {} pods",
+                r.replicas, inputs.desired
+            ),
+        )
+    } else {
+        Cond::no(types::SCALING_DOWN, reasons::NOT_SCALING_DOWN, "")
+    });
+    conds
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,20 +303,45 @@ mod tests {
 
     #[test]
     fn transition_time_changes_only_when_the_status_flips() {
-        let prev = merge_conditions(&[], &[Cond::no("Available", "NotAvailable", "x")], 1, &t("2026-01-01T00:00:00Z"));
-        let same = merge_conditions(&prev, &[Cond::no("Available", "NotAvailable", "y")], 2, &t("2026-01-02T00:00:00Z"));
+        let prev = merge_conditions(
+            &[],
+            &[Cond::no("Available", "NotAvailable", "x")],
+            1,
+            &t("2026-01-01T00:00:00Z"),
+        );
+        let same = merge_conditions(
+            &prev,
+            &[Cond::no("Available", "NotAvailable", "y")],
+            2,
+            &t("2026-01-02T00:00:00Z"),
+        );
         assert_eq!(same[0].last_transition_time, t("2026-01-01T00:00:00Z"));
         assert_eq!(same[0].message, "y");
-        let flipped = merge_conditions(&same, &[Cond::yes("Available", "Available", "")], 2, &t("2026-01-03T00:00:00Z"));
+        let flipped = merge_conditions(
+            &same,
+            &[Cond::yes("Available", "Available", "")],
+            2,
+            &t("2026-01-03T00:00:00Z"),
+        );
         assert_eq!(flipped[0].last_transition_time, t("2026-01-03T00:00:00Z"));
     }
 
-    fn inputs(prev: &KamajiControlPlaneStatus, reachable: bool, available: i32) -> StatusInputs<'_> {
+    fn inputs(
+        prev: &KamajiControlPlaneStatus,
+        reachable: bool,
+        available: i32,
+    ) -> StatusInputs<'_> {
         StatusInputs {
             previous: prev,
             generation: 1,
             desired: 2,
-            replicas: Replicas { replicas: 2, ready: available, available, up_to_date: 2, observed_current: true },
+            replicas: Replicas {
+                replicas: 2,
+                ready: available,
+                available,
+                up_to_date: 2,
+                observed_current: true,
+            },
             selector: Some("kamaji.clastix.io/name=demo".into()),
             version: Some("v1.36.3".into()),
             api_reachable: reachable,
@@ -237,15 +353,32 @@ mod tests {
     #[test]
     fn b22_initialized_needs_readyz_and_never_goes_back() {
         let now = t("2026-01-01T00:00:00Z");
-        let s0 = compute(&inputs(&KamajiControlPlaneStatus::default(), false, 2), &now);
+        let s0 = compute(
+            &inputs(&KamajiControlPlaneStatus::default(), false, 2),
+            &now,
+        );
         assert_eq!(s0.initialized, Some(false));
-        assert_eq!(s0.ready, Some(false), "ready is never true while initialized is false");
+        assert_eq!(
+            s0.ready,
+            Some(false),
+            "ready is never true while initialized is false"
+        );
         let s1 = compute(&inputs(&s0, true, 2), &now);
-        assert_eq!(s1.initialization.as_ref().unwrap().control_plane_initialized, Some(true));
+        assert_eq!(
+            s1.initialization
+                .as_ref()
+                .unwrap()
+                .control_plane_initialized,
+            Some(true)
+        );
         assert_eq!(s1.ready, Some(true));
         let s2 = compute(&inputs(&s1, false, 0), &now);
         assert_eq!(s2.initialized, Some(true), "initialized is sticky");
-        assert_eq!(s2.ready, Some(false), "a control plane without pods is not ready");
+        assert_eq!(
+            s2.ready,
+            Some(false),
+            "a control plane without pods is not ready"
+        );
         assert_eq!(s2.external_managed_control_plane, Some(true));
     }
 
@@ -258,7 +391,11 @@ mod tests {
         rolling.version = Some("v1.37.0".into());
         rolling.replicas.up_to_date = 1;
         let s2 = compute(&rolling, &now);
-        assert_eq!(s2.version.as_deref(), Some("v1.36.3"), "version is set only when all replicas run it");
+        assert_eq!(
+            s2.version.as_deref(),
+            Some("v1.36.3"),
+            "version is set only when all replicas run it"
+        );
     }
 
     #[test]

@@ -26,7 +26,8 @@ pub async fn client_from_secret(secret: &Secret) -> Result<Client, Error> {
         .as_ref()
         .and_then(|d| d.get(KUBECONFIG_KEY))
         .ok_or_else(|| Error::Tenant("kubeconfig Secret has no `value`".into()))?;
-    let kc: Kubeconfig = serde_yaml::from_slice(&raw.0).map_err(|e| Error::Tenant(format!("kubeconfig: {e}")))?;
+    let kc: Kubeconfig =
+        serde_yaml::from_slice(&raw.0).map_err(|e| Error::Tenant(format!("kubeconfig: {e}")))?;
     let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| Error::Tenant(format!("kubeconfig: {e}")))?;
@@ -38,7 +39,9 @@ pub async fn client_from_secret(secret: &Secret) -> Result<Client, Error> {
 
 /// `GET /readyz` answered `ok`.
 pub async fn readyz(client: &Client) -> bool {
-    let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else { return false };
+    let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else {
+        return false;
+    };
     matches!(client.request_text(req).await, Ok(body) if body.trim() == "ok")
 }
 
@@ -50,7 +53,8 @@ pub fn objects(artifacts: &TenantArtifacts) -> Result<Vec<DynamicObject>, Error>
     let yaml = artifacts.to_yaml()?;
     let mut out = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&yaml) {
-        let v: serde_json::Value = serde::Deserialize::deserialize(doc).map_err(|e| Error::Tenant(format!("artifact YAML: {e}")))?;
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc)
+            .map_err(|e| Error::Tenant(format!("artifact YAML: {e}")))?;
         if v.is_null() {
             continue;
         }
@@ -66,7 +70,10 @@ pub fn objects(artifacts: &TenantArtifacts) -> Result<Vec<DynamicObject>, Error>
 pub async fn apply(client: &Client, objects: &[DynamicObject]) -> Result<(), Error> {
     let pp = PatchParams::apply(TENANT_FIELD_MANAGER).force();
     for obj in objects {
-        let types = obj.types.clone().ok_or_else(|| Error::Tenant("artifact without apiVersion/kind".into()))?;
+        let types = obj
+            .types
+            .clone()
+            .ok_or_else(|| Error::Tenant("artifact without apiVersion/kind".into()))?;
         let (group, version) = match types.api_version.split_once('/') {
             Some((g, v)) => (g.to_owned(), v.to_owned()),
             None => (String::new(), types.api_version.clone()),
@@ -93,5 +100,7 @@ pub async fn cluster_info_kubeconfig(client: &Client) -> Result<Option<String>, 
         .get_opt("cluster-info")
         .await
         .map_err(|e| Error::Tenant(format!("read cluster-info: {e}")))?;
-    Ok(cm.and_then(|c| c.data).and_then(|d| d.get("kubeconfig").cloned()))
+    Ok(cm
+        .and_then(|c| c.data)
+        .and_then(|d| d.get("kubeconfig").cloned()))
 }

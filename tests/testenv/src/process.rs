@@ -32,7 +32,7 @@ impl Supervised {
             .stdout(out)
             .stderr(err)
             .spawn()
-            .with_context(|| format!("start {name} ({:?})", cmd.get_program()))?;
+            .with_context(|| format!("start {name} ({})", std::path::Path::new(cmd.get_program()).display()))?;
         Ok(Self { name: name.to_owned(), child: Some(child), log: log.to_owned() })
     }
 

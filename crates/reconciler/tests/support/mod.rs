@@ -49,7 +49,11 @@ impl Env {
         let dir = cluster.dir().join("datastore");
         std::fs::create_dir_all(&dir)?;
         let ca = kamaji_testenv::pki::TestCa::new("datastore-ca")?;
-        let server = ca.serving("etcd", &["localhost"], &[IpAddr::from([127, 0, 0, 1]), IpAddr::V4(host_ip)])?;
+        let server = ca.serving(
+            "etcd",
+            &["localhost"],
+            &[IpAddr::from([127, 0, 0, 1]), IpAddr::V4(host_ip)],
+        )?;
         std::fs::write(dir.join("server.crt"), &server.cert_pem)?;
         std::fs::write(dir.join("server.key"), &server.key_pem)?;
         std::fs::write(dir.join("ca.crt"), ca.cert_pem())?;
@@ -59,7 +63,12 @@ impl Env {
             client_ca_file: dir.join("ca.crt"),
         };
         let datastore = Etcd::start(cluster.tools(), &dir.join("etcd"), Some(&tls)).await?;
-        let port: u16 = datastore.url().rsplit(':').next().unwrap_or_default().parse()?;
+        let port: u16 = datastore
+            .url()
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .parse()?;
         let for_pods = node.expose_host_port(port)?;
         let client_pair = ca.client("datastore-admin", &[])?;
         let env = Self {
@@ -109,8 +118,14 @@ impl Env {
         cmd.env("KUBECONFIG", &self.manager_kubeconfig)
             .env("RUST_LOG", "info,kamaji_reconciler=debug,kube=warn")
             .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()?))
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{}", free_port()?));
-        let log = self.cluster.dir().join(format!("manager-{}.log", self.manager_starts));
+            .arg(format!(
+                "--health-probe-bind-address=127.0.0.1:{}",
+                free_port()?
+            ));
+        let log = self
+            .cluster
+            .dir()
+            .join(format!("manager-{}.log", self.manager_starts));
         self.manager = Some(Supervised::spawn("manager", cmd, &log)?);
         Ok(())
     }
@@ -124,7 +139,10 @@ impl Env {
 
     /// The manager's log so far (for failure messages).
     pub fn manager_log(&self) -> String {
-        self.manager.as_ref().map(|m| m.log_tail(60)).unwrap_or_default()
+        self.manager
+            .as_ref()
+            .map(|m| m.log_tail(60))
+            .unwrap_or_default()
     }
 
     pub fn client(&self) -> Client {
@@ -133,7 +151,9 @@ impl Env {
 
     /// Creates namespace `ns` if missing.
     pub async fn namespace(&self, ns: &str) -> Result<()> {
-        let obj: Namespace = serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))?;
+        let obj: Namespace = serde_json::from_value(
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )?;
         self.cluster.apply(&obj).await?;
         Ok(())
     }
@@ -141,16 +161,26 @@ impl Env {
     /// Server-side applies one object given as JSON (any kind the API server knows).
     pub async fn apply_value(&self, v: &serde_json::Value) -> Result<()> {
         let obj: DynamicObject = serde_json::from_value(v.clone())?;
-        let types = obj.types.clone().context("object without apiVersion/kind")?;
-        let (group, version) = types.api_version.split_once('/').map_or(("", types.api_version.as_str()), |(g, v)| (g, v));
+        let types = obj
+            .types
+            .clone()
+            .context("object without apiVersion/kind")?;
+        let (group, version) = types
+            .api_version
+            .split_once('/')
+            .map_or(("", types.api_version.as_str()), |(g, v)| (g, v));
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind));
         let api: Api<DynamicObject> = match obj.namespace() {
             Some(ns) => Api::namespaced_with(self.client(), &ns, &ar),
             None => Api::all_with(self.client(), &ar),
         };
-        api.patch(&obj.name_any(), &PatchParams::apply("e2e-test").force(), &Patch::Apply(&obj))
-            .await
-            .with_context(|| format!("apply {} {}", types.kind, obj.name_any()))?;
+        api.patch(
+            &obj.name_any(),
+            &PatchParams::apply("e2e-test").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .with_context(|| format!("apply {} {}", types.kind, obj.name_any()))?;
         Ok(())
     }
 
@@ -166,7 +196,14 @@ impl Env {
     }
 
     /// Waits until the KamajiControlPlane has condition `type_` with `status`.
-    pub async fn wait_kcp_condition(&self, ns: &str, name: &str, type_: &str, status: &str, timeout: Duration) -> Result<KamajiControlPlane> {
+    pub async fn wait_kcp_condition(
+        &self,
+        ns: &str,
+        name: &str,
+        type_: &str,
+        status: &str,
+        timeout: Duration,
+    ) -> Result<KamajiControlPlane> {
         let api: Api<KamajiControlPlane> = Api::namespaced(self.client(), ns);
         let cond = |k: Option<&KamajiControlPlane>| {
             k.and_then(|k| k.status.as_ref())
@@ -179,7 +216,10 @@ impl Env {
                 Ok(api.get(name).await?)
             }
             Err(_) => {
-                let now = api.get_opt(name).await?.map(|k| serde_yaml::to_string(&k.status).unwrap_or_default());
+                let now = api
+                    .get_opt(name)
+                    .await?
+                    .map(|k| serde_yaml::to_string(&k.status).unwrap_or_default());
                 bail!(
                     "KamajiControlPlane {ns}/{name} did not reach {type_}={status} in {timeout:?}\nstatus: {}\nmanager log:\n{}",
                     now.unwrap_or_default(),
@@ -190,12 +230,26 @@ impl Env {
     }
 
     /// Waits until the Cluster (read as v1beta2) has condition `type_` = `status`.
-    pub async fn wait_cluster_condition(&self, ns: &str, name: &str, type_: &str, status: &str, timeout: Duration) -> Result<DynamicObject> {
-        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"));
+    pub async fn wait_cluster_condition(
+        &self,
+        ns: &str,
+        name: &str,
+        type_: &str,
+        status: &str,
+        timeout: Duration,
+    ) -> Result<DynamicObject> {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "Cluster",
+        ));
         let api: Api<DynamicObject> = Api::namespaced_with(self.client(), ns, &ar);
         let cond = |c: Option<&DynamicObject>| {
             c.and_then(|c| c.data["status"]["conditions"].as_array().cloned())
-                .is_some_and(|l| l.iter().any(|c| c["type"] == type_ && c["status"] == status))
+                .is_some_and(|l| {
+                    l.iter()
+                        .any(|c| c["type"] == type_ && c["status"] == status)
+                })
         };
         match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
             Ok(r) => {
@@ -203,7 +257,10 @@ impl Env {
                 Ok(api.get(name).await?)
             }
             Err(_) => {
-                let now = api.get_opt(name).await?.map(|c| serde_yaml::to_string(&c.data["status"]).unwrap_or_default());
+                let now = api
+                    .get_opt(name)
+                    .await?
+                    .map(|c| serde_yaml::to_string(&c.data["status"]).unwrap_or_default());
                 bail!(
                     "Cluster {ns}/{name} did not reach {type_}={status} in {timeout:?}\nstatus: {}\nmanager log:\n{}",
                     now.unwrap_or_default(),
@@ -215,16 +272,28 @@ impl Env {
 
     /// A client for the tenant from `<cluster>-kubeconfig` (key `value`).
     pub async fn tenant_client(&self, ns: &str, cluster: &str) -> Result<Client> {
-        let secret = Api::<Secret>::namespaced(self.client(), ns).get(&format!("{cluster}-kubeconfig")).await?;
-        let raw = secret.data.and_then(|d| d.get("value").cloned()).context("no value key")?;
+        let secret = Api::<Secret>::namespaced(self.client(), ns)
+            .get(&format!("{cluster}-kubeconfig"))
+            .await?;
+        let raw = secret
+            .data
+            .and_then(|d| d.get("value").cloned())
+            .context("no value key")?;
         let kc: kube::config::Kubeconfig = serde_yaml::from_slice(&raw.0)?;
-        let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?;
         Ok(Client::try_from(config)?)
     }
 
     /// Writes requests of the manager's user, from the audit log.
     pub fn manager_writes(&self) -> Result<Vec<kamaji_testenv::AuditEvent>> {
-        Ok(self.cluster.audit_events()?.into_iter().filter(|e| e.user.username == MANAGER_USER && e.is_write()).collect())
+        Ok(self
+            .cluster
+            .audit_events()?
+            .into_iter()
+            .filter(|e| e.user.username == MANAGER_USER && e.is_write())
+            .collect())
     }
 }
 
@@ -238,11 +307,18 @@ pub fn manager_binary() -> Result<PathBuf> {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe()?;
-    let candidate = exe.parent().and_then(|p| p.parent()).map(|p| p.join("manager")).context("no parent directory")?;
+    let candidate = exe
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|p| p.join("manager"))
+        .context("no parent directory")?;
     if candidate.exists() {
         Ok(candidate)
     } else {
-        bail!("{} is missing: build it with `cargo build -p kamaji-reconciler --bin manager`", candidate.display())
+        bail!(
+            "{} is missing: build it with `cargo build -p kamaji-reconciler --bin manager`",
+            candidate.display()
+        )
     }
 }
 
@@ -305,28 +381,63 @@ pub fn substitute(text: &str, vars: &std::collections::HashMap<String, String>) 
 /// Creates a fresh bootstrap token in the tenant, waits for its cluster-info signature, and
 /// runs the real `kubeadm join phase preflight` discovery against `endpoint` pinned to the CA
 /// of `<cluster>-ca`. Returns kubeadm's output; fails when discovery fails.
-pub async fn kubeadm_discovery(env: &Env, ns: &str, cluster: &str, endpoint: &str) -> Result<String> {
+pub async fn kubeadm_discovery(
+    env: &Env,
+    ns: &str,
+    cluster: &str,
+    endpoint: &str,
+) -> Result<String> {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kamaji_bootstrap::token::{BootstrapToken, TokenSecretOptions, bootstrap_token_secret};
     let tenant = env.tenant_client(ns, cluster).await?;
     let token = BootstrapToken::generate()?;
     let secret = bootstrap_token_secret(&token, &TokenSecretOptions::default())?;
-    Api::<Secret>::namespaced(tenant.clone(), "kube-system").create(&kube::api::PostParams::default(), &secret).await?;
+    Api::<Secret>::namespaced(tenant.clone(), "kube-system")
+        .create(&kube::api::PostParams::default(), &secret)
+        .await?;
     let key = token.jws_key();
-    let signed = move |c: Option<&ConfigMap>| c.and_then(|c| c.data.as_ref()).is_some_and(|d| d.contains_key(&key));
-    tokio::time::timeout(Duration::from_secs(60), await_condition(Api::<ConfigMap>::namespaced(tenant, "kube-public"), "cluster-info", signed))
-        .await
-        .context("cluster-info was not signed for the new token within 60 s")??;
-    let ca = Api::<Secret>::namespaced(env.client(), ns).get(&format!("{cluster}-ca")).await?;
-    let ca_pem = String::from_utf8(ca.data.context("no data")?.get("tls.crt").context("no tls.crt")?.0.clone())?;
+    let signed = move |c: Option<&ConfigMap>| {
+        c.and_then(|c| c.data.as_ref())
+            .is_some_and(|d| d.contains_key(&key))
+    };
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(
+            Api::<ConfigMap>::namespaced(tenant, "kube-public"),
+            "cluster-info",
+            signed,
+        ),
+    )
+    .await
+    .context("cluster-info was not signed for the new token within 60 s")??;
+    let ca = Api::<Secret>::namespaced(env.client(), ns)
+        .get(&format!("{cluster}-ca"))
+        .await?;
+    let ca_pem = String::from_utf8(
+        ca.data
+            .context("no data")?
+            .get("tls.crt")
+            .context("no tls.crt")?
+            .0
+            .clone(),
+    )?;
     let hash = kamaji_bootstrap::pki::ca_cert_hash(&ca_pem)?;
     let out = Command::new(env.cluster.tools().path("kubeadm"))
         .args(["join", "phase", "preflight", endpoint])
         .arg(format!("--token={}", token.token()))
         .arg(format!("--discovery-token-ca-cert-hash={hash}"))
-        .args(["--ignore-preflight-errors=all", "--node-name=worker-1", "--cri-socket=unix:///nonexistent.sock", "-v=1"])
+        .args([
+            "--ignore-preflight-errors=all",
+            "--node-name=worker-1",
+            "--cri-socket=unix:///nonexistent.sock",
+            "-v=1",
+        ])
         .output()?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     if !out.status.success() || !text.contains("TLS certificate validates against pinned roots") {
         bail!("kubeadm join discovery failed:\n{text}");
     }
