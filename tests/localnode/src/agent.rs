@@ -68,7 +68,7 @@ impl Default for Builder {
             prefix: "node".into(),
             lb_pool: None,
             backoff: Duration::from_secs(10),
-            max_backoff: Duration::from_secs(300),
+            max_backoff: Duration::from_mins(5),
         }
     }
 }
@@ -188,7 +188,6 @@ where
         while let Some(ev) = stream.next().await {
             match ev {
                 Ok(Event::Apply(o) | Event::Delete(o)) => on_event(&o),
-                Ok(Event::InitDone) => {}
                 Ok(_) => {}
                 Err(e) => tracing::debug!("watch: {e}"),
             }
@@ -299,7 +298,7 @@ impl LocalNode {
         tasks.push(t);
         let k = Arc::clone(&kick);
         let (services, t) = spawn_watch(Api::<Service>::all(client.clone()), move |_: &Service| {
-            k.notify_one()
+            k.notify_one();
         });
         tasks.push(t);
         let k = Arc::clone(&kick);

@@ -140,7 +140,10 @@ pub(crate) fn sweep_stale() {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        if name.ends_with(".json") {
+        if Path::new(name)
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        {
             let entries: Vec<Undo> = std::fs::read(&path)
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok())

@@ -54,6 +54,9 @@
 //! `/run/kamaji-localnode` and undone on drop (also while a test panics) or by the next
 //! agent that starts after a killed run.
 
+// Kubernetes kind names (ConfigMap, ClusterIP, …) appear in prose throughout.
+#![allow(clippy::doc_markdown)]
+
 mod agent;
 mod expand;
 mod image;

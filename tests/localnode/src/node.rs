@@ -115,7 +115,7 @@ pub(crate) async fn heartbeat(client: Client, nodes: Vec<NodeInfo>, version: Str
             tracing::warn!("renew node leases: {e:#}");
         }
         n += 1;
-        if n % 3 == 0 {
+        if n.is_multiple_of(3) {
             for node in &nodes {
                 if let Err(e) = heartbeat_node(&api, node, &version).await {
                     tracing::warn!("node heartbeat: {e:#}");

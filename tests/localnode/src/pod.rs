@@ -2,6 +2,7 @@
 //! per `restartPolicy`, reports status, and stops them when the pod is deleted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -77,6 +78,7 @@ struct Instance {
 }
 
 #[derive(Debug)]
+#[allow(clippy::struct_excessive_bools)]
 struct Ctr {
     spec: Container,
     program: Result<(&'static str, PathBuf), String>,
@@ -230,8 +232,8 @@ impl Worker {
                 ev = self.rx.recv() => {
                     if let Some(ev) = ev { self.handle(ev); }
                 }
-                changed = rx.changed() => {
-                    if changed.is_err() {
+                update = rx.changed() => {
+                    if update.is_err() {
                         // The pod object is gone (force deletion): stop at once.
                         self.kill_all(Duration::ZERO).await;
                         self.teardown();
@@ -276,6 +278,7 @@ impl Worker {
         }
     }
 
+    #[allow(clippy::too_many_lines)]
     fn env_for(&self, c: &Container) -> Result<Vec<(String, String)>, String> {
         let ns = self.ns();
         let pod_ip = self
@@ -443,9 +446,7 @@ impl Worker {
             if !target.is_absolute() {
                 return Err(format!("mountPath {:?} is not absolute", m.mount_path));
             }
-            let is_file = std::fs::metadata(&src)
-                .map(|md| md.is_file())
-                .unwrap_or(false);
+            let is_file = std::fs::metadata(&src).is_ok_and(|md| md.is_file());
             if !is_file && !src.exists() {
                 std::fs::create_dir_all(&src)
                     .map_err(|e| format!("subPath {}: {e}", src.display()))?;
@@ -462,41 +463,43 @@ impl Worker {
                     ));
                 }
                 if !overlaid.iter().any(|o| anc.starts_with(o))
-                    && !self.inside_mount(&mounts[..k], anc)
+                    && !Self::inside_mount(&mounts[..k], anc)
                 {
                     let s = scratch.join(format!("ovl{k}"));
                     for d in ["u", "w"] {
                         std::fs::create_dir_all(s.join(d)).map_err(|e| format!("scratch: {e}"))?;
                     }
-                    script.push_str(&format!(
-                        "mount -t overlay overlay -o lowerdir={a},upperdir={u},workdir={w} {a}\n",
+                    let _ = writeln!(
+                        script,
+                        "mount -t overlay overlay -o lowerdir={a},upperdir={u},workdir={w} {a}",
                         a = q(anc),
                         u = q(&s.join("u")),
                         w = q(&s.join("w")),
-                    ));
+                    );
                     overlaid.insert(anc.to_owned());
                 }
                 if is_file {
                     let parent = target.parent().unwrap_or(Path::new("/"));
-                    script.push_str(&format!("mkdir -p {}\ntouch {}\n", q(parent), q(target)));
+                    let _ = writeln!(script, "mkdir -p {}\ntouch {}", q(parent), q(target));
                 } else {
-                    script.push_str(&format!("mkdir -p {}\n", q(target)));
+                    let _ = writeln!(script, "mkdir -p {}", q(target));
                 }
             }
-            script.push_str(&format!("mount --bind {} {}\n", q(&src), q(target)));
+            let _ = writeln!(script, "mount --bind {} {}", q(&src), q(target));
             if m.read_only.unwrap_or(false) {
-                script.push_str(&format!("mount -o remount,bind,ro {}\n", q(target)));
+                let _ = writeln!(script, "mount -o remount,bind,ro {}", q(target));
             }
         }
         let wd = c.working_dir.clone().unwrap_or_else(|| "/".into());
-        script.push_str(&format!("cd {}\nexec \"$0\" \"$@\"\n", q(Path::new(&wd))));
+        let _ = writeln!(script, "cd {}\nexec \"$0\" \"$@\"", q(Path::new(&wd)));
         Ok(script)
     }
 
-    fn inside_mount(&self, earlier: &[&k8s_openapi::api::core::v1::VolumeMount], p: &Path) -> bool {
+    fn inside_mount(earlier: &[&k8s_openapi::api::core::v1::VolumeMount], p: &Path) -> bool {
         earlier.iter().any(|m| p.starts_with(&m.mount_path))
     }
 
+    #[allow(clippy::too_many_lines)]
     fn start(&mut self, i: usize) {
         let spec = self.ctrs[i].spec.clone();
         let (program, path) = match &self.ctrs[i].program {
@@ -530,18 +533,18 @@ impl Worker {
             .flatten()
             .map(|s| expand(s, &vars))
             .collect();
-        let argv: Vec<String> = if command.is_empty() {
+        let full: Vec<String> = if command.is_empty() {
             std::iter::once(program.to_owned()).chain(args).collect()
         } else {
             command.into_iter().chain(args).collect()
         };
-        let base = Path::new(&argv[0])
+        let base = Path::new(&full[0])
             .file_name()
             .map(|f| f.to_string_lossy().into_owned());
         if base.as_deref() != Some(program) {
             let msg = format!(
                 "exec: \"{}\": executable file not found in $PATH (the image only holds {program})",
-                argv[0]
+                full[0]
             );
             self.crashed(i, 128, None, "StartError", msg, Timestamp::now());
             return;
@@ -562,7 +565,7 @@ impl Worker {
             spec.name,
             c.restarts + i32::from(c.restart_pending)
         ));
-        let spawned = spawn_process(&net.netns, &script, &path, &argv[1..], &env, &log);
+        let spawned = spawn_process(&net.netns, &script, &path, &full[1..], &env, &log);
         match spawned {
             Ok((child, exited)) => {
                 c.epoch += 1;
@@ -607,6 +610,7 @@ impl Worker {
         }
     }
 
+    #[allow(clippy::too_many_lines)]
     fn probes(&self, i: usize, epoch: u64, pid: u32, ip: IpAddr) -> AbortOnDrop {
         let spec = &self.ctrs[i].spec;
         let resolve = |p: Option<&k8s_openapi::api::core::v1::Probe>| {
@@ -739,7 +743,7 @@ impl Worker {
             }
             Ev::Started { i, epoch } if self.ctrs[i].epoch == epoch => self.ctrs[i].started = true,
             Ev::Ready { i, epoch, ready } if self.ctrs[i].epoch == epoch => {
-                self.ctrs[i].ready = ready
+                self.ctrs[i].ready = ready;
             }
             Ev::Unhealthy { i, epoch, why } if self.ctrs[i].epoch == epoch => {
                 tracing::info!(pod = %self.key, container = %self.ctrs[i].spec.name, "{why}: restarting");

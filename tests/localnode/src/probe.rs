@@ -1,5 +1,6 @@
 //! Probes (httpGet over HTTP/HTTPS, tcpSocket, exec) and a small HTTPS client for tests.
 
+use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -250,7 +251,7 @@ async fn http_get(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: kube-probe/localnode\r\nAccept: */*\r\nConnection: close\r\n"
     );
     for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
+        let _ = write!(req, "{k}: {v}\r\n");
     }
     req.push_str("\r\n");
     match tls {

@@ -1,6 +1,16 @@
 //! Two real kube-apiserver replicas of a Deployment run as pods on different nodes behind a
 //! LoadBalancer Service; rolling them with surge is seamless, rolling them all at once is an
 //! observable outage.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines,
+    clippy::doc_markdown,
+    clippy::many_single_char_names,
+    clippy::similar_names,
+    clippy::type_complexity
+)]
 
 mod common;
 

@@ -1,5 +1,15 @@
 //! A test that panics while pods run leaves no process, mount, network namespace, link,
 //! route or ledger behind; a ledger left by a killed run is undone by the next agent.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines,
+    clippy::doc_markdown,
+    clippy::many_single_char_names,
+    clippy::similar_names,
+    clippy::type_complexity
+)]
 
 mod common;
 

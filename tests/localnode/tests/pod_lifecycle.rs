@@ -1,4 +1,14 @@
 //! Probes, restarts and crash loops of real processes; nothing is left afterwards.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines,
+    clippy::doc_markdown,
+    clippy::many_single_char_names,
+    clippy::similar_names,
+    clippy::type_complexity
+)]
 
 mod common;
 
@@ -227,7 +237,7 @@ async fn failing_readiness_kill_restart_crash_loop_and_bad_image() {
         .container_pid("default", "never-ready", "etcd")
         .unwrap();
     let uid = pods.get("never-ready").await.unwrap().metadata.uid.unwrap();
-    pods.delete("never-ready", &Default::default())
+    pods.delete("never-ready", &kube::api::DeleteParams::default())
         .await
         .unwrap();
     tokio::time::timeout(
