@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -72,7 +71,7 @@ struct Term {
 struct Instance {
     pid: u32,
     started_at: Timestamp,
-    exited: Arc<AtomicBool>,
+    exited: watch::Receiver<bool>,
     log: PathBuf,
     _probes: AbortOnDrop,
 }
@@ -567,7 +566,8 @@ impl Worker {
         ));
         let spawned = spawn_process(&net.netns, &script, &path, &full[1..], &env, &log);
         match spawned {
-            Ok((child, exited)) => {
+            Ok(child) => {
+                let (flag, exited) = watch::channel(false);
                 c.epoch += 1;
                 if c.restart_pending {
                     c.restarts += 1;
@@ -576,7 +576,6 @@ impl Worker {
                 let pid = child.id();
                 let epoch = c.epoch;
                 let tx = self.tx.clone();
-                let flag = Arc::clone(&exited);
                 std::thread::spawn(move || wait_child(child, &flag, &tx, i, epoch));
                 let probes = self.probes(i, epoch, pid, net.ip.into());
                 let c = &mut self.ctrs[i];
@@ -750,7 +749,7 @@ impl Worker {
                 self.ctrs[i].ready = false;
                 let grace = self.grace();
                 if let Some(inst) = &self.ctrs[i].run {
-                    stop(inst.pid, Arc::clone(&inst.exited), grace);
+                    stop(inst.pid, inst.exited.clone(), grace);
                 }
             }
             _ => {}
@@ -879,7 +878,7 @@ impl Worker {
         for c in &mut self.ctrs {
             c.next_start = None;
             if let Some(inst) = &c.run {
-                stop(inst.pid, Arc::clone(&inst.exited), grace);
+                stop(inst.pid, inst.exited.clone(), grace);
             }
         }
         let deadline = Instant::now() + grace + Duration::from_secs(10);
@@ -1087,7 +1086,7 @@ fn spawn_process(
     args: &[String],
     env: &[(String, String)],
     log: &Path,
-) -> anyhow::Result<(std::process::Child, Arc<AtomicBool>)> {
+) -> anyhow::Result<std::process::Child> {
     use anyhow::Context as _;
     let out = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
     let err = out.try_clone()?;
@@ -1111,20 +1110,19 @@ fn spawn_process(
         .stdin(std::process::Stdio::null())
         .stdout(out)
         .stderr(err);
-    let child = cmd.spawn().context("start nsenter")?;
-    Ok((child, Arc::new(AtomicBool::new(false))))
+    cmd.spawn().context("start nsenter")
 }
 
 fn wait_child(
     mut child: std::process::Child,
-    exited: &AtomicBool,
+    exited: &watch::Sender<bool>,
     tx: &mpsc::UnboundedSender<Ev>,
     i: usize,
     epoch: u64,
 ) {
     use std::os::unix::process::ExitStatusExt as _;
     let status = child.wait();
-    exited.store(true, Ordering::SeqCst);
+    exited.send_replace(true);
     let (code, signal) = match status {
         Ok(s) => (s.code().unwrap_or(0), s.signal()),
         Err(_) => (255, None),
@@ -1138,23 +1136,20 @@ fn wait_child(
 }
 
 /// SIGTERM now, SIGKILL after `grace` unless the process has exited.
-fn stop(pid: u32, exited: Arc<AtomicBool>, grace: Duration) {
+fn stop(pid: u32, mut exited: watch::Receiver<bool>, grace: Duration) {
     #[allow(clippy::cast_possible_wrap)]
     let pid = nix::unistd::Pid::from_raw(pid as i32);
+    if *exited.borrow() {
+        return;
+    }
     if grace.is_zero() {
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         return;
     }
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     tokio::spawn(async move {
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            if exited.load(Ordering::SeqCst) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        if !exited.load(Ordering::SeqCst) {
+        let gone = tokio::time::timeout(grace, exited.wait_for(|e| *e)).await;
+        if gone.is_err() {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         }
     });

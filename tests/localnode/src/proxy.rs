@@ -46,6 +46,7 @@ pub(crate) async fn run(ctx: Arc<ProxyCtx>) {
     let mut listeners: HashMap<SocketAddr, Listener> = HashMap::new();
     loop {
         let desired = desired(&ctx).await;
+        let mut bind_failed = false;
         listeners.retain(|addr, _| desired.get(addr).is_some_and(|b| !b.is_empty()));
         for (addr, backends) in desired {
             if backends.is_empty() {
@@ -69,13 +70,20 @@ pub(crate) async fn run(ctx: Arc<ProxyCtx>) {
                         },
                     );
                 }
-                Err(e) => tracing::warn!(%addr, "service listener: {e}"),
+                Err(e) => {
+                    bind_failed = true;
+                    tracing::warn!(%addr, "service listener: {e}");
+                }
             }
         }
-        // Retry failed binds after a while; otherwise wait for the next change.
-        tokio::select! {
-            () = ctx.kick.notified() => {}
-            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        // Wait for the next change; retry failed binds after a while.
+        if bind_failed {
+            tokio::select! {
+                () = ctx.kick.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(2)) => {}
+            }
+        } else {
+            ctx.kick.notified().await;
         }
     }
 }
