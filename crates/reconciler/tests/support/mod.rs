@@ -443,3 +443,116 @@ pub async fn kubeadm_discovery(
     }
     Ok(text)
 }
+
+/// Serialises the end-to-end tests of one test binary: each starts its own environment, and
+/// two at once would only compete for the machine's two cores.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A Secret's data key as UTF-8.
+pub fn secret_text(secret: &Secret, key: &str) -> String {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
+
+impl Env {
+    /// Reads Secret `ns/name`.
+    pub async fn secret(&self, ns: &str, name: &str) -> Result<Secret> {
+        Ok(Api::<Secret>::namespaced(self.client(), ns)
+            .get(name)
+            .await?)
+    }
+
+    /// The control-plane Deployment `ns/name`.
+    pub async fn deployment(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<k8s_openapi::api::apps::v1::Deployment> {
+        Ok(
+            Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(self.client(), ns)
+                .get(name)
+                .await?,
+        )
+    }
+
+    /// The args of container `container` of Deployment `ns/name`.
+    pub async fn container_args(
+        &self,
+        ns: &str,
+        name: &str,
+        container: &str,
+    ) -> Result<Vec<String>> {
+        let d = self.deployment(ns, name).await?;
+        let spec = d
+            .spec
+            .and_then(|s| s.template.spec)
+            .context("no pod spec")?;
+        let c = spec
+            .containers
+            .into_iter()
+            .find(|c| c.name == container)
+            .context("no such container")?;
+        Ok(c.args.unwrap_or_default())
+    }
+
+    /// Applies F0 for `ns/name` and waits until the control plane is Available.
+    pub async fn f0_available(
+        &self,
+        ns: &str,
+        name: &str,
+        replicas: i32,
+    ) -> Result<KamajiControlPlane> {
+        self.namespace(ns).await?;
+        self.apply_yaml(&f0(ns, name, replicas)).await?;
+        self.wait_kcp_condition(ns, name, "Available", "True", Duration::from_secs(240))
+            .await
+    }
+
+    /// Merge-patches the KamajiControlPlane `ns/name`.
+    pub async fn patch_kcp(&self, ns: &str, name: &str, patch: serde_json::Value) -> Result<()> {
+        Api::<KamajiControlPlane>::namespaced(self.client(), ns)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+}
+
+impl Env {
+    /// Waits until `ready` holds for the KamajiControlPlane `ns/name`.
+    pub async fn wait_kcp(
+        &self,
+        ns: &str,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        ready: impl Fn(&KamajiControlPlane) -> bool + Send + 'static,
+    ) -> Result<KamajiControlPlane> {
+        let api: Api<KamajiControlPlane> = Api::namespaced(self.client(), ns);
+        let cond = move |k: Option<&KamajiControlPlane>| k.is_some_and(&ready);
+        match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
+            Ok(r) => {
+                r?;
+                Ok(api.get(name).await?)
+            }
+            Err(_) => {
+                let now = api
+                    .get_opt(name)
+                    .await?
+                    .map(|k| serde_yaml::to_string(&k.status).unwrap_or_default());
+                bail!(
+                    "KamajiControlPlane {ns}/{name}: {what} not reached in {timeout:?}\nstatus: {}\nmanager log:\n{}",
+                    now.unwrap_or_default(),
+                    self.manager_log()
+                )
+            }
+        }
+    }
+}

@@ -1,0 +1,872 @@
+//! Acceptance cases of shared/cases/ against the real chain (see support/). Each test's name
+//! starts with its case id.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines
+)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kamaji_api::KamajiControlPlane;
+use kamaji_bootstrap::inspect::CertificateInfo;
+use kamaji_bootstrap::token::{BootstrapToken, TokenSecretOptions, bootstrap_token_secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::wait::await_condition;
+use support::{Env, f0, secret_text, serial};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn endpoint_of(kcp: &KamajiControlPlane) -> (String, i32) {
+    let ep = kcp.spec.control_plane_endpoint.clone().unwrap();
+    (ep.host.unwrap(), ep.port.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b01_kubeconfig_secret_follows_the_capi_contract_and_adopts_an_unowned_one() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    // Variant: a stale, unowned <cluster>-kubeconfig exists before the cluster.
+    env.namespace("tenant-b").await.unwrap();
+    env.apply_value(&serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+        "metadata": {"name": "demo-kubeconfig", "namespace": "tenant-b", "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
+        "stringData": {"value": "apiVersion: v1\nkind: Config\nclusters: [{name: stale, cluster: {server: https://192.0.2.1:6443}}]\n"},
+    }))
+    .await
+    .unwrap();
+    for ns in ["tenant-a", "tenant-b"] {
+        let kcp = env.f0_available(ns, "demo", 2).await.unwrap();
+        let (host, port) = endpoint_of(&kcp);
+        let s = env.secret(ns, "demo-kubeconfig").await.unwrap();
+        assert_eq!(s.type_.as_deref(), Some("cluster.x-k8s.io/secret"));
+        assert_eq!(
+            s.metadata.labels.as_ref().unwrap()["cluster.x-k8s.io/cluster-name"],
+            "demo"
+        );
+        let owner = s
+            .metadata
+            .owner_references
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .unwrap();
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("KamajiControlPlane", "demo")
+        );
+        let kc: serde_yaml::Value = serde_yaml::from_str(&secret_text(&s, "value")).unwrap();
+        assert_eq!(
+            kc["clusters"][0]["cluster"]["server"].as_str().unwrap(),
+            format!("https://{host}:{port}")
+        );
+        let ca = env.secret(ns, "demo-ca").await.unwrap();
+        use base64::Engine as _;
+        let ca_data = base64::engine::general_purpose::STANDARD
+            .decode(
+                kc["clusters"][0]["cluster"]["certificate-authority-data"]
+                    .as_str()
+                    .unwrap(),
+            )
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(ca_data).unwrap(),
+            secret_text(&ca, "tls.crt")
+        );
+        assert!(!secret_text(&ca, "tls.key").is_empty());
+        assert_eq!(ca.type_.as_deref(), Some("cluster.x-k8s.io/secret"));
+        assert_eq!(
+            ca.metadata.labels.as_ref().unwrap()["cluster.x-k8s.io/cluster-name"],
+            "demo"
+        );
+        // kubectl through that kubeconfig works.
+        let path = env.cluster.dir().join(format!("{ns}.kubeconfig"));
+        std::fs::write(&path, secret_text(&s, "value")).unwrap();
+        let out = std::process::Command::new(env.cluster.tools().path("kubectl"))
+            .arg(format!("--kubeconfig={}", path.display()))
+            .args(["get", "ns"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("kube-system"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b02_cluster_info_embeds_the_ca_is_anonymously_readable_and_comes_back() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let kcp = env.f0_available("tenant-a", "demo", 2).await.unwrap();
+    let (host, port) = endpoint_of(&kcp);
+    let tenant = env.tenant_client("tenant-a", "demo").await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "kube-public");
+    let ci = cms.get("cluster-info").await.unwrap();
+    let kc: serde_yaml::Value =
+        serde_yaml::from_str(&ci.data.as_ref().unwrap()["kubeconfig"]).unwrap();
+    let clusters = kc["clusters"].as_sequence().unwrap();
+    assert_eq!(clusters.len(), 1);
+    assert_eq!(
+        clusters[0]["cluster"]["server"].as_str().unwrap(),
+        format!("https://{host}:{port}")
+    );
+    assert!(
+        clusters[0]["cluster"]
+            .get("certificate-authority")
+            .is_none()
+    );
+    assert!(kc.get("users").is_none_or(serde_yaml::Value::is_null));
+    use base64::Engine as _;
+    let ca_data = base64::engine::general_purpose::STANDARD
+        .decode(
+            clusters[0]["cluster"]["certificate-authority-data"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(ca_data).unwrap(),
+        secret_text(&env.secret("tenant-a", "demo-ca").await.unwrap(), "tls.crt")
+    );
+    let role = Api::<Role>::namespaced(tenant.clone(), "kube-public")
+        .get("kubeadm:bootstrap-signer-clusterinfo")
+        .await
+        .unwrap();
+    let rule = &role.rules.unwrap()[0];
+    assert_eq!(
+        rule.resource_names.as_deref(),
+        Some(&["cluster-info".to_owned()][..])
+    );
+    let binding = Api::<RoleBinding>::namespaced(tenant.clone(), "kube-public")
+        .get("kubeadm:bootstrap-signer-clusterinfo")
+        .await
+        .unwrap();
+    assert!(
+        binding
+            .subjects
+            .unwrap()
+            .iter()
+            .any(|s| s.kind == "User" && s.name == "system:anonymous")
+    );
+    // Anonymous read, as kubeadm discovery does it.
+    let anon = reqwest_anonymous_get(&format!(
+        "https://{host}:{port}/api/v1/namespaces/kube-public/configmaps/cluster-info"
+    ))
+    .await;
+    assert_eq!(anon, 200, "anonymous GET of cluster-info");
+
+    // Deleted by hand, it is recreated on the next reconcile.
+    cms.delete("cluster-info", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.patch_kcp(
+        "tenant-a",
+        "demo",
+        serde_json::json!({"metadata": {"annotations": {"test/touch": "1"}}}),
+    )
+    .await
+    .unwrap();
+    let back = |c: Option<&ConfigMap>| c.is_some();
+    tokio::time::timeout(MINUTE, await_condition(cms, "cluster-info", back))
+        .await
+        .expect("cluster-info was not recreated")
+        .unwrap();
+}
+
+async fn reqwest_anonymous_get(url: &str) -> u16 {
+    // The discovery client does not verify TLS on this first read (it checks the JWS instead).
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", url])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b03_controllers_keep_bootstrapsigner_and_signatures_follow_tokens() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    env.namespace("tenant-a").await.unwrap();
+    env.apply_yaml(&f0("tenant-a", "demo", 2).replace("  dataStoreName: default\n", "  dataStoreName: default\n  controllerManager:\n    extraArgs: [\"--controllers=*,-ttl\"]\n")).await.unwrap();
+    env.wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let args = env
+        .container_args("tenant-a", "demo", "kube-controller-manager")
+        .await
+        .unwrap();
+    let controllers: Vec<&String> = args
+        .iter()
+        .filter(|a| a.starts_with("--controllers="))
+        .collect();
+    assert_eq!(
+        controllers,
+        vec!["--controllers=*,-ttl,bootstrapsigner,tokencleaner"]
+    );
+
+    let tenant = env.tenant_client("tenant-a", "demo").await.unwrap();
+    let token = BootstrapToken::new("abcdef", "0123456789abcdef").unwrap();
+    let secret = bootstrap_token_secret(&token, &TokenSecretOptions::default()).unwrap();
+    let secrets: Api<Secret> = Api::namespaced(tenant.clone(), "kube-system");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "kube-public");
+    let has = |c: Option<&ConfigMap>| {
+        c.and_then(|c| c.data.as_ref())
+            .is_some_and(|d| d.contains_key("jws-kubeconfig-abcdef"))
+    };
+    tokio::time::timeout(MINUTE, await_condition(cms.clone(), "cluster-info", has))
+        .await
+        .expect("no JWS within 60 s")
+        .unwrap();
+    let ci = cms.get("cluster-info").await.unwrap();
+    let data = ci.data.unwrap();
+    let expected =
+        kamaji_bootstrap::token::jws_kubeconfig("abcdef", "0123456789abcdef", &data["kubeconfig"]);
+    assert_eq!(
+        data["jws-kubeconfig-abcdef"], expected,
+        "detached HS256 JWS over the current kubeconfig"
+    );
+    secrets
+        .delete("bootstrap-token-abcdef", &DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = |c: Option<&ConfigMap>| {
+        c.and_then(|c| c.data.as_ref())
+            .is_some_and(|d| !d.contains_key("jws-kubeconfig-abcdef"))
+    };
+    tokio::time::timeout(MINUTE, await_condition(cms, "cluster-info", gone))
+        .await
+        .expect("signature not removed")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b05_b06_b07_kubeadm_config_kubelet_config_and_join_rbac_in_the_tenant() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let kcp = env.f0_available("tenant-a", "demo", 2).await.unwrap();
+    let (host, port) = endpoint_of(&kcp);
+    let tenant = env.tenant_client("tenant-a", "demo").await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "kube-system");
+    // B05: v1beta4 for >= 1.31, the Cluster's network, the public endpoint.
+    let kc = cms.get("kubeadm-config").await.unwrap();
+    let cc: serde_yaml::Value =
+        serde_yaml::from_str(&kc.data.unwrap()["ClusterConfiguration"]).unwrap();
+    assert_eq!(cc["apiVersion"], "kubeadm.k8s.io/v1beta4");
+    assert_eq!(cc["kubernetesVersion"], kamaji_testenv::KUBERNETES_VERSION);
+    assert_eq!(cc["networking"]["serviceSubnet"], "10.96.0.0/12");
+    assert_eq!(cc["networking"]["podSubnet"], "10.244.0.0/16");
+    assert_eq!(cc["networking"]["dnsDomain"], "cluster.local");
+    assert_eq!(
+        cc["controlPlaneEndpoint"].as_str().unwrap(),
+        format!("{host}:{port}")
+    );
+    // B06: kubelet-config (1.36 has no minor suffix) with a complete KubeletConfiguration.
+    let kl = cms.get("kubelet-config").await.unwrap();
+    let kubelet: serde_yaml::Value = serde_yaml::from_str(&kl.data.unwrap()["kubelet"]).unwrap();
+    assert_eq!(kubelet["apiVersion"], "kubelet.config.k8s.io/v1beta1");
+    assert_eq!(kubelet["kind"], "KubeletConfiguration");
+    assert_eq!(kubelet["clusterDNS"][0], "10.96.0.10");
+    assert_eq!(kubelet["clusterDomain"], "cluster.local");
+    assert!(
+        !kubelet["authentication"]["x509"]["clientCAFile"]
+            .as_str()
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(kubelet["authentication"]["webhook"]["enabled"], true);
+    // B07: what a bootstrap token may do, as the tenant's authorizer decides it.
+    let user = "system:bootstrap:abcdef";
+    let groups = vec![
+        "system:bootstrappers".to_owned(),
+        "system:bootstrappers:kubeadm:default-node-token".to_owned(),
+        "system:authenticated".to_owned(),
+    ];
+    let checks = [
+        ("get", "", "nodes", None, None),
+        (
+            "get",
+            "",
+            "configmaps",
+            Some("kube-system"),
+            Some("kubeadm-config"),
+        ),
+        (
+            "get",
+            "",
+            "configmaps",
+            Some("kube-system"),
+            Some("kubelet-config"),
+        ),
+        (
+            "get",
+            "",
+            "configmaps",
+            Some("kube-system"),
+            Some("kube-proxy"),
+        ),
+        (
+            "create",
+            "certificates.k8s.io",
+            "certificatesigningrequests",
+            None,
+            None,
+        ),
+    ];
+    let sars: Api<SubjectAccessReview> = Api::all(tenant.clone());
+    for (verb, group, resource, ns, name) in checks {
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(user.into()),
+                groups: Some(groups.clone()),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(verb.into()),
+                    group: Some(group.into()),
+                    resource: Some(resource.into()),
+                    namespace: ns.map(Into::into),
+                    name: name.map(Into::into),
+                    ..ResourceAttributes::default()
+                }),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        let answer = sars.create(&PostParams::default(), &review).await.unwrap();
+        assert!(
+            answer.status.unwrap().allowed,
+            "{user} may not {verb} {resource} {name:?}"
+        );
+    }
+    for crb in [
+        "kubeadm:get-nodes",
+        "kubeadm:kubelet-bootstrap",
+        "kubeadm:node-autoapprove-bootstrap",
+        "kubeadm:node-autoapprove-certificate-rotation",
+    ] {
+        Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(tenant.clone())
+            .get(crb)
+            .await
+            .unwrap_or_else(|e| panic!("{crb}: {e}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b10_serving_certificate_covers_fqdn_service_ip_and_endpoint() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    env.namespace("tenant-a").await.unwrap();
+    let yaml = f0("tenant-a", "demo", 1)
+        .replace(
+            "services: {cidrBlocks: [10.96.0.0/12]}",
+            "services: {cidrBlocks: [10.100.0.0/16]}",
+        )
+        .replace(
+            "serviceDomain: cluster.local",
+            "serviceDomain: corp.internal",
+        )
+        .replace(
+            "    serviceType: LoadBalancer\n",
+            "    serviceType: LoadBalancer\n    certSANs: [api.demo.example.com, 192.0.2.10]\n",
+        );
+    env.apply_yaml(&yaml).await.unwrap();
+    let kcp = env
+        .wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let (host, _) = endpoint_of(&kcp);
+    let s = env
+        .secret("tenant-a", "demo-apiserver-serving")
+        .await
+        .unwrap();
+    let info = CertificateInfo::from_pem(&secret_text(&s, "tls.crt")).unwrap();
+    for name in [
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.corp.internal",
+        "api.demo.example.com",
+    ] {
+        assert!(
+            info.dns_names.contains(name),
+            "missing DNS SAN {name}: {:?}",
+            info.dns_names
+        );
+    }
+    assert!(
+        !info
+            .dns_names
+            .iter()
+            .any(|n| n.ends_with("cluster.local") && n.starts_with("kubernetes")),
+        "{:?}",
+        info.dns_names
+    );
+    let svc = Api::<Service>::namespaced(env.client(), "tenant-a")
+        .get("demo")
+        .await
+        .unwrap();
+    let cluster_ip: IpAddr = svc.spec.unwrap().cluster_ip.unwrap().parse().unwrap();
+    for ip in [
+        "10.100.0.1".parse::<IpAddr>().unwrap(),
+        host.parse().unwrap(),
+        cluster_ip,
+        "192.0.2.10".parse().unwrap(),
+    ] {
+        assert!(
+            info.ip_addresses.contains(&ip),
+            "missing IP SAN {ip}: {:?}",
+            info.ip_addresses
+        );
+    }
+    // TLS to the endpoint verifies against demo-ca with the endpoint as the expected IP.
+    let tenant = env.tenant_client("tenant-a", "demo").await.unwrap();
+    assert!(kamaji_reconciler::tenant::readyz(&tenant).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refused() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    env.namespace("tenant-a").await.unwrap();
+    let yaml = f0("tenant-a", "demo", 1).replace(
+        "  dataStoreName: default\n",
+        "  dataStoreName: default\n  controllerManager:\n    extraArgs: [\"--allocate-node-cidrs=false\"]\n  apiServer:\n    extraArgs:\n      - \"--max-requests-inflight=800\"\n      - \"--service-account-issuer=https://issuer-new.example.com\"\n      - \"--service-account-issuer=https://kubernetes.default.svc.cluster.local\"\n",
+    );
+    env.apply_yaml(&yaml).await.unwrap();
+    env.wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let kcm = env
+        .container_args("tenant-a", "demo", "kube-controller-manager")
+        .await
+        .unwrap();
+    assert_eq!(
+        kcm.iter()
+            .filter(|a| a.starts_with("--allocate-node-cidrs"))
+            .collect::<Vec<_>>(),
+        vec!["--allocate-node-cidrs=false"]
+    );
+    let api = env
+        .container_args("tenant-a", "demo", "kube-apiserver")
+        .await
+        .unwrap();
+    assert_eq!(
+        api.iter()
+            .filter(|a| a.starts_with("--service-account-issuer"))
+            .collect::<Vec<_>>(),
+        vec![
+            "--service-account-issuer=https://issuer-new.example.com",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local"
+        ]
+    );
+    env.patch_kcp("tenant-a", "demo", serde_json::json!({"spec": {"apiServer": {"extraArgs": ["--max-mutating-requests-inflight=400"]}}})).await.unwrap();
+    let deployments =
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(env.client(), "tenant-a");
+    let updated = |d: Option<&k8s_openapi::api::apps::v1::Deployment>| {
+        d.and_then(|d| d.spec.as_ref())
+            .and_then(|s| s.template.spec.as_ref())
+            .is_some_and(|p| {
+                p.containers[0].args.as_ref().is_some_and(|a| {
+                    a.iter()
+                        .any(|x| x == "--max-mutating-requests-inflight=400")
+                })
+            })
+    };
+    tokio::time::timeout(MINUTE, await_condition(deployments, "demo", updated))
+        .await
+        .unwrap()
+        .unwrap();
+    let api = env
+        .container_args("tenant-a", "demo", "kube-apiserver")
+        .await
+        .unwrap();
+    assert!(!api.iter().any(|a| a.starts_with("--max-requests-inflight")));
+    assert_eq!(
+        api.iter()
+            .filter(|a| a.starts_with("--service-account-issuer"))
+            .count(),
+        1
+    );
+    let names: BTreeSet<&str> = api.iter().map(|a| a.split('=').next().unwrap()).collect();
+    assert_eq!(
+        names.len(),
+        api.len()
+            - api
+                .iter()
+                .filter(|a| a.starts_with("--service-account-issuer"))
+                .count()
+            + 1,
+        "no flag twice: {api:?}"
+    );
+
+    // A flag this Kubernetes version no longer has is refused before anything rolls.
+    let before = env
+        .deployment("tenant-a", "demo")
+        .await
+        .unwrap()
+        .metadata
+        .generation;
+    env.patch_kcp(
+        "tenant-a",
+        "demo",
+        serde_json::json!({"spec": {"apiServer": {"extraArgs": ["--cloud-provider=external"]}}}),
+    )
+    .await
+    .unwrap();
+    let kcp = env
+        .wait_kcp_condition("tenant-a", "demo", "SpecValid", "False", MINUTE)
+        .await
+        .unwrap();
+    let cond = kcp
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "SpecValid")
+        .unwrap();
+    assert!(
+        cond.message.contains("--cloud-provider")
+            && cond.message.contains("spec.apiServer.extraArgs"),
+        "{}",
+        cond.message
+    );
+    assert_eq!(
+        env.deployment("tenant-a", "demo")
+            .await
+            .unwrap()
+            .metadata
+            .generation,
+        before,
+        "no roll for a refused spec"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b16_long_and_digit_leading_names_give_valid_stable_distinct_names() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let long = "aabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijab";
+    let ns = "tenant-with-a-fairly-long-namespace-name-for-testing-0000000001";
+    assert_eq!((long.len(), ns.len()), (63, 63));
+    env.f0_available(ns, long, 1).await.unwrap();
+    env.f0_available("tenant-a", "1demo", 1).await.unwrap();
+    for ns in [ns, "tenant-a"] {
+        let svcs = Api::<Service>::namespaced(env.client(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        for s in &svcs.items {
+            let n = s.metadata.name.clone().unwrap();
+            assert!(
+                n.len() <= 63 && n.starts_with(|c: char| c.is_ascii_lowercase()),
+                "Service name {n}"
+            );
+        }
+        let secrets = Api::<Secret>::namespaced(env.client(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        for s in &secrets.items {
+            assert!(s.metadata.name.as_ref().unwrap().len() <= 253);
+            for v in s.metadata.labels.iter().flatten().map(|(_, v)| v) {
+                assert!(v.len() <= 63, "label value {v}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b18_network_comes_from_the_cluster_and_bad_dns_ips_are_refused() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    env.namespace("tenant-a").await.unwrap();
+    let yaml = f0("tenant-a", "demo", 1)
+        .replace(
+            "services: {cidrBlocks: [10.96.0.0/12]}",
+            "services: {cidrBlocks: [10.100.0.0/16]}",
+        )
+        .replace(
+            "pods: {cidrBlocks: [10.244.0.0/16]}",
+            "pods: {cidrBlocks: [10.200.0.0/16]}",
+        );
+    env.apply_yaml(&yaml).await.unwrap();
+    env.wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let api = env
+        .container_args("tenant-a", "demo", "kube-apiserver")
+        .await
+        .unwrap();
+    assert!(api.contains(&"--service-cluster-ip-range=10.100.0.0/16".to_owned()));
+    let kcm = env
+        .container_args("tenant-a", "demo", "kube-controller-manager")
+        .await
+        .unwrap();
+    assert!(kcm.contains(&"--service-cluster-ip-range=10.100.0.0/16".to_owned()));
+    assert!(kcm.contains(&"--cluster-cidr=10.200.0.0/16".to_owned()));
+    let info = CertificateInfo::from_pem(&secret_text(
+        &env.secret("tenant-a", "demo-apiserver-serving")
+            .await
+            .unwrap(),
+        "tls.crt",
+    ))
+    .unwrap();
+    assert!(
+        info.ip_addresses
+            .contains(&"10.100.0.1".parse::<IpAddr>().unwrap())
+    );
+    let tenant = env.tenant_client("tenant-a", "demo").await.unwrap();
+    let kl = Api::<ConfigMap>::namespaced(tenant.clone(), "kube-system")
+        .get("kubelet-config")
+        .await
+        .unwrap();
+    let kubelet: serde_yaml::Value = serde_yaml::from_str(&kl.data.unwrap()["kubelet"]).unwrap();
+    assert_eq!(kubelet["clusterDNS"][0], "10.100.0.10");
+    let dns = Api::<Service>::namespaced(tenant, "kube-system")
+        .get("kube-dns")
+        .await
+        .unwrap();
+    assert_eq!(dns.spec.unwrap().cluster_ip.as_deref(), Some("10.100.0.10"));
+
+    // Negative variants: an out-of-range DNS IP, and overlapping pod and service ranges.
+    env.apply_yaml(&f0("tenant-a", "bad-dns", 1).replace("services: {cidrBlocks: [10.96.0.0/12]}", "services: {cidrBlocks: [10.100.0.0/16]}").replace("  dataStoreName: default\n", "  dataStoreName: default\n  addons:\n    coreDNS:\n      dnsServiceIPs: [10.96.0.10]\n")).await.unwrap();
+    let k = env
+        .wait_kcp_condition("tenant-a", "bad-dns", "SpecValid", "False", MINUTE)
+        .await
+        .unwrap();
+    let msg = k
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "SpecValid")
+        .unwrap()
+        .message;
+    assert!(msg.contains("dnsServiceIPs"), "{msg}");
+    env.apply_yaml(
+        &f0("tenant-a", "overlap", 1)
+            .replace(
+                "services: {cidrBlocks: [10.96.0.0/12]}",
+                "services: {cidrBlocks: [10.100.0.0/16]}",
+            )
+            .replace(
+                "pods: {cidrBlocks: [10.244.0.0/16]}",
+                "pods: {cidrBlocks: [10.100.0.0/16]}",
+            ),
+    )
+    .await
+    .unwrap();
+    let k = env
+        .wait_kcp_condition("tenant-a", "overlap", "SpecValid", "False", MINUTE)
+        .await
+        .unwrap();
+    let msg = k
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "SpecValid")
+        .unwrap()
+        .message;
+    assert!(msg.contains("pods.cidrBlocks"), "{msg}");
+    // Nothing was created for the refused control planes.
+    assert!(
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(env.client(), "tenant-a")
+            .get_opt("bad-dns")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<Secret>::namespaced(env.client(), "tenant-a")
+            .get_opt("overlap-ca")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b22_status_follows_the_contract_through_datastore_outage_and_deployment_loss() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    env.namespace("tenant-a").await.unwrap();
+    env.apply_yaml(
+        &f0("tenant-a", "demo", 2).replace("dataStoreName: default", "dataStoreName: later"),
+    )
+    .await
+    .unwrap();
+    let k = env
+        .wait_kcp_condition("tenant-a", "demo", "DataStoreReady", "False", MINUTE)
+        .await
+        .unwrap();
+    let s = k.status.unwrap();
+    assert_eq!(s.initialized, Some(false));
+    assert_eq!(s.ready, Some(false));
+    assert_eq!(s.external_managed_control_plane, Some(true));
+    // The Cluster is not reported initialized meanwhile.
+    let c = env
+        .wait_cluster_condition(
+            "tenant-a",
+            "demo",
+            "ControlPlaneInitialized",
+            "False",
+            MINUTE,
+        )
+        .await
+        .unwrap();
+    assert_ne!(
+        c.data["status"]["initialization"]["controlPlaneInitialized"],
+        true
+    );
+
+    // The datastore appears: the control plane comes up.
+    let port: u16 = env
+        .datastore
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    env.create_datastore("later", env.node.expose_host_port(port).unwrap())
+        .await
+        .unwrap();
+    env.wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let k = env
+        .wait_kcp("tenant-a", "demo", "2 ready replicas", 2 * MINUTE, |k| {
+            k.status
+                .as_ref()
+                .is_some_and(|s| s.ready_replicas == Some(2) && s.available_replicas == Some(2))
+        })
+        .await
+        .unwrap();
+    let s = k.status.unwrap();
+    assert_eq!(
+        s.initialization.as_ref().unwrap().control_plane_initialized,
+        Some(true)
+    );
+    assert_eq!(
+        (
+            s.replicas,
+            s.ready_replicas,
+            s.up_to_date_replicas,
+            s.updated_replicas,
+            s.unavailable_replicas
+        ),
+        (Some(2), Some(2), Some(2), Some(2), Some(0))
+    );
+    assert!(s.selector.is_some());
+    assert_eq!(
+        s.version.as_deref(),
+        Some(kamaji_testenv::KUBERNETES_VERSION)
+    );
+
+    // Scale through the scale subresource.
+    let out = std::process::Command::new(env.cluster.tools().path("kubectl"))
+        .arg(format!(
+            "--kubeconfig={}",
+            env.cluster.kubeconfig_path().display()
+        ))
+        .args(["-n", "tenant-a", "scale", "ktcp/demo", "--replicas=3"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let k = Api::<KamajiControlPlane>::namespaced(env.client(), "tenant-a")
+        .get("demo")
+        .await
+        .unwrap();
+    assert_eq!(k.spec.replicas, Some(3));
+
+    // The Deployment deleted by hand: not ready until it is back and healthy; never uninitialized.
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(env.client(), "tenant-a")
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    let k = env
+        .wait_kcp_condition("tenant-a", "demo", "Available", "False", MINUTE)
+        .await
+        .unwrap();
+    let s = k.status.unwrap();
+    assert_eq!(s.ready, Some(false));
+    assert_eq!(s.initialized, Some(true), "initialized never goes back");
+    env.wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b23_missing_optional_fields_get_documented_defaults() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    env.namespace("tenant-a").await.unwrap();
+    env.apply_yaml(&format!(
+        r"
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: Cluster
+metadata: {{name: demo, namespace: tenant-a}}
+spec:
+  controlPlaneRef:
+    apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
+    kind: KamajiControlPlane
+    name: demo
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
+kind: KamajiControlPlane
+metadata: {{name: demo, namespace: tenant-a}}
+spec: {{version: {v}}}
+",
+        v = kamaji_testenv::KUBERNETES_VERSION
+    ))
+    .await
+    .unwrap();
+    let k = env
+        .wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    assert_eq!(k.spec.replicas, Some(2));
+    let api = env
+        .container_args("tenant-a", "demo", "kube-apiserver")
+        .await
+        .unwrap();
+    assert!(api.contains(&"--service-cluster-ip-range=10.96.0.0/12".to_owned()));
+    assert!(api.contains(
+        &"--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned()
+    ));
+    let c = env
+        .wait_cluster_condition("tenant-a", "demo", "ControlPlaneAvailable", "True", MINUTE)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.data["spec"]["controlPlaneEndpoint"]["host"]
+            .as_str()
+            .unwrap(),
+        k.spec.control_plane_endpoint.unwrap().host.unwrap()
+    );
+}
