@@ -33,9 +33,15 @@ pub(crate) fn command(tools: &Tools, c: &ApiServerConfig<'_>) -> Command {
         .arg(format!("--tls-cert-file={}", f("apiserver.crt")))
         .arg(format!("--tls-private-key-file={}", f("apiserver.key")))
         .arg(format!("--client-ca-file={}", f("ca.crt")))
-        .arg(format!("--service-account-issuer=https://127.0.0.1:{}", c.port))
+        .arg(format!(
+            "--service-account-issuer=https://127.0.0.1:{}",
+            c.port
+        ))
         .arg(format!("--service-account-key-file={}", f("sa.pub")))
-        .arg(format!("--service-account-signing-key-file={}", f("sa.key")))
+        .arg(format!(
+            "--service-account-signing-key-file={}",
+            f("sa.key")
+        ))
         .arg(format!("--service-cluster-ip-range={}", c.service_cidr))
         .arg("--authorization-mode=Node,RBAC")
         .arg("--enable-bootstrap-token-auth=true")

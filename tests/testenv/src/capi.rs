@@ -66,21 +66,36 @@ pub(crate) struct Webhooks {
     pub validating: Vec<ValidatingWebhookConfiguration>,
 }
 
-pub(crate) fn read_webhooks(file: &Path, port: u16, ca_pem: &str, prefix: &str) -> Result<Webhooks> {
+pub(crate) fn read_webhooks(
+    file: &Path,
+    port: u16,
+    ca_pem: &str,
+    prefix: &str,
+) -> Result<Webhooks> {
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("read webhook manifests {}", file.display()))?;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let mut out = Webhooks { mutating: vec![], validating: vec![] };
+    let mut out = Webhooks {
+        mutating: vec![],
+        validating: vec![],
+    };
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let mut v: Value = serde::Deserialize::deserialize(doc)?;
-        let kind = v.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let kind = v
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         v["metadata"]["name"] = json!(format!(
             "{prefix}-{}",
             v["metadata"]["name"].as_str().unwrap_or("webhooks")
         ));
         if let Some(hooks) = v.get_mut("webhooks").and_then(Value::as_array_mut) {
             for hook in hooks {
-                let path = hook["clientConfig"]["service"]["path"].as_str().unwrap_or("/").to_owned();
+                let path = hook["clientConfig"]["service"]["path"]
+                    .as_str()
+                    .unwrap_or("/")
+                    .to_owned();
                 hook["clientConfig"] = json!({
                     "url": format!("https://127.0.0.1:{port}{path}"),
                     "caBundle": ca,

@@ -144,7 +144,9 @@ impl LocalCluster {
 
     async fn launch(opts: Builder) -> Result<Self> {
         let tools = Tools::locate()?;
-        let dir = tempfile::Builder::new().prefix("kamaji-testenv-").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("kamaji-testenv-")
+            .tempdir()?;
         let d = dir.path().to_owned();
         let etcd = Etcd::start(&tools, &d.join("etcd"), None).await?;
 
@@ -153,7 +155,12 @@ impl LocalCluster {
         let first_service_ip = first_ip(&opts.service_cidr)?;
         let serving = ca.serving(
             "kube-apiserver",
-            &["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+            &[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+            ],
             &[IpAddr::V4(Ipv4Addr::LOCALHOST), first_service_ip],
         )?;
         let admin = ca.client("kamaji-testenv-admin", &["system:masters"])?;
@@ -182,7 +189,8 @@ impl LocalCluster {
                 service_cidr: &opts.service_cidr,
             },
         );
-        let mut apiserver = Supervised::spawn("kube-apiserver", cmd, &d.join("kube-apiserver.log"))?;
+        let mut apiserver =
+            Supervised::spawn("kube-apiserver", cmd, &d.join("kube-apiserver.log"))?;
         let client = client_from_kubeconfig(&kubeconfig).await?;
         wait_ready(&client, &mut apiserver).await?;
 
@@ -219,14 +227,20 @@ impl LocalCluster {
             .arg(format!("--cluster-signing-cert-file={}", f("ca.crt")))
             .arg(format!("--cluster-signing-key-file={}", f("ca.key")))
             .arg(format!("--root-ca-file={}", f("ca.crt")))
-            .arg(format!("--service-account-private-key-file={}", f("sa.key")))
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                f("sa.key")
+            ))
             .arg(format!("--service-cluster-ip-range={}", self.service_cidr))
             .arg("--leader-elect=false")
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={}", free_port()?))
             .arg("--v=1");
-        self.controller_manager =
-            Some(Supervised::spawn("kube-controller-manager", kcm, &d.join("kcm.log"))?);
+        self.controller_manager = Some(Supervised::spawn(
+            "kube-controller-manager",
+            kcm,
+            &d.join("kcm.log"),
+        )?);
         let mut sched = Command::new(self.tools.path("kube-scheduler"));
         sched
             .arg(format!("--kubeconfig={kc}"))
@@ -236,7 +250,11 @@ impl LocalCluster {
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={}", free_port()?))
             .arg("--v=1");
-        self.scheduler = Some(Supervised::spawn("kube-scheduler", sched, &d.join("scheduler.log"))?);
+        self.scheduler = Some(Supervised::spawn(
+            "kube-scheduler",
+            sched,
+            &d.join("scheduler.log"),
+        )?);
         Ok(())
     }
 
@@ -271,7 +289,9 @@ impl LocalCluster {
     pub async fn apply_crds(&self, crds: &[CustomResourceDefinition]) -> Result<()> {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         for crd in crds {
-            self.apply(crd).await.with_context(|| format!("install CRD {}", crd.name_any()))?;
+            self.apply(crd)
+                .await
+                .with_context(|| format!("install CRD {}", crd.name_any()))?;
         }
         for crd in crds {
             let name = crd.name_any();
@@ -311,7 +331,10 @@ impl LocalCluster {
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         while http_status(health, "/readyz").await != Some(200) {
             if process.exited().is_some() || tokio::time::Instant::now() > deadline {
-                bail!("the CAPI core manager did not become ready:\n{}", process.log_tail(30));
+                bail!(
+                    "the CAPI core manager did not become ready:\n{}",
+                    process.log_tail(30)
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -412,7 +435,10 @@ impl LocalCluster {
     #[must_use]
     pub fn pids(&self) -> Vec<u32> {
         let mut pids = vec![self.etcd.pid(), self.apiserver.pid()];
-        for p in [&self.controller_manager, &self.scheduler, &self.capi].into_iter().flatten() {
+        for p in [&self.controller_manager, &self.scheduler, &self.capi]
+            .into_iter()
+            .flatten()
+        {
             pids.push(p.pid());
         }
         pids
@@ -426,8 +452,14 @@ impl LocalCluster {
     /// On certificate or file errors.
     pub fn user_kubeconfig(&self, user: &str, groups: &[&str]) -> Result<PathBuf> {
         let cert = self.ca.client(user, groups)?;
-        let path = self.dir.path().join(format!("{user}.kubeconfig").replace(':', "_"));
-        std::fs::write(&path, pki::kubeconfig(&self.server, &self.ca.cert_pem(), user, &cert))?;
+        let path = self
+            .dir
+            .path()
+            .join(format!("{user}.kubeconfig").replace(':', "_"));
+        std::fs::write(
+            &path,
+            pki::kubeconfig(&self.server, &self.ca.cert_pem(), user, &cert),
+        )?;
         Ok(path)
     }
 
@@ -478,7 +510,10 @@ async fn wait_ready(client: &Client, apiserver: &mut Supervised) -> Result<()> {
             return Ok(());
         }
         if apiserver.exited().is_some() || tokio::time::Instant::now() > deadline {
-            bail!("kube-apiserver did not become ready:\n{}", apiserver.log_tail(30));
+            bail!(
+                "kube-apiserver did not become ready:\n{}",
+                apiserver.log_tail(30)
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -487,17 +522,26 @@ async fn wait_ready(client: &Client, apiserver: &mut Supervised) -> Result<()> {
 /// HTTP status of a plain `GET http://127.0.0.1:<port><path>`, `None` if unreachable.
 async fn http_status(port: u16, path: &str) -> Option<u16> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).await.ok()?;
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
     let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut buf)).await.ok()?.ok()?;
+    tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
     let head = String::from_utf8_lossy(&buf);
     head.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The first host address of an IPv4 CIDR (the `kubernetes` Service IP).
 fn first_ip(cidr: &str) -> Result<IpAddr> {
-    let (net, _) = cidr.split_once('/').context("service CIDR needs a prefix length")?;
+    let (net, _) = cidr
+        .split_once('/')
+        .context("service CIDR needs a prefix length")?;
     let base: Ipv4Addr = net.parse().context("service CIDR must be IPv4 here")?;
     Ok(IpAddr::V4(Ipv4Addr::from(u32::from(base) + 1)))
 }

@@ -55,13 +55,19 @@ impl Etcd {
         if let Some(tls) = tls {
             cmd.arg(format!("--cert-file={}", tls.cert_file.display()))
                 .arg(format!("--key-file={}", tls.key_file.display()))
-                .arg(format!("--trusted-ca-file={}", tls.client_ca_file.display()))
+                .arg(format!(
+                    "--trusted-ca-file={}",
+                    tls.client_ca_file.display()
+                ))
                 .arg("--client-cert-auth=true");
         }
         let mut process = Supervised::spawn("etcd", cmd, &dir.join("etcd.log"))?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", client_port)).await.is_ok() {
+            if tokio::net::TcpStream::connect(("127.0.0.1", client_port))
+                .await
+                .is_ok()
+            {
                 break;
             }
             if process.exited().is_some() || tokio::time::Instant::now() > deadline {

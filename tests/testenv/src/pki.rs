@@ -55,7 +55,10 @@ impl TestCa {
     /// The CA certificate and key.
     #[must_use]
     pub fn pair(&self) -> CertPair {
-        CertPair { cert_pem: self.issuer.pem(), key_pem: self.key_pem.clone() }
+        CertPair {
+            cert_pem: self.issuer.pem(),
+            key_pem: self.key_pem.clone(),
+        }
     }
 
     /// The CA certificate, PEM.
@@ -76,8 +79,10 @@ impl TestCa {
             .map(|d| Ok(SanType::DnsName((*d).try_into()?)))
             .chain(ips.iter().map(|ip| Ok(SanType::IpAddress(*ip))))
             .collect::<Result<_>>()?;
-        params.key_usages =
-            vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         self.sign(&params)
     }
@@ -92,8 +97,10 @@ impl TestCa {
         for g in groups {
             params.distinguished_name.push(DnType::OrganizationName, *g);
         }
-        params.key_usages =
-            vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.sign(&params)
     }
@@ -101,7 +108,10 @@ impl TestCa {
     fn sign(&self, params: &CertificateParams) -> Result<CertPair> {
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(CertPair { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+        Ok(CertPair {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
     }
 }
 

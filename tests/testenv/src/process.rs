@@ -32,8 +32,17 @@ impl Supervised {
             .stdout(out)
             .stderr(err)
             .spawn()
-            .with_context(|| format!("start {name} ({})", std::path::Path::new(cmd.get_program()).display()))?;
-        Ok(Self { name: name.to_owned(), child: Some(child), log: log.to_owned() })
+            .with_context(|| {
+                format!(
+                    "start {name} ({})",
+                    std::path::Path::new(cmd.get_program()).display()
+                )
+            })?;
+        Ok(Self {
+            name: name.to_owned(),
+            child: Some(child),
+            log: log.to_owned(),
+        })
     }
 
     /// The process id.
@@ -64,12 +73,16 @@ impl Supervised {
 
     /// `Some(status)` if the process has exited.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Stops the process: SIGTERM, then SIGKILL after `grace`; reaps it.
     pub fn stop(&mut self, grace: Duration) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         if child.try_wait().ok().flatten().is_none() {
             #[allow(clippy::cast_possible_wrap)]
             let pid = Pid::from_raw(child.id() as i32);

@@ -30,7 +30,10 @@ impl Tools {
             PathBuf::from(text.trim())
         };
         if !bin.join("kube-apiserver").exists() {
-            bail!("{} holds no kube-apiserver: run `make tools`", bin.display());
+            bail!(
+                "{} holds no kube-apiserver: run `make tools`",
+                bin.display()
+            );
         }
         Ok(Self { bin })
     }

@@ -13,12 +13,20 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::runtime::wait::await_condition;
 
 fn cluster_v1beta2() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"))
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "Cluster",
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capi_manager_adds_its_finalizer_to_a_v1beta2_cluster() {
-    let cluster = LocalCluster::builder().kamaji_crds(false).start().await.unwrap();
+    let cluster = LocalCluster::builder()
+        .kamaji_crds(false)
+        .start()
+        .await
+        .unwrap();
     // A stand-in control-plane kind carrying the contract label, so that core can resolve
     // the reference's version (capi-contract.md items 4-5) when converting to v1beta1.
     let stand_in: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
@@ -53,22 +61,37 @@ async fn capi_manager_adds_its_finalizer_to_a_v1beta2_cluster() {
         o.and_then(|o| o.metadata.finalizers.as_ref())
             .is_some_and(|f| f.iter().any(|f| f == "cluster.cluster.x-k8s.io"))
     };
-    tokio::time::timeout(Duration::from_secs(60), await_condition(api.clone(), "demo", has_finalizer))
-        .await
-        .expect("the CAPI core manager did not add its finalizer within 60 s")
-        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(api.clone(), "demo", has_finalizer),
+    )
+    .await
+    .expect("the CAPI core manager did not add its finalizer within 60 s")
+    .unwrap();
 
     // The conversion webhook serves the v1beta1 view of the same object.
-    let v1beta1 = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"));
+    let v1beta1 = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta1",
+        "Cluster",
+    ));
     let old: Api<DynamicObject> = Api::namespaced_with(cluster.client(), "default", &v1beta1);
     let got = old.get("demo").await.unwrap();
     assert_eq!(got.types.unwrap().api_version, "cluster.x-k8s.io/v1beta1");
-    assert_eq!(got.data["spec"]["clusterNetwork"]["pods"]["cidrBlocks"][0], "192.168.0.0/16");
+    assert_eq!(
+        got.data["spec"]["clusterNetwork"]["pods"]["cidrBlocks"][0],
+        "192.168.0.0/16"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_manager_signs_cluster_info_for_a_bootstrap_token() {
-    let cluster = LocalCluster::builder().capi(false).controllers(true).start().await.unwrap();
+    let cluster = LocalCluster::builder()
+        .capi(false)
+        .controllers(true)
+        .start()
+        .await
+        .unwrap();
     let client = cluster.client();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
     let kubeconfig = format!(
@@ -76,7 +99,10 @@ async fn controller_manager_signs_cluster_info_for_a_bootstrap_token() {
         cluster.server_url()
     );
     let cm = ConfigMap {
-        metadata: kube::api::ObjectMeta { name: Some("cluster-info".into()), ..Default::default() },
+        metadata: kube::api::ObjectMeta {
+            name: Some("cluster-info".into()),
+            ..Default::default()
+        },
         data: Some(BTreeMap::from([("kubeconfig".to_owned(), kubeconfig)])),
         ..Default::default()
     };
@@ -90,31 +116,47 @@ async fn controller_manager_signs_cluster_info_for_a_bootstrap_token() {
                        "usage-bootstrap-signing": "true", "usage-bootstrap-authentication": "true"},
     }))
     .unwrap();
-    secrets.create(&PostParams::default(), &token).await.unwrap();
-    let signed = |o: Option<&ConfigMap>| {
-        o.and_then(|c| c.data.as_ref()).is_some_and(|d| d.contains_key("jws-kubeconfig-abcdef"))
-    };
-    tokio::time::timeout(Duration::from_secs(60), await_condition(cms, "cluster-info", signed))
+    secrets
+        .create(&PostParams::default(), &token)
         .await
-        .expect("bootstrapsigner did not sign cluster-info within 60 s")
         .unwrap();
+    let signed = |o: Option<&ConfigMap>| {
+        o.and_then(|c| c.data.as_ref())
+            .is_some_and(|d| d.contains_key("jws-kubeconfig-abcdef"))
+    };
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(cms, "cluster-info", signed),
+    )
+    .await
+    .expect("bootstrapsigner did not sign cluster-info within 60 s")
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_log_counts_writes_by_user() {
     let cluster = LocalCluster::builder().capi(false).start().await.unwrap();
-    let as_tester = cluster.user_client("tester", &["system:masters"]).await.unwrap();
+    let as_tester = cluster
+        .user_client("tester", &["system:masters"])
+        .await
+        .unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(as_tester, "default");
     for i in 0..3 {
         let cm = ConfigMap {
-            metadata: kube::api::ObjectMeta { name: Some(format!("c{i}")), ..Default::default() },
+            metadata: kube::api::ObjectMeta {
+                name: Some(format!("c{i}")),
+                ..Default::default()
+            },
             ..Default::default()
         };
         cms.create(&PostParams::default(), &cm).await.unwrap();
     }
     cms.get("c0").await.unwrap();
     let events = cluster.audit_events().unwrap();
-    let mine: Vec<_> = events.iter().filter(|e| e.user.username == "tester").collect();
+    let mine: Vec<_> = events
+        .iter()
+        .filter(|e| e.user.username == "tester")
+        .collect();
     assert_eq!(mine.iter().filter(|e| e.is_write()).count(), 3);
     assert!(mine.iter().any(|e| e.verb == "get"));
 }
@@ -126,7 +168,11 @@ fn every_process_is_stopped_when_a_test_panics() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         rt.block_on(async move {
-            let cluster = LocalCluster::builder().controllers(true).start().await.unwrap();
+            let cluster = LocalCluster::builder()
+                .controllers(true)
+                .start()
+                .await
+                .unwrap();
             seen.lock().unwrap().extend(cluster.pids());
             panic!("a test failing half-way");
         });

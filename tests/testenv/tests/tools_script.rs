@@ -34,7 +34,11 @@ fn a_module_that_cannot_be_downloaded_is_named_in_one_line() {
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr.trim().lines().filter(|l| l.starts_with("make tools:")).collect();
+    let lines: Vec<&str> = stderr
+        .trim()
+        .lines()
+        .filter(|l| l.starts_with("make tools:"))
+        .collect();
     assert_eq!(lines.len(), 1, "stderr: {stderr}");
     assert!(lines[0].contains("go.etcd.io/etcd"), "stderr: {stderr}");
     // One line of cause, plus at most the progress line that names the log.
