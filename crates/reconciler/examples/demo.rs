@@ -4,7 +4,19 @@
 //! endpoint, `kubectl get nodes,ns` against the tenant, and a real `kubeadm join` discovery.
 //! With `KEEP=1` everything stays up until Ctrl-C.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines,
+    clippy::doc_markdown,
+    clippy::large_futures,
+    clippy::await_holding_lock, // support::serial() holds a std lock for the whole test on purpose
+    clippy::items_after_statements,
+    clippy::single_match_else,
+    clippy::similar_names,
+    clippy::print_stdout
+)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -73,7 +85,7 @@ async fn main() -> Result<()> {
         &name,
         "ControlPlaneInitialized",
         "True",
-        Duration::from_secs(300),
+        Duration::from_mins(5),
     )
     .await?;
     step(started, "CAPI: ControlPlaneInitialized=True");
@@ -82,7 +94,7 @@ async fn main() -> Result<()> {
         &name,
         "ControlPlaneAvailable",
         "True",
-        Duration::from_secs(300),
+        Duration::from_mins(5),
     )
     .await?;
     step(started, "CAPI: ControlPlaneAvailable=True");

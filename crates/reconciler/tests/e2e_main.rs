@@ -1,7 +1,19 @@
 //! The main job, end to end with the real chain: CAPI core manager + kamaji-rs manager +
 //! tenant kube-apiserver/controller-manager/scheduler processes + a real kubeadm discovery.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines,
+    clippy::doc_markdown,
+    clippy::large_futures,
+    clippy::await_holding_lock, // support::serial() holds a std lock for the whole test on purpose
+    clippy::items_after_statements,
+    clippy::single_match_else,
+    clippy::similar_names,
+    clippy::print_stdout
+)]
 
 mod support;
 
@@ -17,7 +29,7 @@ use kube::api::{Api, PostParams};
 use kube::runtime::wait::await_condition;
 use support::{Env, f0};
 
-const MINUTE: Duration = Duration::from_secs(60);
+const MINUTE: Duration = Duration::from_mins(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_becomes_available_through_capi_and_kubeadm_discovery_passes() {

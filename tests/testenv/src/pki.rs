@@ -67,7 +67,8 @@ impl TestCa {
         self.issuer.pem()
     }
 
-    /// Issues a serving certificate for `dns` names and `ips`.
+    /// Issues a serving certificate for `dns` names and `ips`. It also allows client
+    /// authentication, as etcd needs for its gRPC gateway's loopback connection.
     ///
     /// # Errors
     /// On key generation or signing failure.
@@ -83,7 +84,10 @@ impl TestCa {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
         self.sign(&params)
     }
 

@@ -401,7 +401,7 @@ pub async fn kubeadm_discovery(
             .is_some_and(|d| d.contains_key(&key))
     };
     tokio::time::timeout(
-        Duration::from_secs(60),
+        Duration::from_mins(1),
         await_condition(
             Api::<ConfigMap>::namespaced(tenant, "kube-public"),
             "cluster-info",
@@ -512,7 +512,7 @@ impl Env {
     ) -> Result<KamajiControlPlane> {
         self.namespace(ns).await?;
         self.apply_yaml(&f0(ns, name, replicas)).await?;
-        self.wait_kcp_condition(ns, name, "Available", "True", Duration::from_secs(240))
+        self.wait_kcp_condition(ns, name, "Available", "True", Duration::from_mins(4))
             .await
     }
 
