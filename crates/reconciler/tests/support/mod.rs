@@ -34,6 +34,7 @@ pub struct Env {
     pub cluster: LocalCluster,
     manager_kubeconfig: PathBuf,
     manager_starts: u32,
+    metrics_port: u16,
 }
 
 impl Env {
@@ -80,6 +81,7 @@ impl Env {
             manager_kubeconfig: cluster.user_kubeconfig(MANAGER_USER, &["system:masters"])?,
             cluster,
             manager_starts: 0,
+            metrics_port: 0,
         };
         env.create_datastore("default", for_pods).await?;
         let mut env = env;
@@ -114,10 +116,14 @@ impl Env {
     /// Starts (or restarts) the manager process.
     pub fn start_manager(&mut self) -> Result<()> {
         self.manager_starts += 1;
+        self.metrics_port = free_port()?;
         let mut cmd = Command::new(manager_binary()?);
         cmd.env("KUBECONFIG", &self.manager_kubeconfig)
             .env("RUST_LOG", "info,kamaji_reconciler=debug,kube=warn")
-            .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()?))
+            .arg(format!(
+                "--metrics-bind-address=127.0.0.1:{}",
+                self.metrics_port
+            ))
             .arg(format!(
                 "--health-probe-bind-address=127.0.0.1:{}",
                 free_port()?
@@ -128,6 +134,25 @@ impl Env {
             .join(format!("manager-{}.log", self.manager_starts));
         self.manager = Some(Supervised::spawn("manager", cmd, &log)?);
         Ok(())
+    }
+
+    /// The manager's process id.
+    pub fn manager_pid(&self) -> Option<u32> {
+        self.manager.as_ref().map(Supervised::pid)
+    }
+
+    /// A counter or gauge of the manager's `/metrics` (sum over label sets), 0 if unreachable.
+    pub async fn manager_metric(&self, name: &str) -> f64 {
+        let Ok(resp) =
+            reqwest::get(format!("http://127.0.0.1:{}/metrics", self.metrics_port)).await
+        else {
+            return 0.0;
+        };
+        let text = resp.text().await.unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     /// Kills the manager with SIGKILL (a crash).
