@@ -229,29 +229,14 @@ impl Env {
         status: &str,
         timeout: Duration,
     ) -> Result<KamajiControlPlane> {
-        let api: Api<KamajiControlPlane> = Api::namespaced(self.client(), ns);
-        let cond = |k: Option<&KamajiControlPlane>| {
-            k.and_then(|k| k.status.as_ref())
+        let (t, st) = (type_.to_owned(), status.to_owned());
+        self.wait_kcp(ns, name, &format!("{type_}={status}"), timeout, move |k| {
+            k.status
+                .as_ref()
                 .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == type_ && c.status == status))
-        };
-        match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
-            Ok(r) => {
-                r?;
-                Ok(api.get(name).await?)
-            }
-            Err(_) => {
-                let now = api
-                    .get_opt(name)
-                    .await?
-                    .map(|k| serde_yaml::to_string(&k.status).unwrap_or_default());
-                bail!(
-                    "KamajiControlPlane {ns}/{name} did not reach {type_}={status} in {timeout:?}\nstatus: {}\nmanager log:\n{}",
-                    now.unwrap_or_default(),
-                    self.manager_log()
-                )
-            }
-        }
+                .is_some_and(|c| c.iter().any(|c| c.type_ == t && c.status == st))
+        })
+        .await
     }
 
     /// Waits until the Cluster (read as v1beta2) has condition `type_` = `status`.
@@ -269,30 +254,56 @@ impl Env {
             "Cluster",
         ));
         let api: Api<DynamicObject> = Api::namespaced_with(self.client(), ns, &ar);
-        let cond = |c: Option<&DynamicObject>| {
-            c.and_then(|c| c.data["status"]["conditions"].as_array().cloned())
-                .is_some_and(|l| {
-                    l.iter()
-                        .any(|c| c["type"] == type_ && c["status"] == status)
-                })
+        let (t, st) = (type_.to_owned(), status.to_owned());
+        let ok = move |c: &DynamicObject| {
+            c.data["status"]["conditions"].as_array().is_some_and(|l| {
+                l.iter()
+                    .any(|c| c["type"] == t.as_str() && c["status"] == st.as_str())
+            })
         };
-        match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
-            Ok(r) => {
-                r?;
-                Ok(api.get(name).await?)
-            }
-            Err(_) => {
-                let now = api
-                    .get_opt(name)
-                    .await?
-                    .map(|c| serde_yaml::to_string(&c.data["status"]).unwrap_or_default());
-                bail!(
-                    "Cluster {ns}/{name} did not reach {type_}={status} in {timeout:?}\nstatus: {}\nmanager log:\n{}",
-                    now.unwrap_or_default(),
-                    self.manager_log()
-                )
-            }
+        self.wait_for(
+            api,
+            &format!("Cluster {ns}/{name}"),
+            name,
+            &format!("{type_}={status}"),
+            timeout,
+            ok,
+            |c| serde_yaml::to_string(&c.data["status"]).unwrap_or_default(),
+        )
+        .await
+    }
+
+    /// Waits until `ok` holds for object `name` of `api`; on time-out the error carries the
+    /// object's status (rendered by `status`) and the manager's log.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn wait_for<K>(
+        &self,
+        api: Api<K>,
+        label: &str,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(&K) -> bool + Send + 'static,
+        status: impl Fn(&K) -> String,
+    ) -> Result<K>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        let cond = move |k: Option<&K>| k.is_some_and(&ok);
+        if let Ok(r) = tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await
+        {
+            r?;
+            return Ok(api.get(name).await?);
         }
+        let now = api
+            .get_opt(name)
+            .await?
+            .map(|k| status(&k))
+            .unwrap_or_default();
+        bail!(
+            "{label}: {what} not reached in {timeout:?}\nstatus:\n{now}\nmanager log:\n{}",
+            self.manager_log()
+        )
     }
 
     /// A client for the tenant from `<cluster>-kubeconfig` (key `value`).
@@ -561,23 +572,15 @@ impl Env {
         ready: impl Fn(&KamajiControlPlane) -> bool + Send + 'static,
     ) -> Result<KamajiControlPlane> {
         let api: Api<KamajiControlPlane> = Api::namespaced(self.client(), ns);
-        let cond = move |k: Option<&KamajiControlPlane>| k.is_some_and(&ready);
-        match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
-            Ok(r) => {
-                r?;
-                Ok(api.get(name).await?)
-            }
-            Err(_) => {
-                let now = api
-                    .get_opt(name)
-                    .await?
-                    .map(|k| serde_yaml::to_string(&k.status).unwrap_or_default());
-                bail!(
-                    "KamajiControlPlane {ns}/{name}: {what} not reached in {timeout:?}\nstatus: {}\nmanager log:\n{}",
-                    now.unwrap_or_default(),
-                    self.manager_log()
-                )
-            }
-        }
+        self.wait_for(
+            api,
+            &format!("KamajiControlPlane {ns}/{name}"),
+            name,
+            what,
+            timeout,
+            ready,
+            |k| serde_yaml::to_string(&k.status).unwrap_or_default(),
+        )
+        .await
     }
 }
