@@ -62,7 +62,7 @@ async fn capi_manager_adds_its_finalizer_to_a_v1beta2_cluster() {
             .is_some_and(|f| f.iter().any(|f| f == "cluster.cluster.x-k8s.io"))
     };
     tokio::time::timeout(
-        Duration::from_secs(60),
+        Duration::from_mins(1),
         await_condition(api.clone(), "demo", has_finalizer),
     )
     .await
@@ -125,7 +125,7 @@ async fn controller_manager_signs_cluster_info_for_a_bootstrap_token() {
             .is_some_and(|d| d.contains_key("jws-kubeconfig-abcdef"))
     };
     tokio::time::timeout(
-        Duration::from_secs(60),
+        Duration::from_mins(1),
         await_condition(cms, "cluster-info", signed),
     )
     .await
