@@ -14,7 +14,7 @@ tools:
 
 ## test: everything CI runs: tools, format check, clippy -D warnings, CRD drift, all tests.
 test: tools fmt-check clippy crds-check
-	$(CARGO) test --workspace --all-targets --locked -- --test-threads=2
+	RUST_TEST_THREADS=2 $(CARGO) test --workspace --all-targets --locked
 	$(CARGO) test --workspace --doc --locked
 
 fmt-check:

@@ -269,6 +269,149 @@ async fn b03_controllers_keep_bootstrapsigner_and_signatures_follow_tokens() {
         .unwrap();
 }
 
+/// The harness's ingress controller: TLS passthrough from `listen` to `backend`.
+fn passthrough(
+    listen: std::net::SocketAddr,
+    backend: std::net::SocketAddr,
+) -> tokio::task::JoinHandle<()> {
+    let listener = std::net::TcpListener::bind(listen).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(backend).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address() {
+    let _serial = serial();
+    let mut env = Env::start().await.unwrap();
+    let host = "api.demo.example.com";
+    let ingress_ip: IpAddr = format!("127.55.{}.1", std::process::id() % 250)
+        .parse()
+        .unwrap();
+    env.resolve_for_manager(host, ingress_ip).unwrap();
+    env.namespace("tenant-a").await.unwrap();
+    env.apply_yaml(&f0("tenant-a", "demo", 2).replace(
+        "    serviceType: LoadBalancer\n",
+        &format!("    serviceType: ClusterIP\n    ingress: {{hostname: {host}}}\n"),
+    ))
+    .await
+    .unwrap();
+    let services: Api<Service> = Api::namespaced(env.client(), "tenant-a");
+    let has_ip = |s: Option<&Service>| {
+        s.and_then(|s| s.spec.as_ref())
+            .and_then(|s| s.cluster_ip.as_ref())
+            .is_some()
+    };
+    tokio::time::timeout(MINUTE, await_condition(services.clone(), "demo", has_ip))
+        .await
+        .unwrap()
+        .unwrap();
+    let cluster_ip: IpAddr = services
+        .get("demo")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap()
+        .parse()
+        .unwrap();
+    let _ingress = passthrough((ingress_ip, 443).into(), (cluster_ip, 6443).into());
+
+    let kcp = env
+        .wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    assert_eq!(endpoint_of(&kcp), (host.to_owned(), 443));
+    let c = env
+        .wait_cluster_condition(
+            "tenant-a",
+            "demo",
+            "ControlPlaneInitialized",
+            "True",
+            MINUTE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(c.data["spec"]["controlPlaneEndpoint"]["host"], host);
+    assert_eq!(c.data["spec"]["controlPlaneEndpoint"]["port"], 443);
+
+    // The tenant, reached the way a node would: through the ingress, by name.
+    let kubeconfig = secret_text(
+        &env.secret("tenant-a", "demo-kubeconfig").await.unwrap(),
+        "value",
+    );
+    let mut config = kube::Config::from_custom_kubeconfig(
+        serde_yaml::from_str(&kubeconfig).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        config.cluster_url.to_string(),
+        format!("https://{host}:443/")
+    );
+    config.cluster_url = format!("https://{ingress_ip}:443").parse().unwrap();
+    config.tls_server_name = Some(host.to_owned());
+    let tenant = kube::Client::try_from(config).unwrap();
+    let ci = Api::<ConfigMap>::namespaced(tenant.clone(), "kube-public")
+        .get("cluster-info")
+        .await
+        .unwrap();
+    let ci_kubeconfig = ci.data.unwrap()["kubeconfig"].clone();
+    let ci_server: serde_yaml::Value = serde_yaml::from_str(&ci_kubeconfig).unwrap();
+    assert_eq!(
+        ci_server["clusters"][0]["cluster"]["server"],
+        format!("https://{host}:443")
+    );
+    let kc = Api::<ConfigMap>::namespaced(tenant, "kube-system")
+        .get("kubeadm-config")
+        .await
+        .unwrap();
+    let cc: serde_yaml::Value =
+        serde_yaml::from_str(&kc.data.unwrap()["ClusterConfiguration"]).unwrap();
+    assert_eq!(
+        cc["controlPlaneEndpoint"].as_str().unwrap(),
+        format!("{host}:443")
+    );
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(env.client(), "tenant-a")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let mut internal: Vec<String> = vec![".svc".into(), cluster_ip.to_string()];
+    internal.extend(
+        pods.items
+            .iter()
+            .filter_map(|p| p.status.as_ref()?.pod_ip.clone()),
+    );
+    let servers = [
+        ("cluster-info server", ci_server["clusters"][0]["cluster"]["server"].as_str().unwrap().to_owned()),
+        ("kubeadm-config controlPlaneEndpoint", cc["controlPlaneEndpoint"].as_str().unwrap().to_owned()),
+        ("demo-kubeconfig server", serde_yaml::from_str::<serde_yaml::Value>(&kubeconfig).unwrap()["clusters"][0]["cluster"]["server"].as_str().unwrap().to_owned()),
+    ];
+    for (what, value) in servers {
+        for bad in internal.iter().map(String::as_str).chain(["cluster.local"]) {
+            assert!(!value.contains(bad), "{what} {value} contains {bad}");
+        }
+    }
+    // The provider's own, internal kubeconfig is a different Secret.
+    let internal_kc = secret_text(
+        &env.secret("tenant-a", "demo-super-admin-kubeconfig")
+            .await
+            .unwrap(),
+        "value",
+    );
+    assert!(internal_kc.contains(&cluster_ip.to_string()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b05_b06_b07_kubeadm_config_kubelet_config_and_join_rbac_in_the_tenant() {
     let _serial = serial();

@@ -35,6 +35,7 @@ pub struct Env {
     manager_kubeconfig: PathBuf,
     manager_starts: u32,
     metrics_port: u16,
+    manager_hosts: Vec<(String, IpAddr)>,
 }
 
 impl Env {
@@ -82,6 +83,7 @@ impl Env {
             cluster,
             manager_starts: 0,
             metrics_port: 0,
+            manager_hosts: Vec::new(),
         };
         env.create_datastore("default", for_pods).await?;
         let mut env = env;
@@ -117,7 +119,31 @@ impl Env {
     pub fn start_manager(&mut self) -> Result<()> {
         self.manager_starts += 1;
         self.metrics_port = free_port()?;
-        let mut cmd = Command::new(manager_binary()?);
+        let mut cmd = if self.manager_hosts.is_empty() {
+            Command::new(manager_binary()?)
+        } else {
+            // A private mount namespace whose /etc/hosts resolves the test's host names, so
+            // no name lookup ever leaves the machine.
+            let hosts = self.cluster.dir().join("manager-hosts");
+            let mut text = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+            for (name, ip) in &self.manager_hosts {
+                use std::fmt::Write as _;
+                let _ = writeln!(text, "{ip} {name}");
+            }
+            std::fs::write(&hosts, text)?;
+            let mut c = Command::new("unshare");
+            c.args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                "mount --bind \"$0\" /etc/hosts && exec \"$@\"",
+            ])
+            .arg(&hosts)
+            .arg(manager_binary()?);
+            c
+        };
         cmd.env("KUBECONFIG", &self.manager_kubeconfig)
             .env("RUST_LOG", "info,kamaji_reconciler=debug,kube=warn")
             .arg(format!(
@@ -134,6 +160,13 @@ impl Env {
             .join(format!("manager-{}.log", self.manager_starts));
         self.manager = Some(Supervised::spawn("manager", cmd, &log)?);
         Ok(())
+    }
+
+    /// Restarts the manager so that it resolves `name` to `ip` (a private `/etc/hosts`).
+    pub fn resolve_for_manager(&mut self, name: &str, ip: IpAddr) -> Result<()> {
+        self.manager_hosts.push((name.to_owned(), ip));
+        self.kill_manager();
+        self.start_manager()
     }
 
     /// The manager's process id.
