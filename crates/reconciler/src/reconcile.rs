@@ -54,8 +54,13 @@ pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Resul
         .duration
         .observe(started.elapsed().as_secs_f64());
     let key = object_key(&kcp);
-    if result.is_ok() {
-        ctx.errors.reset(&key);
+    match &result {
+        Ok(_) => ctx.errors.reset(&key),
+        // Error messages name objects and API responses, never Secret data.
+        Err(e) => {
+            let note = format!("{}: {e}", e.category());
+            publish(&ctx, &kcp, EventType::Warning, "ReconcileFailed", &note).await;
+        }
     }
     result
 }
