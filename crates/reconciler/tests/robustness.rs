@@ -191,3 +191,41 @@ async fn a_manager_killed_at_twenty_points_provisions_five_tenants_with_their_fi
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_leader_election_one_manager_reconciles_and_another_takes_over() {
+    let _serial = serial();
+    let mut env = Env::start().await.unwrap();
+    env.kill_manager();
+    let flags = ["--leader-elect", "--leader-election-namespace=default"];
+    let mut a = Some(
+        env.spawn_manager(kamaji_testenv::free_port().unwrap(), &flags)
+            .unwrap(),
+    );
+    let mut b = Some(
+        env.spawn_manager(kamaji_testenv::free_port().unwrap(), &flags)
+            .unwrap(),
+    );
+    env.namespace("le-1").await.unwrap();
+    env.apply_yaml(&f0("le-1", "demo", 1)).await.unwrap();
+    env.wait_kcp_condition("le-1", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let leads = |m: &Option<kamaji_testenv::Supervised>| {
+        m.as_ref().is_some_and(|m| {
+            std::fs::read_to_string(m.log_path())
+                .unwrap_or_default()
+                .contains("became leader")
+        })
+    };
+    assert!(leads(&a) ^ leads(&b), "exactly one manager leads");
+    // The leader crashes; the other one takes the Lease over and provisions the next tenant.
+    let leader = if leads(&a) { &mut a } else { &mut b };
+    leader.take().unwrap().kill();
+    env.namespace("le-2").await.unwrap();
+    env.apply_yaml(&f0("le-2", "demo", 1)).await.unwrap();
+    env.wait_kcp_condition("le-2", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    assert!(leads(&a) || leads(&b), "the standby became leader");
+}

@@ -117,8 +117,15 @@ impl Env {
 
     /// Starts (or restarts) the manager process.
     pub fn start_manager(&mut self) -> Result<()> {
-        self.manager_starts += 1;
         self.metrics_port = free_port()?;
+        self.manager = Some(self.spawn_manager(self.metrics_port, &[])?);
+        Ok(())
+    }
+
+    /// Spawns one more manager process with `extra` flags, metrics on `metrics_port`; the
+    /// caller owns it (it is stopped when dropped).
+    pub fn spawn_manager(&mut self, metrics_port: u16, extra: &[&str]) -> Result<Supervised> {
+        self.manager_starts += 1;
         let mut cmd = if self.manager_hosts.is_empty() {
             Command::new(manager_binary()?)
         } else {
@@ -146,10 +153,7 @@ impl Env {
         };
         cmd.env("KUBECONFIG", &self.manager_kubeconfig)
             .env("RUST_LOG", "info,kamaji_reconciler=debug,kube=warn")
-            .arg(format!(
-                "--metrics-bind-address=127.0.0.1:{}",
-                self.metrics_port
-            ))
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
             .arg(format!(
                 "--health-probe-bind-address=127.0.0.1:{}",
                 free_port()?
@@ -158,8 +162,8 @@ impl Env {
             .cluster
             .dir()
             .join(format!("manager-{}.log", self.manager_starts));
-        self.manager = Some(Supervised::spawn("manager", cmd, &log)?);
-        Ok(())
+        cmd.args(extra);
+        Supervised::spawn("manager", cmd, &log)
     }
 
     /// Restarts the manager so that it resolves `name` to `ip` (a private `/etc/hosts`).
