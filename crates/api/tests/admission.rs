@@ -203,7 +203,11 @@ async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Resul
     create_namespace(&cluster, "quickstart")?;
     // The v1beta1 -> v1beta2 Cluster conversion resolves the infrastructureRef's CRD, so the
     // OpenStack kinds need a stand-in CRD (shared/samples/README.md).
-    kubectl_apply_yaml(&cluster, "default", OPENSTACK_STAND_IN_CRD)?;
+    kubectl_apply_yaml(
+        &cluster,
+        "default",
+        kamaji_testenv::standins::OPENSTACK_CLUSTER_CRD,
+    )?;
     kubectl(
         &cluster,
         &[
@@ -463,30 +467,6 @@ spec:
     );
     Ok(())
 }
-
-/// A minimal stand-in for the infrastructure provider's `OpenStackCluster` CRD (`v1alpha6`, CAPI
-/// `v1beta1` contract), enough for CAPI to resolve the quickstart's `infrastructureRef`.
-const OPENSTACK_STAND_IN_CRD: &str = r"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: openstackclusters.infrastructure.cluster.x-k8s.io
-  labels:
-    cluster.x-k8s.io/v1beta1: v1alpha6
-spec:
-  group: infrastructure.cluster.x-k8s.io
-  names: {kind: OpenStackCluster, listKind: OpenStackClusterList, plural: openstackclusters, singular: openstackcluster}
-  scope: Namespaced
-  versions:
-    - name: v1alpha6
-      served: true
-      storage: true
-      subresources: {status: {}}
-      schema:
-        openAPIV3Schema:
-          type: object
-          x-kubernetes-preserve-unknown-fields: true
-";
 
 /// Base of the invalid cases: a valid v1alpha1 spec.
 fn base_spec() -> Value {

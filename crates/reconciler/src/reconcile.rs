@@ -16,7 +16,9 @@ use kamaji_api::cluster::{ClusterView, v1beta2};
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::{CLUSTER_NAME_LABEL, FIELD_MANAGER, FINALIZER, PAUSED_ANNOTATION};
 use kamaji_bootstrap::kubeadm::{AddonImage, Addons, KubeletSpec, TenantArtifacts, TenantSpec};
-use kamaji_bootstrap::pki::{CertificateAuthority, ServiceAccountKeyPair};
+use kamaji_bootstrap::pki::{
+    CA_COMMON_NAME, CertificateAuthority, FRONT_PROXY_CA_COMMON_NAME, ServiceAccountKeyPair,
+};
 use kamaji_bootstrap::secrets::{self, SecretTarget};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
@@ -631,77 +633,61 @@ async fn ensure_roots(
     let now = SystemTime::now();
     let alg = ctx.config.key_algorithm;
 
-    let get_or_create = async |name: String,
-                               make: &(dyn Fn() -> Result<Secret, Error> + Sync)|
-           -> Result<Secret, Error> {
-        if let Some(s) = secrets.get(&name) {
-            return Ok(s.clone());
-        }
-        let started = Instant::now();
-        let secret = owned(make()?, owner);
-        ctx.metrics
-            .pki_generation
-            .observe(started.elapsed().as_secs_f64());
-        match api
-            .create(
-                &PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..PostParams::default()
-                },
-                &secret,
-            )
-            .await
-        {
-            Ok(s) => {
-                info!(secret = %name, "generated key material");
-                Ok(s)
+    let get_or_create =
+        async |name: String,
+               make: &(dyn Fn(SecretTarget<'_>) -> Result<Secret, Error> + Sync)|
+               -> Result<Secret, Error> {
+            if let Some(s) = secrets.get(&name) {
+                return Ok(s.clone());
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => api
-                .get(&name)
+            let started = Instant::now();
+            let target = SecretTarget {
+                name: &name,
+                namespace: ns,
+                cluster_name: cluster,
+            };
+            let secret = owned(make(target)?, owner);
+            ctx.metrics
+                .pki_generation
+                .observe(started.elapsed().as_secs_f64());
+            match api
+                .create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..PostParams::default()
+                    },
+                    &secret,
+                )
                 .await
-                .ctx(|| format!("re-read Secret {ns}/{name}")),
-            Err(e) => Err(Error::Kube {
-                action: format!("create Secret {ns}/{name}"),
-                source: e,
-            }),
-        }
-    };
-    let ca_name = n.ca_secret();
-    let ca_secret = get_or_create(ca_name.clone(), &|| {
-        let ca = CertificateAuthority::generate("kubernetes", alg, now)?;
-        Ok(secrets::ca_secret(
-            SecretTarget {
-                name: &ca_name,
-                namespace: ns,
-                cluster_name: cluster,
-            },
-            &ca,
-        ))
+            {
+                Ok(s) => {
+                    info!(secret = %name, "generated key material");
+                    Ok(s)
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => api
+                    .get(&name)
+                    .await
+                    .ctx(|| format!("re-read Secret {ns}/{name}")),
+                Err(e) => Err(Error::Kube {
+                    action: format!("create Secret {ns}/{name}"),
+                    source: e,
+                }),
+            }
+        };
+    let ca_secret = get_or_create(n.ca_secret(), &|t| {
+        let ca = CertificateAuthority::generate(CA_COMMON_NAME, alg, now)?;
+        Ok(secrets::ca_secret(t, &ca))
     })
     .await?;
-    let proxy_name = n.front_proxy_ca_secret();
-    let proxy_secret = get_or_create(proxy_name.clone(), &|| {
-        let ca = CertificateAuthority::generate("front-proxy-ca", alg, now)?;
-        Ok(secrets::ca_secret(
-            SecretTarget {
-                name: &proxy_name,
-                namespace: ns,
-                cluster_name: cluster,
-            },
-            &ca,
-        ))
+    let proxy_secret = get_or_create(n.front_proxy_ca_secret(), &|t| {
+        let ca = CertificateAuthority::generate(FRONT_PROXY_CA_COMMON_NAME, alg, now)?;
+        Ok(secrets::ca_secret(t, &ca))
     })
     .await?;
-    let sa_name = n.service_account_secret();
-    let sa_secret = get_or_create(sa_name.clone(), &|| {
-        let sa = ServiceAccountKeyPair::generate(alg)?;
+    let sa_secret = get_or_create(n.service_account_secret(), &|t| {
         Ok(secrets::service_account_secret(
-            SecretTarget {
-                name: &sa_name,
-                namespace: ns,
-                cluster_name: cluster,
-            },
-            &sa,
+            t,
+            &ServiceAccountKeyPair::generate(alg)?,
         ))
     })
     .await?;

@@ -31,7 +31,7 @@ use kamaji_bootstrap::inspect::CertificateInfo;
 use kamaji_bootstrap::token::{BootstrapToken, TokenSecretOptions, bootstrap_token_secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::await_condition;
-use support::{Env, f0, secret_text, serial};
+use support::{Env, F0, condition_message, secret_text, serial};
 
 const MINUTE: Duration = Duration::from_mins(1);
 
@@ -213,7 +213,9 @@ async fn b03_controllers_keep_bootstrapsigner_and_signatures_follow_tokens() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
     env.namespace("tenant-a").await.unwrap();
-    env.apply_yaml(&f0("tenant-a", "demo", 2).replace("  dataStoreName: default\n", "  dataStoreName: default\n  controllerManager:\n    extraArgs: [\"--controllers=*,-ttl\"]\n")).await.unwrap();
+    let yaml = F0::new("tenant-a", "demo")
+        .spec("  controllerManager: {extraArgs: [\"--controllers=*,-ttl\"]}\n");
+    env.apply_yaml(&yaml.yaml()).await.unwrap();
     env.wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
         .await
         .unwrap();
@@ -298,12 +300,10 @@ async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address
         .unwrap();
     env.resolve_for_manager(host, ingress_ip).unwrap();
     env.namespace("tenant-a").await.unwrap();
-    env.apply_yaml(&f0("tenant-a", "demo", 2).replace(
-        "    serviceType: LoadBalancer\n",
-        &format!("    serviceType: ClusterIP\n    ingress: {{hostname: {host}}}\n"),
-    ))
-    .await
-    .unwrap();
+    let yaml = F0::new("tenant-a", "demo").network(&format!(
+        "serviceType: ClusterIP, ingress: {{hostname: {host}}}"
+    ));
+    env.apply_yaml(&yaml.yaml()).await.unwrap();
     let services: Api<Service> = Api::namespaced(env.client(), "tenant-a");
     let has_ip = |s: Option<&Service>| {
         s.and_then(|s| s.spec.as_ref())
@@ -527,20 +527,12 @@ async fn b10_serving_certificate_covers_fqdn_service_ip_and_endpoint() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
     env.namespace("tenant-a").await.unwrap();
-    let yaml = f0("tenant-a", "demo", 1)
-        .replace(
-            "services: {cidrBlocks: [10.96.0.0/12]}",
-            "services: {cidrBlocks: [10.100.0.0/16]}",
-        )
-        .replace(
-            "serviceDomain: cluster.local",
-            "serviceDomain: corp.internal",
-        )
-        .replace(
-            "    serviceType: LoadBalancer\n",
-            "    serviceType: LoadBalancer\n    certSANs: [api.demo.example.com, 192.0.2.10]\n",
-        );
-    env.apply_yaml(&yaml).await.unwrap();
+    let yaml = F0::new("tenant-a", "demo")
+        .replicas(1)
+        .services("10.100.0.0/16")
+        .domain("corp.internal")
+        .network("serviceType: LoadBalancer, certSANs: [api.demo.example.com, 192.0.2.10]");
+    env.apply_yaml(&yaml.yaml()).await.unwrap();
     let kcp = env
         .wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
         .await
@@ -599,11 +591,16 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
     let _serial = serial();
     let env = Env::start().await.unwrap();
     env.namespace("tenant-a").await.unwrap();
-    let yaml = f0("tenant-a", "demo", 1).replace(
-        "  dataStoreName: default\n",
-        "  dataStoreName: default\n  controllerManager:\n    extraArgs: [\"--allocate-node-cidrs=false\"]\n  apiServer:\n    extraArgs:\n      - \"--max-requests-inflight=800\"\n      - \"--service-account-issuer=https://issuer-new.example.com\"\n      - \"--service-account-issuer=https://kubernetes.default.svc.cluster.local\"\n",
+    let yaml = F0::new("tenant-a", "demo").replicas(1).spec(
+        "  controllerManager: {extraArgs: [\"--allocate-node-cidrs=false\"]}
+  apiServer:
+    extraArgs:
+    - \"--max-requests-inflight=800\"
+    - \"--service-account-issuer=https://issuer-new.example.com\"
+    - \"--service-account-issuer=https://kubernetes.default.svc.cluster.local\"
+",
     );
-    env.apply_yaml(&yaml).await.unwrap();
+    env.apply_yaml(&yaml.yaml()).await.unwrap();
     env.wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
         .await
         .unwrap();
@@ -688,19 +685,10 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
         .wait_kcp_condition("tenant-a", "demo", "SpecValid", "False", MINUTE)
         .await
         .unwrap();
-    let cond = kcp
-        .status
-        .unwrap()
-        .conditions
-        .unwrap()
-        .into_iter()
-        .find(|c| c.type_ == "SpecValid")
-        .unwrap();
+    let msg = condition_message(&kcp, "SpecValid");
     assert!(
-        cond.message.contains("--cloud-provider")
-            && cond.message.contains("spec.apiServer.extraArgs"),
-        "{}",
-        cond.message
+        msg.contains("--cloud-provider") && msg.contains("spec.apiServer.extraArgs"),
+        "{msg}"
     );
     assert_eq!(
         env.deployment("tenant-a", "demo")
@@ -752,16 +740,11 @@ async fn b18_network_comes_from_the_cluster_and_bad_dns_ips_are_refused() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
     env.namespace("tenant-a").await.unwrap();
-    let yaml = f0("tenant-a", "demo", 1)
-        .replace(
-            "services: {cidrBlocks: [10.96.0.0/12]}",
-            "services: {cidrBlocks: [10.100.0.0/16]}",
-        )
-        .replace(
-            "pods: {cidrBlocks: [10.244.0.0/16]}",
-            "pods: {cidrBlocks: [10.200.0.0/16]}",
-        );
-    env.apply_yaml(&yaml).await.unwrap();
+    let yaml = F0::new("tenant-a", "demo")
+        .replicas(1)
+        .services("10.100.0.0/16")
+        .pods("10.200.0.0/16");
+    env.apply_yaml(&yaml.yaml()).await.unwrap();
     env.wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
         .await
         .unwrap();
@@ -801,47 +784,27 @@ async fn b18_network_comes_from_the_cluster_and_bad_dns_ips_are_refused() {
     assert_eq!(dns.spec.unwrap().cluster_ip.as_deref(), Some("10.100.0.10"));
 
     // Negative variants: an out-of-range DNS IP, and overlapping pod and service ranges.
-    env.apply_yaml(&f0("tenant-a", "bad-dns", 1).replace("services: {cidrBlocks: [10.96.0.0/12]}", "services: {cidrBlocks: [10.100.0.0/16]}").replace("  dataStoreName: default\n", "  dataStoreName: default\n  addons:\n    coreDNS:\n      dnsServiceIPs: [10.96.0.10]\n")).await.unwrap();
+    let bad_dns = F0::new("tenant-a", "bad-dns")
+        .replicas(1)
+        .services("10.100.0.0/16")
+        .spec("  addons: {coreDNS: {dnsServiceIPs: [10.96.0.10]}}\n");
+    env.apply_yaml(&bad_dns.yaml()).await.unwrap();
     let k = env
         .wait_kcp_condition("tenant-a", "bad-dns", "SpecValid", "False", MINUTE)
         .await
         .unwrap();
-    let msg = k
-        .status
-        .unwrap()
-        .conditions
-        .unwrap()
-        .into_iter()
-        .find(|c| c.type_ == "SpecValid")
-        .unwrap()
-        .message;
+    let msg = condition_message(&k, "SpecValid");
     assert!(msg.contains("dnsServiceIPs"), "{msg}");
-    env.apply_yaml(
-        &f0("tenant-a", "overlap", 1)
-            .replace(
-                "services: {cidrBlocks: [10.96.0.0/12]}",
-                "services: {cidrBlocks: [10.100.0.0/16]}",
-            )
-            .replace(
-                "pods: {cidrBlocks: [10.244.0.0/16]}",
-                "pods: {cidrBlocks: [10.100.0.0/16]}",
-            ),
-    )
-    .await
-    .unwrap();
+    let overlap = F0::new("tenant-a", "overlap")
+        .replicas(1)
+        .services("10.100.0.0/16")
+        .pods("10.100.0.0/16");
+    env.apply_yaml(&overlap.yaml()).await.unwrap();
     let k = env
         .wait_kcp_condition("tenant-a", "overlap", "SpecValid", "False", MINUTE)
         .await
         .unwrap();
-    let msg = k
-        .status
-        .unwrap()
-        .conditions
-        .unwrap()
-        .into_iter()
-        .find(|c| c.type_ == "SpecValid")
-        .unwrap()
-        .message;
+    let msg = condition_message(&k, "SpecValid");
     assert!(msg.contains("pods.cidrBlocks"), "{msg}");
     // Nothing was created for the refused control planes.
     assert!(
@@ -865,11 +828,9 @@ async fn b22_status_follows_the_contract_through_datastore_outage_and_deployment
     let _serial = serial();
     let env = Env::start().await.unwrap();
     env.namespace("tenant-a").await.unwrap();
-    env.apply_yaml(
-        &f0("tenant-a", "demo", 2).replace("dataStoreName: default", "dataStoreName: later"),
-    )
-    .await
-    .unwrap();
+    env.apply_yaml(&F0::new("tenant-a", "demo").datastore("later").yaml())
+        .await
+        .unwrap();
     let k = env
         .wait_kcp_condition("tenant-a", "demo", "DataStoreReady", "False", MINUTE)
         .await

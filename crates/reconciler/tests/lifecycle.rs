@@ -270,31 +270,11 @@ async fn b19_paused_cluster_or_control_plane_changes_nothing_until_resumed() {
     }
 }
 
-/// A stand-in for the infrastructure provider's `OpenStackCluster` CRD (`v1alpha6`, CAPI
-/// `v1beta1` contract), whose object the test marks provisioned.
-const OPENSTACK_STAND_IN: &str = r"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: openstackclusters.infrastructure.cluster.x-k8s.io
-  labels: {cluster.x-k8s.io/v1beta1: v1alpha6}
-spec:
-  group: infrastructure.cluster.x-k8s.io
-  names: {kind: OpenStackCluster, listKind: OpenStackClusterList, plural: openstackclusters, singular: openstackcluster}
-  scope: Namespaced
-  versions:
-  - name: v1alpha6
-    served: true
-    storage: true
-    subresources: {status: {}}
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quickstart_sample_as_written_reaches_available_with_secrets_named_after_the_cluster() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
-    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition = serde_yaml::from_str(OPENSTACK_STAND_IN).unwrap();
+    let crd = kamaji_testenv::standins::openstack_cluster_crd().unwrap();
     env.cluster.apply_crds(&[crd]).await.unwrap();
     let sample = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -24,6 +24,7 @@ mod cluster;
 mod etcd;
 pub mod pki;
 pub mod process;
+pub mod standins;
 mod tools;
 
 pub use audit::AuditEvent;

@@ -395,19 +395,95 @@ pub fn manager_binary() -> Result<PathBuf> {
     }
 }
 
-/// A Cluster (v1beta1, as the cases write it) and a KamajiControlPlane (v1alpha1) for
-/// `ns/name`, LoadBalancer, the tools' Kubernetes version.
-pub fn f0(ns: &str, name: &str, replicas: i32) -> String {
-    format!(
-        r"
+/// The base fixture F0 of shared/cases/: a Cluster (v1beta1, as the cases write it) and a
+/// KamajiControlPlane (v1alpha1) with the same name, LoadBalancer, datastore `default`, the
+/// tools' Kubernetes version; each setter changes one thing a case varies.
+#[derive(Debug, Clone)]
+pub struct F0 {
+    ns: String,
+    name: String,
+    replicas: i32,
+    services: String,
+    pods: String,
+    domain: String,
+    datastore: String,
+    network: String,
+    spec: String,
+}
+
+impl F0 {
+    /// F0 for `ns/name` with 2 replicas.
+    pub fn new(ns: &str, name: &str) -> Self {
+        Self {
+            ns: ns.into(),
+            name: name.into(),
+            replicas: 2,
+            services: "10.96.0.0/12".into(),
+            pods: "10.244.0.0/16".into(),
+            domain: "cluster.local".into(),
+            datastore: "default".into(),
+            network: "serviceType: LoadBalancer".into(),
+            spec: String::new(),
+        }
+    }
+    /// `spec.replicas`.
+    pub fn replicas(mut self, n: i32) -> Self {
+        self.replicas = n;
+        self
+    }
+    /// `Cluster.spec.clusterNetwork.services.cidrBlocks[0]`.
+    pub fn services(mut self, cidr: &str) -> Self {
+        cidr.clone_into(&mut self.services);
+        self
+    }
+    /// `Cluster.spec.clusterNetwork.pods.cidrBlocks[0]`.
+    pub fn pods(mut self, cidr: &str) -> Self {
+        cidr.clone_into(&mut self.pods);
+        self
+    }
+    /// `Cluster.spec.clusterNetwork.serviceDomain`.
+    pub fn domain(mut self, domain: &str) -> Self {
+        domain.clone_into(&mut self.domain);
+        self
+    }
+    /// `spec.dataStoreName`.
+    pub fn datastore(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.datastore);
+        self
+    }
+    /// `spec.network`, as a YAML flow mapping body (e.g. `serviceType: ClusterIP, ...`).
+    pub fn network(mut self, body: &str) -> Self {
+        body.clone_into(&mut self.network);
+        self
+    }
+    /// Further `spec` fields, as YAML lines indented by two spaces.
+    pub fn spec(mut self, lines: &str) -> Self {
+        lines.clone_into(&mut self.spec);
+        self
+    }
+    /// The two objects as a YAML stream.
+    pub fn yaml(&self) -> String {
+        let Self {
+            ns,
+            name,
+            replicas,
+            services,
+            pods,
+            domain,
+            datastore,
+            network,
+            spec,
+        } = self;
+        format!(
+            r"
 apiVersion: cluster.x-k8s.io/v1beta1
 kind: Cluster
 metadata: {{name: {name}, namespace: {ns}}}
 spec:
   clusterNetwork:
-    services: {{cidrBlocks: [10.96.0.0/12]}}
-    pods: {{cidrBlocks: [10.244.0.0/16]}}
-    serviceDomain: cluster.local
+    services: {{cidrBlocks: [{services}]}}
+    pods: {{cidrBlocks: [{pods}]}}
+    serviceDomain: {domain}
   controlPlaneRef:
     apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
     kind: KamajiControlPlane
@@ -419,12 +495,17 @@ metadata: {{name: {name}, namespace: {ns}}}
 spec:
   version: {version}
   replicas: {replicas}
-  dataStoreName: default
-  network:
-    serviceType: LoadBalancer
-",
-        version = kamaji_testenv::KUBERNETES_VERSION
-    )
+  dataStoreName: {datastore}
+  network: {{{network}}}
+{spec}",
+            version = kamaji_testenv::KUBERNETES_VERSION
+        )
+    }
+}
+
+/// F0 for `ns/name` with `replicas`.
+pub fn f0(ns: &str, name: &str, replicas: i32) -> String {
+    F0::new(ns, name).replicas(replicas).yaml()
 }
 
 /// Substitutes clusterctl-style variables: `${VAR}` and `${VAR:=default}`, taking values from
@@ -620,4 +701,14 @@ impl Env {
         )
         .await
     }
+}
+
+/// The message of condition `type_` of a KamajiControlPlane (empty when absent).
+pub fn condition_message(kcp: &KamajiControlPlane, type_: &str) -> String {
+    kcp.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == type_))
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
 }
