@@ -66,16 +66,7 @@ fn users_of(
     store
         .state()
         .iter()
-        .filter(|k| {
-            let used = k
-                .spec
-                .fields
-                .data_store_name
-                .as_deref()
-                .filter(|n| !n.is_empty())
-                .unwrap_or(default);
-            used == name
-        })
+        .filter(|k| crate::spec::datastore_name(k, default) == name)
         .map(|k| ObjectRef::from_obj(k.as_ref()))
         .collect()
 }

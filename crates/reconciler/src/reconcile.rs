@@ -1013,7 +1013,6 @@ async fn stop_control_plane(
     names: &kamaji_api::names::ObjectNames,
 ) -> Result<bool, Error> {
     let client = &ctx.client;
-    // 1. Stop the API servers, so nothing writes to the prefix any more.
     let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
     match deployments
         .delete(
@@ -1059,28 +1058,15 @@ async fn remove_datastore_prefix(
     names: &kamaji_api::names::ObjectNames,
 ) -> Result<(), Error> {
     let client = &ctx.client;
-    // 2. The datastore prefix.
     let secrets = Api::<Secret>::namespaced(client.clone(), ns);
-    let schema = kcp
-        .spec
-        .fields
-        .data_store_schema
-        .clone()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| kamaji_api::names::datastore_schema(ns, &kcp.name_any()));
-    let ds_name = kcp
-        .spec
-        .fields
-        .data_store_name
-        .clone()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| ctx.config.default_datastore.clone());
+    let schema = spec::datastore_schema(kcp);
+    let ds_name = spec::datastore_name(kcp, &ctx.config.default_datastore);
     let ds_client = secrets
         .get_opt(&names.apiserver_etcd_client_secret())
         .await
         .ctx(|| "get datastore client Secret".into())?;
     match (
-        datastore::resolve(client, &ds_name).await,
+        datastore::resolve(client, ds_name).await,
         ds_client.as_ref().and_then(secrets::tls_pair_of),
     ) {
         (Ok(ds), Some((cert, key))) => {
@@ -1122,7 +1108,6 @@ async fn remove_owned(
 ) -> Result<(), Error> {
     let client = &ctx.client;
     let secrets = Api::<Secret>::namespaced(client.clone(), ns);
-    // 3. What kamaji-rs created (also garbage-collected through owner references).
     let _ = Api::<Service>::namespaced(client.clone(), ns)
         .delete(&names.service(), &DeleteParams::default())
         .await;

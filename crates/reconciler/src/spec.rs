@@ -203,18 +203,39 @@ pub fn validate(
         cert_sans,
         kubelet_address_types,
         admission_plugins,
-        datastore_schema: fields
-            .data_store_schema
-            .clone()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| names::datastore_schema(&namespace, &kcp_name)),
-        datastore_name: fields
-            .data_store_name
-            .clone()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| default_datastore.to_owned()),
+        datastore_schema: datastore_schema(kcp),
+        datastore_name: datastore_name(kcp, default_datastore).to_owned(),
         kcp: kcp.clone(),
     })
+}
+
+/// The DataStore a control plane uses: `spec.dataStoreName`, else the manager's default.
+#[must_use]
+pub fn datastore_name<'a>(kcp: &'a KamajiControlPlane, default: &'a str) -> &'a str {
+    kcp.spec
+        .fields
+        .data_store_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(default)
+}
+
+/// The control plane's datastore schema (etcd key prefix without the leading `/`):
+/// `spec.dataStoreSchema`, else derived from namespace and name, stable across provider
+/// upgrades and `clusterctl move` (kamaji-api's naming).
+#[must_use]
+pub fn datastore_schema(kcp: &KamajiControlPlane) -> String {
+    kcp.spec
+        .fields
+        .data_store_schema
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| {
+            names::datastore_schema(
+                kcp.metadata.namespace.as_deref().unwrap_or_default(),
+                kcp.metadata.name.as_deref().unwrap_or_default(),
+            )
+        })
 }
 
 /// Flags and admission plugins that the target version no longer has: the component would exit
