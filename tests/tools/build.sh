@@ -18,6 +18,8 @@ root=$(cd "$here/../.." && pwd)
 cache=${KAMAJI_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kamaji-rs/tools}
 
 K8S_VERSION=v1.36.3
+# The previous patch release, for upgrade tests (control-plane programs only).
+K8S_PREV_VERSION=v1.36.1
 ETCD_VERSION=v3.6.16
 CAPI_VERSION=v1.14.2
 
@@ -57,12 +59,17 @@ build() {
 }
 
 now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-k8s_ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-    k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$now -X $pkg.gitCommit=0000000000000000000000000000000000000000"
-done
+# Version stamps as kubernetes/kubernetes:hack/lib/version.sh sets them.
+k8s_ldflags_for() {
+    local version=$1 minor=${1#v1.} flags="-s -w" pkg
+    minor=${minor%%.*}
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        flags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+        flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$now -X $pkg.gitCommit=0000000000000000000000000000000000000000"
+    done
+    echo "$flags"
+}
+k8s_ldflags=$(k8s_ldflags_for "$K8S_VERSION")
 
 etcd_dir=$(build etcd "$ETCD_VERSION" "-s -w" etcd=go.etcd.io/etcd/server/v3) || exit 1
 k8s_dir=$(build k8s "$K8S_VERSION" "$k8s_ldflags" \
@@ -71,6 +78,10 @@ k8s_dir=$(build k8s "$K8S_VERSION" "$k8s_ldflags" \
     kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
     kubeadm=k8s.io/kubernetes/cmd/kubeadm \
     kubectl=k8s.io/kubernetes/cmd/kubectl) || exit 1
+prev_dir=$(build k8s-prev "$K8S_PREV_VERSION" "$(k8s_ldflags_for "$K8S_PREV_VERSION")" \
+    kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler) || exit 1
 capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI_VERSION -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14"
 capi_dir=$(build capi "$CAPI_VERSION" "$capi_ldflags" \
     capi-manager=sigs.k8s.io/cluster-api/core \
@@ -80,9 +91,11 @@ capi_dir=$(build capi "$CAPI_VERSION" "$capi_ldflags" \
 capi_src=$(cd "$here/capi" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api 2>/dev/null) \
     || die "cannot locate sigs.k8s.io/cluster-api $CAPI_VERSION in the module cache"
 
-bin="$cache/bin-$(echo "$etcd_dir $k8s_dir $capi_dir" | sha256sum | cut -c1-12)"
+bin="$cache/bin-$(echo "$etcd_dir $k8s_dir $prev_dir $capi_dir" | sha256sum | cut -c1-12)"
 rm -rf "$bin.tmp" && mkdir -p "$bin.tmp/crds/capi-core" "$bin.tmp/crds/capi-kubeadm-bootstrap" "$bin.tmp/webhooks"
 for d in "$etcd_dir" "$k8s_dir" "$capi_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
+mkdir -p "$bin.tmp/versions/$K8S_PREV_VERSION"
+ln -sf "$prev_dir"/bin/* "$bin.tmp/versions/$K8S_PREV_VERSION/"
 cp "$capi_src"/core/config/crd/bases/*.yaml "$bin.tmp/crds/capi-core/"
 cp "$capi_src"/bootstrap/kubeadm/config/crd/bases/*.yaml "$bin.tmp/crds/capi-kubeadm-bootstrap/"
 cp "$capi_src"/core/config/webhook/manifests.yaml "$bin.tmp/webhooks/capi-core.yaml"

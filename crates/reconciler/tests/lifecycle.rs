@@ -18,8 +18,6 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -31,7 +29,7 @@ use kube::api::{
     PatchParams, PostParams,
 };
 use kube::runtime::wait::{await_condition, conditions};
-use support::{Env, f0, secret_text, serial};
+use support::{Env, F0, ReadyzProbe, f0, secret_text, serial, wait_rolled_out};
 
 const MINUTE: Duration = Duration::from_mins(1);
 
@@ -76,22 +74,7 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
     );
 
     // Poll /readyz through the endpoint during the whole rollout.
-    let tenant = env.tenant_client("tenant-a", "demo").await.unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (ok, failed) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
-    let poller = {
-        let (stop, ok, failed, tenant) = (stop.clone(), ok.clone(), failed.clone(), tenant.clone());
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                if kamaji_reconciler::tenant::readyz(&tenant).await {
-                    ok.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
+    let probe = ReadyzProbe::start(env.tenant_config("tenant-a", "demo").await.unwrap());
     env.patch_kcp(
         "tenant-a",
         "demo",
@@ -99,33 +82,18 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
     )
     .await
     .unwrap();
-    let rolled = |d: Option<&Deployment>| {
-        d.is_some_and(|d| {
-            let args = d
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.spec.as_ref())
-                .and_then(|p| p.containers[0].args.clone())
-                .unwrap_or_default();
-            let s = d.status.clone().unwrap_or_default();
-            args.iter().any(|a| a == "--max-requests-inflight=600")
-                && s.observed_generation == d.metadata.generation
-                && s.updated_replicas == Some(3)
-                && s.available_replicas == Some(3)
-                && s.replicas == Some(3)
-        })
+    let has_flag = |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.containers[0].args.clone())
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a == "--max-requests-inflight=600")
     };
-    tokio::time::timeout(
-        4 * MINUTE,
-        await_condition(
-            Api::<Deployment>::namespaced(env.client(), "tenant-a"),
-            "demo",
-            rolled,
-        ),
-    )
-    .await
-    .expect("rollout did not finish in 4 minutes")
-    .unwrap();
+    wait_rolled_out(&env, "tenant-a", "demo", 3, 4 * MINUTE, has_flag)
+        .await
+        .unwrap();
     let k = env
         .wait_kcp("tenant-a", "demo", "3 up to date", MINUTE, |k| {
             k.status.as_ref().is_some_and(|s| {
@@ -135,9 +103,7 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
         .await
         .unwrap();
     assert_eq!(k.status.unwrap().updated_replicas, Some(3));
-    stop.store(true, Ordering::Relaxed);
-    poller.await.unwrap();
-    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    let (ok, failed) = probe.stop().await;
     assert!(ok > 20, "too few probes: {ok}");
     assert_eq!(
         failed,
@@ -145,6 +111,131 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
         "/readyz failed {failed} times (of {}) during the rollout",
         ok + failed
     );
+
+    // The probe does see an outage: a user strategy that replaces every pod at once.
+    let probe = ReadyzProbe::start(env.tenant_config("tenant-a", "demo").await.unwrap());
+    let all_at_once = serde_json::json!({"spec": {
+        "apiServer": {"extraArgs": ["--max-requests-inflight=700"]},
+        "deployment": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%", "maxSurge": 0}}},
+    }});
+    env.patch_kcp("tenant-a", "demo", all_at_once)
+        .await
+        .unwrap();
+    let has_flag = |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.containers[0].args.clone())
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a == "--max-requests-inflight=700")
+    };
+    wait_rolled_out(&env, "tenant-a", "demo", 3, 4 * MINUTE, has_flag)
+        .await
+        .unwrap();
+    let (_, failed) = probe.stop().await;
+    assert!(
+        failed > 0,
+        "an all-at-once roll must be visible to the probe"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_upgrade_rolls_without_ever_losing_the_api() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let (from, to) = (
+        kamaji_testenv::PREVIOUS_KUBERNETES_VERSION,
+        kamaji_testenv::KUBERNETES_VERSION,
+    );
+    env.namespace("tenant-a").await.unwrap();
+    env.apply_yaml(&F0::new("tenant-a", "demo").version(from).yaml())
+        .await
+        .unwrap();
+    env.wait_kcp(
+        "tenant-a",
+        "demo",
+        &format!("2 available at {from}"),
+        4 * MINUTE,
+        move |k| {
+            k.status.as_ref().is_some_and(|s| {
+                s.available_replicas == Some(2) && s.version.as_deref() == Some(from)
+            })
+        },
+    )
+    .await
+    .unwrap();
+    let tenant = env.tenant_client("tenant-a", "demo").await.unwrap();
+    let probe = ReadyzProbe::start(env.tenant_config("tenant-a", "demo").await.unwrap());
+    env.patch_kcp(
+        "tenant-a",
+        "demo",
+        serde_json::json!({"spec": {"version": to}}),
+    )
+    .await
+    .unwrap();
+    let new_image = move |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .is_some_and(|p| {
+                p.containers.iter().take(3).all(|c| {
+                    c.image
+                        .as_deref()
+                        .is_some_and(|i| i.ends_with(&format!(":{to}")))
+                })
+            })
+    };
+    wait_rolled_out(&env, "tenant-a", "demo", 2, 4 * MINUTE, new_image)
+        .await
+        .unwrap();
+    let k = env
+        .wait_kcp(
+            "tenant-a",
+            "demo",
+            &format!("version {to}"),
+            2 * MINUTE,
+            move |k| {
+                k.status.as_ref().is_some_and(|s| {
+                    s.version.as_deref() == Some(to) && s.up_to_date_replicas == Some(2)
+                })
+            },
+        )
+        .await
+        .unwrap();
+    let (ok, failed) = probe.stop().await;
+    assert!(ok > 10, "too few probes: {ok}");
+    assert_eq!(
+        failed,
+        0,
+        "/readyz failed {failed} times (of {}) during the upgrade",
+        ok + failed
+    );
+    let versions = k.status.unwrap().versions.unwrap();
+    assert_eq!(versions.last().unwrap().version, to);
+    // The API server that answers reports the new version, and kubeadm-config follows.
+    let info = tenant.apiserver_version().await.unwrap();
+    assert_eq!(info.git_version, to);
+    let cc = tokio::time::timeout(MINUTE, async {
+        loop {
+            let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+                tenant.clone(),
+                "kube-system",
+            )
+            .get("kubeadm-config")
+            .await
+            .unwrap();
+            let cc: serde_yaml::Value =
+                serde_yaml::from_str(&cm.data.unwrap()["ClusterConfiguration"]).unwrap();
+            if cc["kubernetesVersion"] == to {
+                return cc;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await
+    .expect("kubeadm-config not rewritten for the new version");
+    assert_eq!(cc["apiVersion"], "kubeadm.k8s.io/v1beta4");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

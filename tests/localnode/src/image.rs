@@ -46,6 +46,11 @@ impl Catalogue {
         } else {
             tag == self.kubernetes
         };
+        // Other Kubernetes versions the tools build (`versions/<tag>/<program>`), for upgrades.
+        let other = self.bin.join("versions").join(tag).join(program);
+        if !matches && *program != "etcd" && is_safe_tag(tag) && other.exists() {
+            return Ok((program, other));
+        }
         if !matches {
             let built = if *program == "etcd" {
                 &self.etcd
@@ -58,6 +63,15 @@ impl Catalogue {
         }
         Ok((program, self.bin.join(program)))
     }
+}
+
+/// A tag that is a plain version (`v1.36.1`), so that it cannot walk out of `versions/`.
+fn is_safe_tag(tag: &str) -> bool {
+    !tag.is_empty()
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        && !tag.starts_with('.')
 }
 
 #[cfg(test)]

@@ -35,3 +35,7 @@ pub use tools::Tools;
 
 /// Kubernetes version of the binaries that `tests/tools` builds (the tenant version under test).
 pub const KUBERNETES_VERSION: &str = "v1.36.3";
+
+/// The previous patch release, whose kube-apiserver, kube-controller-manager and kube-scheduler
+/// `tests/tools` also builds (under `versions/<tag>/`), for upgrade tests.
+pub const PREVIOUS_KUBERNETES_VERSION: &str = "v1.36.1";

@@ -343,8 +343,8 @@ impl Env {
         )
     }
 
-    /// A client for the tenant from `<cluster>-kubeconfig` (key `value`).
-    pub async fn tenant_client(&self, ns: &str, cluster: &str) -> Result<Client> {
+    /// The tenant's client configuration from `<cluster>-kubeconfig` (key `value`).
+    pub async fn tenant_config(&self, ns: &str, cluster: &str) -> Result<kube::Config> {
         let secret = Api::<Secret>::namespaced(self.client(), ns)
             .get(&format!("{cluster}-kubeconfig"))
             .await?;
@@ -353,10 +353,15 @@ impl Env {
             .and_then(|d| d.get("value").cloned())
             .context("no value key")?;
         let kc: kube::config::Kubeconfig = serde_yaml::from_slice(&raw.0)?;
-        let config =
+        Ok(
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?;
-        Ok(Client::try_from(config)?)
+                .await?,
+        )
+    }
+
+    /// A client for the tenant from `<cluster>-kubeconfig` (key `value`).
+    pub async fn tenant_client(&self, ns: &str, cluster: &str) -> Result<Client> {
+        Ok(Client::try_from(self.tenant_config(ns, cluster).await?)?)
     }
 
     /// Writes requests of the manager's user, from the audit log.
@@ -409,6 +414,7 @@ pub struct F0 {
     datastore: String,
     network: String,
     spec: String,
+    version: String,
 }
 
 impl F0 {
@@ -424,7 +430,13 @@ impl F0 {
             datastore: "default".into(),
             network: "serviceType: LoadBalancer".into(),
             spec: String::new(),
+            version: kamaji_testenv::KUBERNETES_VERSION.into(),
         }
+    }
+    /// `spec.version`.
+    pub fn version(mut self, version: &str) -> Self {
+        version.clone_into(&mut self.version);
+        self
     }
     /// `spec.replicas`.
     pub fn replicas(mut self, n: i32) -> Self {
@@ -473,6 +485,7 @@ impl F0 {
             datastore,
             network,
             spec,
+            version,
         } = self;
         format!(
             r"
@@ -497,8 +510,7 @@ spec:
   replicas: {replicas}
   dataStoreName: {datastore}
   network: {{{network}}}
-{spec}",
-            version = kamaji_testenv::KUBERNETES_VERSION
+{spec}"
         )
     }
 }
@@ -711,4 +723,86 @@ pub fn condition_message(kcp: &KamajiControlPlane, type_: &str) -> String {
         .and_then(|c| c.iter().find(|c| c.type_ == type_))
         .map(|c| c.message.clone())
         .unwrap_or_default()
+}
+
+/// Polls `/readyz` of a tenant every 250 ms until stopped, counting answers and failures (a
+/// refused connection, a timeout or anything but `ok`). Every poll opens a new connection, as
+/// a fresh client behind a load balancer would: a kept-alive connection would stay pinned to
+/// one API server, and a terminating API server fails `/readyz` on purpose.
+pub struct ReadyzProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ok: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    failed: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReadyzProbe {
+    /// Starts probing with `tenant` (a new client, so a new connection, per poll).
+    pub fn start(tenant: kube::Config) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ok = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let failed = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let task = {
+            let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let ready = match Client::try_from(tenant.clone()) {
+                        Ok(c) => kamaji_reconciler::tenant::readyz(&c).await,
+                        Err(_) => false,
+                    };
+                    if ready {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            })
+        };
+        Self {
+            stop,
+            ok,
+            failed,
+            task,
+        }
+    }
+
+    /// Stops probing; returns `(answers ok, failures)`.
+    pub async fn stop(self) -> (u32, u32) {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Waits until Deployment `ns/name` has rolled out completely: the controller saw the current
+/// spec, `replicas` pods exist, all are updated and available, and `done` holds for its spec.
+pub async fn wait_rolled_out(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    timeout: Duration,
+    done: impl Fn(&k8s_openapi::api::apps::v1::Deployment) -> bool + Send + 'static,
+) -> Result<k8s_openapi::api::apps::v1::Deployment> {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(env.client(), ns);
+    let label = format!("Deployment {ns}/{name}");
+    let want = Some(replicas);
+    let ok = move |d: &k8s_openapi::api::apps::v1::Deployment| {
+        let s = d.status.clone().unwrap_or_default();
+        done(d)
+            && s.observed_generation == d.metadata.generation
+            && s.updated_replicas == want
+            && s.available_replicas == want
+            && s.replicas == want
+    };
+    env.wait_for(api, &label, name, "rolled out", timeout, ok, |d| {
+        serde_yaml::to_string(&d.status).unwrap_or_default()
+    })
+    .await
 }
