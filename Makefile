@@ -34,8 +34,8 @@ crds-check: crds
 ## demo: a local management cluster + CAPI + kamaji-rs + a tenant control plane that answers
 ## and accepts a kubeadm join discovery (root needed for the local node). KEEP=1 keeps it up.
 demo: tools
-	$(CARGO) build -q --locked -p kamaji-reconciler --bin manager --example demo
-	target/debug/examples/demo
+	$(CARGO) build -q --locked -p kamaji-reconciler --bin manager
+	$(CARGO) run -q --locked -p kamaji-reconciler --example demo
 
 ## release: $(OUT)/control-plane-components.yaml + metadata.yaml for `clusterctl init
 ## --control-plane kamaji` from a local repository; variables stay as ${VAR:=default}.
@@ -50,5 +50,5 @@ release: crds
 
 ## bench: the scale benchmark (20 tenants at once); prints times and the manager's peak RSS.
 bench: tools
-	$(CARGO) build -q --release --locked -p kamaji-reconciler --bin manager --example scale
-	KAMAJI_MANAGER_BIN=target/release/manager target/release/examples/scale
+	$(CARGO) build -q --release --locked -p kamaji-reconciler --bin manager
+	$(CARGO) run -q --release --locked -p kamaji-reconciler --example scale
