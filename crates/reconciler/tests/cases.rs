@@ -159,6 +159,11 @@ async fn b02_cluster_info_embeds_the_ca_is_anonymously_readable_and_comes_back()
         rule.resource_names.as_deref(),
         Some(&["cluster-info".to_owned()][..])
     );
+    assert_eq!(rule.verbs, vec!["get".to_owned()]);
+    assert_eq!(
+        rule.resources.as_deref(),
+        Some(&["configmaps".to_owned()][..])
+    );
     let binding = Api::<RoleBinding>::namespaced(tenant.clone(), "kube-public")
         .get("kubeadm:bootstrap-signer-clusterinfo")
         .await
@@ -509,16 +514,37 @@ async fn b05_b06_b07_kubeadm_config_kubelet_config_and_join_rbac_in_the_tenant()
             "{user} may not {verb} {resource} {name:?}"
         );
     }
-    for crb in [
-        "kubeadm:get-nodes",
-        "kubeadm:kubelet-bootstrap",
-        "kubeadm:node-autoapprove-bootstrap",
-        "kubeadm:node-autoapprove-certificate-rotation",
+    let bootstrappers = "system:bootstrappers:kubeadm:default-node-token";
+    for (crb, role, subject) in [
+        ("kubeadm:get-nodes", "kubeadm:get-nodes", bootstrappers),
+        (
+            "kubeadm:kubelet-bootstrap",
+            "system:node-bootstrapper",
+            bootstrappers,
+        ),
+        (
+            "kubeadm:node-autoapprove-bootstrap",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            bootstrappers,
+        ),
+        (
+            "kubeadm:node-autoapprove-certificate-rotation",
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            "system:nodes",
+        ),
     ] {
-        Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(tenant.clone())
+        let b = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(tenant.clone())
             .get(crb)
             .await
             .unwrap_or_else(|e| panic!("{crb}: {e}"));
+        assert_eq!(b.role_ref.name, role, "{crb}");
+        assert!(
+            b.subjects
+                .unwrap_or_default()
+                .iter()
+                .any(|s| s.kind == "Group" && s.name == subject),
+            "{crb} is not bound to {subject}"
+        );
     }
 }
 
@@ -652,8 +678,9 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
     assert_eq!(
         api.iter()
             .filter(|a| a.starts_with("--service-account-issuer"))
-            .count(),
-        1
+            .collect::<Vec<_>>(),
+        vec!["--service-account-issuer=https://kubernetes.default.svc.cluster.local"],
+        "the provider default is back"
     );
     let names: BTreeSet<&str> = api.iter().map(|a| a.split('=').next().unwrap()).collect();
     assert_eq!(
@@ -782,6 +809,17 @@ async fn b18_network_comes_from_the_cluster_and_bad_dns_ips_are_refused() {
         .await
         .unwrap();
     assert_eq!(dns.spec.unwrap().cluster_ip.as_deref(), Some("10.100.0.10"));
+    let kc = Api::<ConfigMap>::namespaced(
+        env.tenant_client("tenant-a", "demo").await.unwrap(),
+        "kube-system",
+    )
+    .get("kubeadm-config")
+    .await
+    .unwrap();
+    let cc: serde_yaml::Value =
+        serde_yaml::from_str(&kc.data.unwrap()["ClusterConfiguration"]).unwrap();
+    assert_eq!(cc["networking"]["serviceSubnet"], "10.100.0.0/16");
+    assert_eq!(cc["networking"]["podSubnet"], "10.200.0.0/16");
 
     // Negative variants: an out-of-range DNS IP, and overlapping pod and service ranges.
     let bad_dns = F0::new("tenant-a", "bad-dns")
