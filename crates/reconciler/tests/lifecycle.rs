@@ -33,6 +33,18 @@ use support::{Env, F0, ReadyzProbe, f0, secret_text, serial, wait_rolled_out};
 
 const MINUTE: Duration = Duration::from_mins(1);
 
+/// Whether the kube-apiserver container of a Deployment has argument `arg`.
+fn api_server_has(arg: &'static str) -> impl Fn(&Deployment) -> bool + Send + 'static {
+    move |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.containers.iter().find(|c| c.name == "kube-apiserver"))
+            .and_then(|c| c.args.as_ref())
+            .is_some_and(|args| args.iter().any(|a| a == arg))
+    }
+}
+
 fn cluster_api(env: &Env, ns: &str, version: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "cluster.x-k8s.io",
@@ -82,18 +94,16 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
     )
     .await
     .unwrap();
-    let has_flag = |d: &Deployment| {
-        d.spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .and_then(|p| p.containers[0].args.clone())
-            .unwrap_or_default()
-            .iter()
-            .any(|a| a == "--max-requests-inflight=600")
-    };
-    wait_rolled_out(&env, "tenant-a", "demo", 3, 4 * MINUTE, has_flag)
-        .await
-        .unwrap();
+    wait_rolled_out(
+        &env,
+        "tenant-a",
+        "demo",
+        3,
+        4 * MINUTE,
+        api_server_has("--max-requests-inflight=600"),
+    )
+    .await
+    .unwrap();
     let k = env
         .wait_kcp("tenant-a", "demo", "3 up to date", MINUTE, |k| {
             k.status.as_ref().is_some_and(|s| {
@@ -121,18 +131,16 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
     env.patch_kcp("tenant-a", "demo", all_at_once)
         .await
         .unwrap();
-    let has_flag = |d: &Deployment| {
-        d.spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .and_then(|p| p.containers[0].args.clone())
-            .unwrap_or_default()
-            .iter()
-            .any(|a| a == "--max-requests-inflight=700")
-    };
-    wait_rolled_out(&env, "tenant-a", "demo", 3, 4 * MINUTE, has_flag)
-        .await
-        .unwrap();
+    wait_rolled_out(
+        &env,
+        "tenant-a",
+        "demo",
+        3,
+        4 * MINUTE,
+        api_server_has("--max-requests-inflight=700"),
+    )
+    .await
+    .unwrap();
     let (_, failed) = probe.stop().await;
     assert!(
         failed > 0,
