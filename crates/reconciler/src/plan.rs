@@ -27,6 +27,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::args::{self, Component, Flag};
+use crate::endpoint::Endpoint;
 use crate::pki::{KUBECONFIG_KEY, LeafKind, leaf_secret_name};
 use crate::spec::ValidSpec;
 
@@ -171,7 +172,12 @@ pub fn service(spec: &ValidSpec, owner: &OwnerReference) -> Service {
 /// kamaji-rs's default flags of one component (before `extraArgs`).
 #[must_use]
 #[allow(clippy::too_many_lines)] // one flag per line, kubeadm's static-pod flags in order
-pub fn default_flags(spec: &ValidSpec, c: Component, ds: &DatastoreWiring) -> Vec<Flag> {
+pub fn default_flags(
+    spec: &ValidSpec,
+    c: Component,
+    ds: &DatastoreWiring,
+    endpoint: &Endpoint,
+) -> Vec<Flag> {
     let pki = "/etc/kubernetes/pki";
     match c {
         Component::ApiServer => {
@@ -195,8 +201,10 @@ pub fn default_flags(spec: &ValidSpec, c: Component, ds: &DatastoreWiring) -> Ve
                     format!("{pki}/datastore/tls.key"),
                 ));
             }
-            if let Ok(ip) = spec_endpoint_ip(spec) {
-                f.push(Flag::new("advertise-address", ip));
+            // The endpoint chosen before the first Deployment exists, so the flag never changes
+            // later (a later change would roll every pod right after initialization).
+            if let Ok(ip) = endpoint.host.parse::<std::net::IpAddr>() {
+                f.push(Flag::new("advertise-address", ip.to_string()));
             }
             f.extend([
                 Flag::new(
@@ -299,19 +307,6 @@ pub fn default_flags(spec: &ValidSpec, c: Component, ds: &DatastoreWiring) -> Ve
     }
 }
 
-fn spec_endpoint_ip(spec: &ValidSpec) -> Result<String, ()> {
-    let host = spec
-        .cluster
-        .control_plane_endpoint
-        .as_ref()
-        .map(|(h, _)| h.clone())
-        .or_else(|| spec.service_address.clone())
-        .ok_or(())?;
-    host.parse::<std::net::IpAddr>()
-        .map(|ip| ip.to_string())
-        .map_err(|_| ())
-}
-
 fn join_nets(nets: &[ipnet::IpNet]) -> String {
     nets.iter()
         .map(ToString::to_string)
@@ -321,8 +316,13 @@ fn join_nets(nets: &[ipnet::IpNet]) -> String {
 
 /// The full argument list of a component.
 #[must_use]
-pub fn component_args(spec: &ValidSpec, c: Component, ds: &DatastoreWiring) -> Vec<String> {
-    args::merge(c, &default_flags(spec, c, ds), spec.extra_args(c))
+pub fn component_args(
+    spec: &ValidSpec,
+    c: Component,
+    ds: &DatastoreWiring,
+    endpoint: &Endpoint,
+) -> Vec<String> {
+    args::merge(c, &default_flags(spec, c, ds, endpoint), spec.extra_args(c))
 }
 
 struct Mount {
@@ -506,7 +506,12 @@ fn probe(spec: &ValidSpec, c: Component, kind: &str, path: &str, port: i32) -> P
     }
 }
 
-fn container(spec: &ValidSpec, c: Component, ds: &DatastoreWiring) -> Container {
+fn container(
+    spec: &ValidSpec,
+    c: Component,
+    ds: &DatastoreWiring,
+    endpoint: &Endpoint,
+) -> Container {
     let section = spec.component(c);
     let image_name = section
         .and_then(|s| s.container_image_name.clone())
@@ -538,7 +543,7 @@ fn container(spec: &ValidSpec, c: Component, ds: &DatastoreWiring) -> Container 
         )),
         image_pull_policy: Some("IfNotPresent".into()),
         command: Some(vec![c.name().into()]),
-        args: Some(component_args(spec, c, ds)),
+        args: Some(component_args(spec, c, ds, endpoint)),
         ports: Some(vec![ContainerPort {
             name: Some(if c == Component::ApiServer {
                 API_SERVER_PORT_NAME.into()
@@ -579,6 +584,7 @@ pub fn deployment(
     owner: &OwnerReference,
     ds: &DatastoreWiring,
     pki_hash: &str,
+    endpoint: &Endpoint,
 ) -> Deployment {
     let d = spec.kcp.spec.fields.deployment.clone().unwrap_or_default();
     let mut m = meta(spec, spec.names.deployment(), owner);
@@ -609,7 +615,7 @@ pub fn deployment(
         Component::Scheduler,
     ]
     .into_iter()
-    .map(|c| container(spec, c, ds))
+    .map(|c| container(spec, c, ds, endpoint))
     .collect();
     containers.extend(d.extra_containers.clone().unwrap_or_default());
     let mut dep = Deployment {

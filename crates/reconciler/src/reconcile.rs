@@ -392,7 +392,7 @@ async fn provision(
     let deployment = apply_if_changed(
         ctx,
         &spec.namespace,
-        plan::deployment(spec, &owner_ref, &wiring, &pki_hash),
+        plan::deployment(spec, &owner_ref, &wiring, &pki_hash, &endpoint),
         observed.deployment.as_ref(),
     )
     .await?;

@@ -80,6 +80,14 @@ async fn cluster_becomes_available_through_capi_and_kubeadm_discovery_passes() {
         kamaji_testenv::KUBERNETES_VERSION
     );
 
+    // Provisioning rolled nothing: the Deployment was created once with its final template.
+    let d = env.deployment("tenant-a", "demo").await.unwrap();
+    assert_eq!(
+        d.metadata.generation,
+        Some(1),
+        "the control plane was rolled during provisioning"
+    );
+
     // The tenant API answers /readyz through the endpoint with <cluster>-kubeconfig.
     let tenant = env.tenant_client("tenant-a", "demo").await.unwrap();
     let readyz = tenant
