@@ -85,7 +85,8 @@ prev_dir=$(build k8s-prev "$K8S_PREV_VERSION" "$(k8s_ldflags_for "$K8S_PREV_VERS
 capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI_VERSION -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14"
 capi_dir=$(build capi "$CAPI_VERSION" "$capi_ldflags" \
     capi-manager=sigs.k8s.io/cluster-api/core \
-    capi-kubeadm-bootstrap-manager=sigs.k8s.io/cluster-api/bootstrap/kubeadm) || exit 1
+    capi-kubeadm-bootstrap-manager=sigs.k8s.io/cluster-api/bootstrap/kubeadm \
+    clusterctl=sigs.k8s.io/cluster-api/cmd/clusterctl) || exit 1
 
 # The CAPI CRDs come from the same module version the manager was built from.
 capi_src=$(cd "$here/capi" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api 2>/dev/null) \

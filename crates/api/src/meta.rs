@@ -30,6 +30,11 @@ pub const FINALIZER: &str = "kamaji-rs.controlplane.cluster.x-k8s.io/finalizer";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// Annotation (any value) that pauses reconciliation of the object carrying it.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// Annotation `clusterctl move` puts on each source object just before it removes the object's
+/// finalizers and deletes it: the object lives on in the target management cluster, so a
+/// controller must not tear down what the object stands for (CAPI's
+/// `clusterctl.cluster.x-k8s.io/delete-for-move`).
+pub const DELETE_FOR_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 /// Label of objects created by the CAPI topology controller.
 pub const TOPOLOGY_OWNED_LABEL: &str = "topology.cluster.x-k8s.io/owned";
 /// Label clusterctl uses to find provider components.

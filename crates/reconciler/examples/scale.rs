@@ -2,7 +2,8 @@
 //! once on the local management cluster and prints the median and maximum seconds from
 //! KamajiControlPlane creation to `Available=True`, and the manager's peak resident memory
 //! (VmHWM). A benchmark, not a test: it asserts nothing. On 2 cores, 20 tenants of 2 replicas
-//! (120 control-plane processes) overload the machine; `REPLICAS=1` fits.
+//! (120 control-plane processes) overload the machine; `REPLICAS=1` fits. Ctrl-C or SIGTERM
+//! stops it and removes every process and network namespace it started.
 
 #![allow(
     clippy::unwrap_used,
@@ -31,14 +32,28 @@ async fn main() -> Result<()> {
             .unwrap_or(default)
     };
     let (tenants, replicas) = (count("TENANTS", 20).max(2), count("REPLICAS", 2));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // Dropping the run on a signal drops its environment, which stops everything it started.
+    tokio::select! {
+        r = run(tenants, replicas) => r,
+        _ = tokio::signal::ctrl_c() => { println!("interrupted"); Ok(()) }
+        _ = term.recv() => { println!("terminated"); Ok(()) }
+    }
+}
+
+async fn run(tenants: usize, replicas: usize) -> Result<()> {
     let env = support::Env::start().await?;
     for i in 0..tenants {
         let ns = format!("scale-{i}");
         env.namespace(&ns).await?;
     }
     for i in 0..tenants {
-        env.apply_yaml(&support::f0(&format!("scale-{i}"), "demo", 2))
-            .await?;
+        env.apply_yaml(&support::f0(
+            &format!("scale-{i}"),
+            "demo",
+            i32::try_from(replicas)?,
+        ))
+        .await?;
     }
     let mut seconds = Vec::with_capacity(tenants);
     for i in 0..tenants {

@@ -14,7 +14,9 @@ use k8s_openapi::jiff::Timestamp;
 use kamaji_api::KamajiControlPlane;
 use kamaji_api::cluster::{ClusterView, v1beta2};
 use kamaji_api::conditions::{reasons, types};
-use kamaji_api::meta::{CLUSTER_NAME_LABEL, FIELD_MANAGER, FINALIZER, PAUSED_ANNOTATION};
+use kamaji_api::meta::{
+    CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, FIELD_MANAGER, FINALIZER, PAUSED_ANNOTATION,
+};
 use kamaji_bootstrap::kubeadm::{AddonImage, Addons, KubeletSpec, TenantArtifacts, TenantSpec};
 use kamaji_bootstrap::pki::{
     CA_COMMON_NAME, CertificateAuthority, FRONT_PROXY_CA_COMMON_NAME, ServiceAccountKeyPair,
@@ -77,6 +79,15 @@ async fn run(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Action, Error> {
     let ns = kcp.namespace().unwrap_or_default();
     let client = &ctx.client;
     let deleting = kcp.metadata.deletion_timestamp.is_some();
+
+    // Gate 0: deleted by `clusterctl move`. The control plane lives on in the target
+    // management cluster on the same datastore prefix and Secrets: release the finalizer and
+    // touch nothing else (clusterctl removes finalizers itself; this covers a finalizer added
+    // back in between), whether or not the Cluster is still paused or present.
+    if deleting && kcp.annotations().contains_key(DELETE_FOR_MOVE_ANNOTATION) {
+        info!(kcp = %object_key(kcp), "deleted for clusterctl move: keeping the tenant's datastore data and Secrets");
+        return release_finalizer(kcp, ctx).await;
+    }
 
     // Gate 1: the owner Cluster (CAPI control-plane contract: "Cluster API sets an ownerRef from
     // the Cluster on the control plane"; found by kind and group, not by position).
@@ -962,7 +973,6 @@ async fn delete(
         return Ok(Action::await_change());
     }
     let ns = kcp.namespace().unwrap_or_default();
-    let client = &ctx.client;
     let cluster_name = owner
         .map(|o| o.view.name.clone())
         .or_else(|| kcp.labels().get(CLUSTER_NAME_LABEL).cloned())
@@ -986,8 +996,17 @@ async fn delete(
     }
     remove_datastore_prefix(kcp, ctx, &ns, &names).await?;
     remove_owned(kcp, ctx, &ns, &names).await?;
-
     // 4. Release the finalizer.
+    release_finalizer(kcp, ctx).await
+}
+
+/// Removes kamaji-rs's finalizer from the KamajiControlPlane (a no-op when it is absent).
+async fn release_finalizer(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Action, Error> {
+    if !kcp.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let ns = kcp.namespace().unwrap_or_default();
+    let client = &ctx.client;
     let finalizers: Vec<String> = kcp
         .finalizers()
         .iter()

@@ -98,9 +98,14 @@ async fn b01_kubeconfig_secret_follows_the_capi_contract_and_adopts_an_unowned_o
             ca.metadata.labels.as_ref().unwrap()["cluster.x-k8s.io/cluster-name"],
             "demo"
         );
-        // kubectl through that kubeconfig works.
+        // `clusterctl get kubeconfig` (the real one) hands out that kubeconfig, and kubectl
+        // through it works.
+        let got = env
+            .clusterctl(&["get", "kubeconfig", "demo", &format!("--namespace={ns}")])
+            .unwrap();
+        assert_eq!(got.trim(), secret_text(&s, "value").trim());
         let path = env.cluster.dir().join(format!("{ns}.kubeconfig"));
-        std::fs::write(&path, secret_text(&s, "value")).unwrap();
+        std::fs::write(&path, &got).unwrap();
         let out = std::process::Command::new(env.cluster.tools().path("kubectl"))
             .arg(format!("--kubeconfig={}", path.display()))
             .args(["get", "ns"])
@@ -977,7 +982,7 @@ async fn b22_status_follows_the_contract_through_datastore_outage_and_deployment
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b23_missing_optional_fields_get_documented_defaults() {
     let _serial = serial();
-    let env = Env::start().await.unwrap();
+    let mut env = Env::start().await.unwrap();
     env.namespace("tenant-a").await.unwrap();
     env.apply_yaml(&format!(
         r"
@@ -1022,4 +1027,77 @@ spec: {{version: {v}}}
             .unwrap(),
         k.spec.control_plane_endpoint.unwrap().host.unwrap()
     );
+
+    // Variant: an infrastructureRef whose object has no spec.controlPlaneEndpoint key at all.
+    env.cluster
+        .apply_crds(&[kamaji_testenv::standins::openstack_cluster_crd().unwrap()])
+        .await
+        .unwrap();
+    env.namespace("tenant-b").await.unwrap();
+    env.apply_yaml(&format!(
+        r"
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha6
+kind: OpenStackCluster
+metadata: {{name: demo, namespace: tenant-b}}
+spec: {{}}
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: Cluster
+metadata: {{name: demo, namespace: tenant-b}}
+spec:
+  infrastructureRef:
+    apiVersion: infrastructure.cluster.x-k8s.io/v1alpha6
+    kind: OpenStackCluster
+    name: demo
+  controlPlaneRef:
+    apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
+    kind: KamajiControlPlane
+    name: demo
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
+kind: KamajiControlPlane
+metadata: {{name: demo, namespace: tenant-b}}
+spec: {{version: {v}}}
+",
+        v = kamaji_testenv::KUBERNETES_VERSION
+    ))
+    .await
+    .unwrap();
+    let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        "infrastructure.cluster.x-k8s.io",
+        "v1alpha6",
+        "OpenStackCluster",
+    ));
+    let infra: Api<kube::api::DynamicObject> = Api::namespaced_with(env.client(), "tenant-b", &ar);
+    infra
+        .patch_status(
+            "demo",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {"ready": true, "initialization": {"provisioned": true}}})),
+        )
+        .await
+        .unwrap();
+    let k = env
+        .wait_kcp_condition("tenant-b", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let c = env
+        .wait_cluster_condition("tenant-b", "demo", "ControlPlaneAvailable", "True", MINUTE)
+        .await
+        .unwrap();
+    let ep = k.spec.control_plane_endpoint.unwrap();
+    assert_eq!(
+        c.data["spec"]["controlPlaneEndpoint"]["host"].as_str(),
+        ep.host.as_deref()
+    );
+    assert_eq!(
+        c.data["spec"]["controlPlaneEndpoint"]["port"].as_i64(),
+        ep.port.map(i64::from)
+    );
+    // The infrastructure object is not assumed to carry the key, nor written by kamaji-rs.
+    let obj = infra.get("demo").await.unwrap();
+    assert!(obj.data["spec"].get("controlPlaneEndpoint").is_none());
+    // No panic: the manager started once is still running.
+    assert!(!env.manager_exited(), "{}", env.manager_log());
+    assert!(env.manager_log().lines().all(|l| !l.contains("panicked")));
 }

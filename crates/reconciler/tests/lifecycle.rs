@@ -1,5 +1,5 @@
-//! Lifecycle against the real chain: rolling updates without an outage (B14), pause (B19),
-//! the CAPI quickstart sample as written, two tenants of the same name, and deletion down to
+//! Lifecycle against the real chain: rolling updates without an outage (B14), pause and
+//! `clusterctl move` (B19), the CAPI quickstart sample as written, two tenants of the same name, and deletion down to
 //! the datastore prefix.
 
 #![allow(
@@ -593,4 +593,332 @@ async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
     // The same name again starts from an empty prefix and comes up.
     let k = env.f0_available("tenant-a", "demo", 1).await.unwrap();
     assert!(k.status.unwrap().initialized.unwrap());
+
+    // Deleted for `clusterctl move` (its delete-for-move annotation, the finalizer still on):
+    // the control plane lives on elsewhere, so the finalizer goes and the prefix stays.
+    let kcps: Api<KamajiControlPlane> = Api::namespaced(env.client(), "tenant-a");
+    assert!(
+        datastore::count_prefix(&ds, &creds, &prefix).await.unwrap() > 0,
+        "the new tenant stored keys"
+    );
+    env.patch_kcp(
+        "tenant-a",
+        "demo",
+        serde_json::json!({"metadata": {"annotations": {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}}}),
+    )
+    .await
+    .unwrap();
+    let uid = kcps.get("demo").await.unwrap().metadata.uid.unwrap();
+    assert!(
+        kcps.get("demo")
+            .await
+            .unwrap()
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&kamaji_api::meta::FINALIZER.to_owned())
+    );
+    kcps.delete("demo", &DeleteParams::default()).await.unwrap();
+    tokio::time::timeout(
+        MINUTE,
+        await_condition(kcps, "demo", conditions::is_deleted(&uid)),
+    )
+    .await
+    .expect("the finalizer is released for a move")
+    .unwrap();
+    assert!(
+        datastore::count_prefix(&ds, &creds, &prefix).await.unwrap() > 0,
+        "a delete-for-move leaves the tenant's datastore keys"
+    );
+}
+
+/// sha256 of each data key of the tenant's Secrets that carry its identity: the CA, the
+/// ServiceAccount key pair, the front-proxy CA, the datastore client certificate and the
+/// `<cluster>-kubeconfig` handed to users.
+async fn identity(env: &Env, ns: &str) -> std::collections::BTreeMap<String, String> {
+    use sha2::Digest as _;
+    let mut out = std::collections::BTreeMap::new();
+    let names = kamaji_api::names::ObjectNames::new("demo", "demo");
+    for name in [
+        names.ca_secret(),
+        names.service_account_secret(),
+        names.front_proxy_ca_secret(),
+        names.apiserver_etcd_client_secret(),
+        names.kubeconfig_secret(),
+    ] {
+        let secret = env.secret(ns, &name).await.unwrap();
+        for (key, value) in secret.data.unwrap_or_default() {
+            out.insert(
+                format!("{name}/{key}"),
+                hex::encode(sha2::Sha256::digest(&value.0)),
+            );
+        }
+    }
+    out
+}
+
+/// B19 items 3–4: `clusterctl move` (the real one) of namespace tenant-a to a second
+/// management cluster that reaches the same datastore. The dry run lists every Secret of the
+/// tenant; after the move the target runs the control plane with the CA, SA key, front-proxy
+/// CA, datastore client certificate and kubeconfig first created, so credentials issued before
+/// the move (a client certificate, a ServiceAccount token) keep working and new joins pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b19_clusterctl_move_keeps_the_tenant_identity() {
+    let _serial = serial();
+    let source = Env::start().await.unwrap();
+    source.label_crds_as_clusterctl_init_does().await.unwrap();
+    // The address the load balancer hands out, and keeps for the Service after the move.
+    let address = format!("127.99.{}.10", std::process::id() % 250);
+    source.namespace("tenant-a").await.unwrap();
+    source
+        .apply_yaml(
+            &F0::new("tenant-a", "demo")
+                .network(&format!(
+                    "serviceType: LoadBalancer, serviceAddress: {address}"
+                ))
+                .yaml(),
+        )
+        .await
+        .unwrap();
+    source
+        .wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    source
+        .wait_cluster_condition(
+            "tenant-a",
+            "demo",
+            "ControlPlaneInitialized",
+            "True",
+            2 * MINUTE,
+        )
+        .await
+        .unwrap();
+    let endpoint = format!("{address}:6443");
+
+    // What exists before the move: identity, a client's kubeconfig, a ServiceAccount token,
+    // tenant data.
+    let before = identity(&source, "tenant-a").await;
+    assert!(before.len() >= 9, "identity Secrets: {:?}", before.keys());
+    let kubeconfig = source.tenant_config("tenant-a", "demo").await.unwrap();
+    let tenant = kube::Client::try_from(kubeconfig.clone()).unwrap();
+    let marker: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "written-before-the-move"}, "data": {"k": "v"}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(tenant.clone(), "default")
+        .create(&PostParams::default(), &marker)
+        .await
+        .unwrap();
+    let token = sa_token(&tenant).await;
+    let prefix = source
+        .container_args("tenant-a", "demo", "kube-apiserver")
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|a| a.strip_prefix("--etcd-prefix=").map(str::to_owned))
+        .unwrap();
+    let (ds, creds) = resolved(&source);
+    let keys_before = datastore::count_prefix(&ds, &creds, &prefix).await.unwrap();
+
+    let target = Env::start_sharing_datastore(&source).await.unwrap();
+    target.label_crds_as_clusterctl_init_does().await.unwrap();
+    let to = format!(
+        "--to-kubeconfig={}",
+        target.cluster.kubeconfig_path().display()
+    );
+
+    // 3. The dry run lists every Secret of the tenant.
+    let plan = source
+        .clusterctl(&["move", "--dry-run", &to, "--namespace=tenant-a", "-v", "1"])
+        .unwrap();
+    let secrets = Api::<Secret>::namespaced(source.client(), "tenant-a")
+        .list(&ListParams::default().labels("cluster.x-k8s.io/cluster-name=demo"))
+        .await
+        .unwrap();
+    assert!(secrets.items.len() >= 5);
+    for s in &secrets {
+        let name = s.metadata.name.clone().unwrap();
+        assert!(
+            plan.lines()
+                .any(|l| l.contains("Creating") && l.contains(&format!("\"{name}\""))),
+            "the dry run does not move Secret {name}:\n{plan}"
+        );
+    }
+    assert!(
+        plan.lines()
+            .any(|l| l.contains("Creating") && l.contains("KamajiControlPlane")),
+        "{plan}"
+    );
+
+    // The move itself.
+    let log = source
+        .clusterctl(&["move", &to, "--namespace=tenant-a", "-v", "1"])
+        .unwrap();
+    println!("clusterctl move:\n{log}");
+
+    // The source keeps nothing of the tenant; its Deployment and Service go with the owner.
+    assert!(
+        Api::<KamajiControlPlane>::namespaced(source.client(), "tenant-a")
+            .get_opt("demo")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Its Deployment and pods go with their owner (garbage collection), so the load
+    // balancer's address is left to the target's Service.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(source.client(), "tenant-a");
+    let deadline = tokio::time::Instant::now() + 2 * MINUTE;
+    while !pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty()
+        || source.deployment("tenant-a", "demo").await.is_ok()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the source still runs the control plane 2 minutes after the move"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // 4. The target runs the control plane with the same identity.
+    target
+        .wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    target
+        .wait_cluster_condition(
+            "tenant-a",
+            "demo",
+            "ControlPlaneAvailable",
+            "True",
+            2 * MINUTE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(identity(&target, "tenant-a").await, before);
+    let moved = Api::<KamajiControlPlane>::namespaced(target.client(), "tenant-a")
+        .get("demo")
+        .await
+        .unwrap();
+    let ep = moved
+        .spec
+        .control_plane_endpoint
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(
+        format!(
+            "{}:{}",
+            ep.host.unwrap_or_default(),
+            ep.port.unwrap_or_default()
+        ),
+        endpoint
+    );
+    assert!(
+        datastore::count_prefix(&ds, &creds, &prefix).await.unwrap() >= keys_before,
+        "the tenant's datastore keys survive the move"
+    );
+
+    // Credentials issued before the move keep working: the client certificate of the kubeconfig
+    // (tenant data still there) and the ServiceAccount token (the same SA key verifies it).
+    // The load balancer (the local node's) takes the address over within seconds.
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    while !kamaji_reconciler::tenant::readyz(&kube::Client::try_from(kubeconfig.clone()).unwrap())
+        .await
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the endpoint does not reach the target's API servers"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let tenant = kube::Client::try_from(kubeconfig).unwrap();
+    assert_eq!(
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(tenant, "default")
+            .get("written-before-the-move")
+            .await
+            .unwrap()
+            .data
+            .unwrap()["k"],
+        "v"
+    );
+    let ca = secret_text(
+        &target.secret("tenant-a", "demo-ca").await.unwrap(),
+        "tls.crt",
+    );
+    let user = whoami_with_token(&endpoint, &ca, &token).await;
+    assert_eq!(user, "system:serviceaccount:default:default");
+
+    // New joins succeed against the moved control plane.
+    support::kubeadm_discovery(&target, "tenant-a", "demo", &endpoint)
+        .await
+        .unwrap();
+    drop(target);
+}
+
+/// A ServiceAccount token (TokenRequest, 1 hour) for `default/default` of a tenant.
+async fn sa_token(tenant: &kube::Client) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let api: Api<ServiceAccount> = Api::namespaced(tenant.clone(), "default");
+    // The ServiceAccount controller creates `default` shortly after the namespace exists.
+    tokio::time::timeout(
+        MINUTE,
+        await_condition(api.clone(), "default", |s: Option<&ServiceAccount>| {
+            s.is_some()
+        }),
+    )
+    .await
+    .expect("default ServiceAccount")
+    .unwrap();
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    api.create_token_request("default", &PostParams::default(), &req)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+}
+
+/// The user name a tenant API server gives `token` (a SelfSubjectReview through `endpoint`).
+async fn whoami_with_token(endpoint: &str, ca_pem: &str, token: &str) -> String {
+    use base64::Engine as _;
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {
+            "server": format!("https://{endpoint}"),
+            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+        }}],
+        "users": [{"name": "t", "user": {"token": token}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+    });
+    let kubeconfig: kube::config::Kubeconfig = serde_json::from_value(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    Api::<SelfSubjectReview>::all(client)
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .user_info
+        .unwrap()
+        .username
+        .unwrap()
 }

@@ -24,7 +24,8 @@
 //!   `lastState.terminated` with exit code and log tail). Deletion sends SIGTERM, SIGKILL
 //!   after the grace period, then removes the pod object.
 //! - **Services**: ClusterIP, NodePort and LoadBalancer addresses (the latter from a loopback
-//!   pool, written to `status.loadBalancer.ingress`) forward to ready endpoints only; with
+//!   pool, or the Service's `spec.loadBalancerIP` when it is a loopback address, written to
+//!   `status.loadBalancer.ingress`) forward to ready endpoints only; with
 //!   none, the address refuses connections.
 //!
 //! It does **not** implement a CRI, images, CNI, init containers, hostPath volumes, resource

@@ -174,12 +174,24 @@ async fn desired(ctx: &ProxyCtx) -> HashMap<SocketAddr, Vec<SocketAddr>> {
     out
 }
 
-/// The Service's load-balancer IP from the pool, written to its status when it differs.
+/// The Service's load-balancer IP, written to its status when it differs: the requested
+/// `spec.loadBalancerIP` when it is a loopback address (as MetalLB and cloud load balancers
+/// honour a requested address, so an address can follow a Service to another cluster), else
+/// one from the pool.
 async fn assign_lb(ctx: &ProxyCtx, svc: &Service) -> Option<Ipv4Addr> {
     let key = format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any());
+    let requested = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_ip.as_deref())
+        .and_then(|ip| ip.parse::<Ipv4Addr>().ok())
+        .filter(Ipv4Addr::is_loopback);
     let ip = {
         let mut ips = ctx.lb_ips.lock().ok()?;
-        if let Some(ip) = ips.get(&key) {
+        if let Some(ip) = requested {
+            ips.insert(key.clone(), ip);
+            ip
+        } else if let Some(ip) = ips.get(&key) {
             *ip
         } else {
             let used: Vec<Ipv4Addr> = ips.values().copied().collect();

@@ -28,9 +28,12 @@ pub const MANAGER_USER: &str = "kamaji-rs-manager";
 pub struct Env {
     manager: Option<Supervised>,
     pub node: LocalNode,
-    pub datastore: Etcd,
+    /// The datastore etcd (shared with the source environment for a second management cluster).
+    pub datastore: std::sync::Arc<Etcd>,
     pub datastore_client: CertPair,
     pub datastore_ca: CertPair,
+    /// The datastore's address as pods reach it.
+    pub datastore_for_pods: SocketAddr,
     pub cluster: LocalCluster,
     manager_kubeconfig: PathBuf,
     manager_starts: u32,
@@ -41,44 +44,45 @@ pub struct Env {
 impl Env {
     /// Starts everything, including the manager.
     pub async fn start() -> Result<Self> {
+        Self::launch(None).await
+    }
+
+    /// Starts a second management cluster (its own etcd, API server, controllers, CAPI core
+    /// manager, node and manager) whose `default` DataStore is `source`'s datastore etcd, as
+    /// two management clusters that reach one shared datastore (the `clusterctl move` setup).
+    pub async fn start_sharing_datastore(source: &Env) -> Result<Self> {
+        Self::launch(Some(source)).await
+    }
+
+    async fn launch(shared: Option<&Env>) -> Result<Self> {
         let cluster = LocalCluster::builder()
             .controllers(true)
             .service_cidr(&kamaji_localnode::unique_service_cidr())
             .start()
             .await?;
         let node = LocalNode::start(&cluster).await?;
-        let host_ip = node.host_ip();
-        let dir = cluster.dir().join("datastore");
-        std::fs::create_dir_all(&dir)?;
-        let ca = kamaji_testenv::pki::TestCa::new("datastore-ca")?;
-        let server = ca.serving(
-            "etcd",
-            &["localhost"],
-            &[IpAddr::from([127, 0, 0, 1]), IpAddr::V4(host_ip)],
-        )?;
-        std::fs::write(dir.join("server.crt"), &server.cert_pem)?;
-        std::fs::write(dir.join("server.key"), &server.key_pem)?;
-        std::fs::write(dir.join("ca.crt"), ca.cert_pem())?;
-        let tls = EtcdTls {
-            cert_file: dir.join("server.crt"),
-            key_file: dir.join("server.key"),
-            client_ca_file: dir.join("ca.crt"),
+        let (datastore, datastore_ca, datastore_client, for_pods) = match shared {
+            Some(source) => (
+                std::sync::Arc::clone(&source.datastore),
+                source.datastore_ca.clone(),
+                source.datastore_client.clone(),
+                // The source node's address for it: pods of this node reach it through the host.
+                source.datastore_for_pods,
+            ),
+            None => {
+                let (etcd, ca, client) = start_datastore(&cluster, node.host_ip()).await?;
+                let port: u16 = etcd.url().rsplit(':').next().unwrap_or_default().parse()?;
+                let for_pods = node.expose_host_port(port)?;
+                (std::sync::Arc::new(etcd), ca, client, for_pods)
+            }
         };
-        let datastore = Etcd::start(cluster.tools(), &dir.join("etcd"), Some(&tls)).await?;
-        let port: u16 = datastore
-            .url()
-            .rsplit(':')
-            .next()
-            .unwrap_or_default()
-            .parse()?;
-        let for_pods = node.expose_host_port(port)?;
-        let client_pair = ca.client("datastore-admin", &[])?;
         let env = Self {
             manager: None,
             node,
             datastore,
-            datastore_client: client_pair,
-            datastore_ca: ca.pair(),
+            datastore_client,
+            datastore_ca,
+            datastore_for_pods: for_pods,
             manager_kubeconfig: cluster.user_kubeconfig(MANAGER_USER, &["system:masters"])?,
             cluster,
             manager_starts: 0,
@@ -171,6 +175,11 @@ impl Env {
         self.manager_hosts.push((name.to_owned(), ip));
         self.kill_manager();
         self.start_manager()
+    }
+
+    /// Whether the manager process has exited (crashed) since it was started.
+    pub fn manager_exited(&mut self) -> bool {
+        self.manager.as_mut().is_none_or(|m| m.exited().is_some())
     }
 
     /// The manager's process id.
@@ -373,6 +382,33 @@ impl Env {
             .filter(|e| e.user.username == MANAGER_USER && e.is_write())
             .collect())
     }
+}
+
+/// Starts the TLS etcd that plays the shared datastore, serving for loopback and the node's
+/// host address; returns it with its CA and an admin client certificate.
+async fn start_datastore(
+    cluster: &LocalCluster,
+    host_ip: std::net::Ipv4Addr,
+) -> Result<(Etcd, CertPair, CertPair)> {
+    let dir = cluster.dir().join("datastore");
+    std::fs::create_dir_all(&dir)?;
+    let ca = kamaji_testenv::pki::TestCa::new("datastore-ca")?;
+    let server = ca.serving(
+        "etcd",
+        &["localhost"],
+        &[IpAddr::from([127, 0, 0, 1]), IpAddr::V4(host_ip)],
+    )?;
+    std::fs::write(dir.join("server.crt"), &server.cert_pem)?;
+    std::fs::write(dir.join("server.key"), &server.key_pem)?;
+    std::fs::write(dir.join("ca.crt"), ca.cert_pem())?;
+    let tls = EtcdTls {
+        cert_file: dir.join("server.crt"),
+        key_file: dir.join("server.key"),
+        client_ca_file: dir.join("ca.crt"),
+    };
+    let etcd = Etcd::start(cluster.tools(), &dir.join("etcd"), Some(&tls)).await?;
+    let client = ca.client("datastore-admin", &[])?;
+    Ok((etcd, ca.pair(), client))
 }
 
 /// The `manager` binary: Cargo's path for integration tests, else `$KAMAJI_MANAGER_BIN`, else
@@ -805,4 +841,71 @@ pub async fn wait_rolled_out(
         serde_yaml::to_string(&d.status).unwrap_or_default()
     })
     .await
+}
+
+impl Env {
+    /// Labels the CRDs as `clusterctl init` labels a provider's components (`clusterctl.cluster.x-k8s.io`
+    /// and `cluster.x-k8s.io/provider`), so that `clusterctl move` discovers their objects: the
+    /// Cluster API CRDs as `cluster-api` (or `bootstrap-kubeadm`), kamaji-rs's as
+    /// `control-plane-kamaji`.
+    pub async fn label_crds_as_clusterctl_init_does(&self) -> Result<()> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let api: Api<CustomResourceDefinition> = Api::all(self.client());
+        for crd in api.list(&kube::api::ListParams::default()).await? {
+            let group = crd.spec.group.as_str();
+            let provider = match group {
+                "cluster.x-k8s.io"
+                | "addons.cluster.x-k8s.io"
+                | "ipam.cluster.x-k8s.io"
+                | "runtime.cluster.x-k8s.io" => "cluster-api",
+                "bootstrap.cluster.x-k8s.io" => "bootstrap-kubeadm",
+                g if g == kamaji_api::meta::CONTROL_PLANE_GROUP
+                    || g == kamaji_api::meta::DATASTORE_GROUP =>
+                {
+                    kamaji_api::meta::PROVIDER_NAME
+                }
+                _ => continue,
+            };
+            let patch = serde_json::json!({"metadata": {"labels": {
+                "clusterctl.cluster.x-k8s.io": "",
+                kamaji_api::meta::PROVIDER_LABEL: provider,
+            }}});
+            api.patch(
+                &crd.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Runs the real `clusterctl` (built by `tests/tools`) against this management cluster
+    /// (`--kubeconfig` is added) with `args`; returns its combined output, or fails with it.
+    /// Version checks are off and its configuration directory is private, so it never
+    /// reaches the network.
+    pub fn clusterctl(&self, args: &[&str]) -> Result<String> {
+        let home = self.cluster.dir().join("clusterctl-home");
+        std::fs::create_dir_all(&home)?;
+        let out = Command::new(self.cluster.tools().path("clusterctl"))
+            .args(args)
+            .arg(format!(
+                "--kubeconfig={}",
+                self.cluster.kubeconfig_path().display()
+            ))
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
+            .output()
+            .context("running clusterctl")?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() {
+            bail!("clusterctl {} failed:\n{text}", args.join(" "));
+        }
+        Ok(text)
+    }
 }
