@@ -61,20 +61,19 @@ impl Env {
             .start()
             .await?;
         let node = LocalNode::start(&cluster).await?;
-        let (datastore, datastore_ca, datastore_client, for_pods) = match shared {
-            Some(source) => (
+        let (datastore, datastore_ca, datastore_client, for_pods) = if let Some(source) = shared {
+            (
                 std::sync::Arc::clone(&source.datastore),
                 source.datastore_ca.clone(),
                 source.datastore_client.clone(),
                 // The source node's address for it: pods of this node reach it through the host.
                 source.datastore_for_pods,
-            ),
-            None => {
-                let (etcd, ca, client) = start_datastore(&cluster, node.host_ip()).await?;
-                let port: u16 = etcd.url().rsplit(':').next().unwrap_or_default().parse()?;
-                let for_pods = node.expose_host_port(port)?;
-                (std::sync::Arc::new(etcd), ca, client, for_pods)
-            }
+            )
+        } else {
+            let (etcd, ca, client) = start_datastore(&cluster, node.host_ip()).await?;
+            let port: u16 = etcd.url().rsplit(':').next().unwrap_or_default().parse()?;
+            let for_pods = node.expose_host_port(port)?;
+            (std::sync::Arc::new(etcd), ca, client, for_pods)
         };
         let env = Self {
             manager: None,
