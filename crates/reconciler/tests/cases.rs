@@ -53,6 +53,13 @@ async fn b01_kubeconfig_secret_follows_the_capi_contract_and_adopts_an_unowned_o
     }))
     .await
     .unwrap();
+    let stale_uid = env
+        .secret("tenant-b", "demo-kubeconfig")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
     for ns in ["tenant-a", "tenant-b"] {
         let kcp = env.f0_available(ns, "demo", 2).await.unwrap();
         let (host, port) = endpoint_of(&kcp);
@@ -79,6 +86,10 @@ async fn b01_kubeconfig_secret_follows_the_capi_contract_and_adopts_an_unowned_o
             kc["clusters"][0]["cluster"]["server"].as_str().unwrap(),
             format!("https://{host}:{port}")
         );
+        if ns == "tenant-b" {
+            // Adopted and rewritten in place, not deleted and re-created.
+            assert_eq!(s.metadata.uid.as_deref(), Some(stale_uid.as_str()));
+        }
         let ca = env.secret(ns, "demo-ca").await.unwrap();
         use base64::Engine as _;
         let ca_data = base64::engine::general_purpose::STANDARD
@@ -979,17 +990,24 @@ async fn b22_status_follows_the_contract_through_datastore_outage_and_deployment
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b23_missing_optional_fields_get_documented_defaults() {
-    let _serial = serial();
-    let mut env = Env::start().await.unwrap();
-    env.namespace("tenant-a").await.unwrap();
-    env.apply_yaml(&format!(
+/// The input of B23 in namespace `ns`: no clusterNetwork, no controlPlaneEndpoint, only
+/// `spec.version`; with `infra`, an infrastructureRef to an object of that kind named `demo`.
+fn b23_input(ns: &str, infra: Option<&str>) -> String {
+    let infra = infra.map_or_else(String::new, |kind| {
+        format!(
+            "
+  infrastructureRef:
+    apiVersion: infrastructure.cluster.x-k8s.io/v1alpha6
+    kind: {kind}
+    name: demo"
+        )
+    });
+    format!(
         r"
 apiVersion: cluster.x-k8s.io/v1beta1
 kind: Cluster
-metadata: {{name: demo, namespace: tenant-a}}
-spec:
+metadata: {{name: demo, namespace: {ns}}}
+spec:{infra}
   controlPlaneRef:
     apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
     kind: KamajiControlPlane
@@ -997,13 +1015,19 @@ spec:
 ---
 apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
 kind: KamajiControlPlane
-metadata: {{name: demo, namespace: tenant-a}}
+metadata: {{name: demo, namespace: {ns}}}
 spec: {{version: {v}}}
 ",
         v = kamaji_testenv::KUBERNETES_VERSION
-    ))
-    .await
-    .unwrap();
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b23_missing_optional_fields_get_documented_defaults() {
+    let _serial = serial();
+    let mut env = Env::start().await.unwrap();
+    env.namespace("tenant-a").await.unwrap();
+    env.apply_yaml(&b23_input("tenant-a", None)).await.unwrap();
     let k = env
         .wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
         .await
@@ -1017,6 +1041,15 @@ spec: {{version: {v}}}
     assert!(api.contains(
         &"--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned()
     ));
+    // The provider-chosen pod CIDR reaches the controller manager's node IPAM.
+    let kcm = env
+        .container_args("tenant-a", "demo", "kube-controller-manager")
+        .await
+        .unwrap();
+    assert!(
+        kcm.contains(&"--cluster-cidr=10.244.0.0/16".to_owned()),
+        "{kcm:?}"
+    );
     let c = env
         .wait_cluster_condition("tenant-a", "demo", "ControlPlaneAvailable", "True", MINUTE)
         .await
@@ -1035,31 +1068,13 @@ spec: {{version: {v}}}
         .unwrap();
     env.namespace("tenant-b").await.unwrap();
     env.apply_yaml(&format!(
-        r"
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha6
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1alpha6
 kind: OpenStackCluster
 metadata: {{name: demo, namespace: tenant-b}}
 spec: {{}}
 ---
-apiVersion: cluster.x-k8s.io/v1beta1
-kind: Cluster
-metadata: {{name: demo, namespace: tenant-b}}
-spec:
-  infrastructureRef:
-    apiVersion: infrastructure.cluster.x-k8s.io/v1alpha6
-    kind: OpenStackCluster
-    name: demo
-  controlPlaneRef:
-    apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
-    kind: KamajiControlPlane
-    name: demo
----
-apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
-kind: KamajiControlPlane
-metadata: {{name: demo, namespace: tenant-b}}
-spec: {{version: {v}}}
-",
-        v = kamaji_testenv::KUBERNETES_VERSION
+{}",
+        b23_input("tenant-b", Some("OpenStackCluster"))
     ))
     .await
     .unwrap();
@@ -1097,7 +1112,57 @@ spec: {{version: {v}}}
     // The infrastructure object is not assumed to carry the key, nor written by kamaji-rs.
     let obj = infra.get("demo").await.unwrap();
     assert!(obj.data["spec"].get("controlPlaneEndpoint").is_none());
+
+    // Where a default cannot be derived — the endpoint of a NodePort Service without
+    // spec.network.serviceAddress — a condition with a reason says so, without an error loop.
+    env.namespace("tenant-c").await.unwrap();
+    let version = format!("version: {}", kamaji_testenv::KUBERNETES_VERSION);
+    env.apply_yaml(&b23_input("tenant-c", None).replace(
+        &version,
+        &format!("{version}, network: {{serviceType: NodePort}}"),
+    ))
+    .await
+    .unwrap();
+    let k = env
+        .wait_kcp("tenant-c", "demo", "endpoint wait reported", MINUTE, |k| {
+            k.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c.type_ == "ControlPlaneEndpointReady"
+                            && c.status == "False"
+                            && c.reason == "WaitingForControlPlaneEndpoint"
+                    })
+                })
+        })
+        .await
+        .unwrap();
+    assert!(
+        condition_message(&k, "ControlPlaneEndpointReady").contains("serviceAddress"),
+        "{}",
+        condition_message(&k, "ControlPlaneEndpointReady")
+    );
+    let errors = env.manager_metric("kamaji_reconcile_errors_total").await;
+    let reconciles = env.manager_metric("kamaji_reconcile_total").await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(
+        env.manager_metric("kamaji_reconcile_errors_total").await,
+        errors,
+        "no error loop"
+    );
+    assert!(
+        env.manager_metric("kamaji_reconcile_total").await - reconciles <= 10.0,
+        "no hot loop while waiting for an endpoint"
+    );
+
     // No panic: the manager started once is still running.
     assert!(!env.manager_exited(), "{}", env.manager_log());
-    assert!(env.manager_log().lines().all(|l| !l.contains("panicked")));
+    assert!(
+        env.manager_full_log()
+            .lines()
+            .all(|l| !l.contains("panicked")),
+        "{}",
+        env.manager_log()
+    );
 }

@@ -45,6 +45,40 @@ fn api_server_has(arg: &'static str) -> impl Fn(&Deployment) -> bool + Send + 's
     }
 }
 
+/// Polls a Deployment's `status.availableReplicas` every 500 ms until stopped and keeps the
+/// lowest value seen (B14: available API server pods during a rollout).
+struct AvailableFloor {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<i32>,
+}
+
+impl AvailableFloor {
+    fn start(env: &Env, ns: &str, name: &str) -> Self {
+        let api: Api<Deployment> = Api::namespaced(env.client(), ns);
+        let name = name.to_owned();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut floor = i32::MAX;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(d) = api.get(&name).await {
+                    let available = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
+                    floor = floor.min(available);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            floor
+        });
+        Self { stop, task }
+    }
+
+    /// Stops polling; the lowest `availableReplicas` seen.
+    async fn stop(self) -> i32 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
 fn cluster_api(env: &Env, ns: &str, version: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "cluster.x-k8s.io",
@@ -85,8 +119,9 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
         Some("/readyz")
     );
 
-    // Poll /readyz through the endpoint during the whole rollout.
+    // Poll /readyz through the endpoint, and the available pods, during the whole rollout.
     let probe = ReadyzProbe::start(env.tenant_config("tenant-a", "demo").await.unwrap());
+    let floor = AvailableFloor::start(&env, "tenant-a", "demo");
     env.patch_kcp(
         "tenant-a",
         "demo",
@@ -114,6 +149,8 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
         .unwrap();
     assert_eq!(k.status.unwrap().updated_replicas, Some(3));
     let (ok, failed) = probe.stop().await;
+    let lowest = floor.stop().await;
+    assert!(lowest >= 2, "available API server pods fell to {lowest}");
     assert!(ok > 20, "too few probes: {ok}");
     assert_eq!(
         failed,
@@ -122,8 +159,9 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
         ok + failed
     );
 
-    // The probe does see an outage: a user strategy that replaces every pod at once.
+    // The probes do see an outage: a user strategy that replaces every pod at once.
     let probe = ReadyzProbe::start(env.tenant_config("tenant-a", "demo").await.unwrap());
+    let floor = AvailableFloor::start(&env, "tenant-a", "demo");
     let all_at_once = serde_json::json!({"spec": {
         "apiServer": {"extraArgs": ["--max-requests-inflight=700"]},
         "deployment": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%", "maxSurge": 0}}},
@@ -145,6 +183,11 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
     assert!(
         failed > 0,
         "an all-at-once roll must be visible to the probe"
+    );
+    let lowest = floor.stop().await;
+    assert!(
+        lowest < 2,
+        "an all-at-once roll must show fewer than 2 available pods, saw {lowest}"
     );
 }
 
@@ -495,6 +538,16 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
     );
 }
 
+/// The tenant's datastore prefix, as its kube-apiserver is told (`--etcd-prefix`).
+async fn etcd_prefix(env: &Env, ns: &str, name: &str) -> String {
+    env.container_args(ns, name, "kube-apiserver")
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|a| a.strip_prefix("--etcd-prefix=").map(str::to_owned))
+        .unwrap()
+}
+
 fn resolved(env: &Env) -> (Resolved, Credentials) {
     let ds = Resolved {
         name: "default".into(),
@@ -516,13 +569,7 @@ async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
     env.f0_available("tenant-a", "demo", 1).await.unwrap();
-    let prefix = env
-        .container_args("tenant-a", "demo", "kube-apiserver")
-        .await
-        .unwrap()
-        .into_iter()
-        .find_map(|a| a.strip_prefix("--etcd-prefix=").map(str::to_owned))
-        .unwrap();
+    let prefix = etcd_prefix(&env, "tenant-a", "demo").await;
     let (ds, creds) = resolved(&env);
     assert!(
         datastore::count_prefix(&ds, &creds, &prefix).await.unwrap() > 0,
@@ -711,13 +758,7 @@ async fn b19_clusterctl_move_keeps_the_tenant_identity() {
         .await
         .unwrap();
     let token = sa_token(&tenant).await;
-    let prefix = source
-        .container_args("tenant-a", "demo", "kube-apiserver")
-        .await
-        .unwrap()
-        .into_iter()
-        .find_map(|a| a.strip_prefix("--etcd-prefix=").map(str::to_owned))
-        .unwrap();
+    let prefix = etcd_prefix(&source, "tenant-a", "demo").await;
     let (ds, creds) = resolved(&source);
     let keys_before = datastore::count_prefix(&ds, &creds, &prefix).await.unwrap();
 
@@ -750,6 +791,29 @@ async fn b19_clusterctl_move_keeps_the_tenant_identity() {
             .any(|l| l.contains("Creating") && l.contains("KamajiControlPlane")),
         "{plan}"
     );
+    // Among them, by name, the identity: CA, SA key pair, front-proxy CA, datastore client
+    // certificate, kubeconfig; each owned by the KamajiControlPlane (the chain clusterctl follows).
+    for name in before
+        .keys()
+        .filter_map(|k| k.split_once('/').map(|(n, _)| n))
+    {
+        assert!(
+            plan.contains(&format!("Secret=\"{name}\"")),
+            "{name} not in the move:\n{plan}"
+        );
+        let s = secrets
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("{name} lacks the cluster-name label"));
+        assert!(
+            s.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "KamajiControlPlane" && o.name == "demo"),
+            "{name} is not owned by KamajiControlPlane/demo"
+        );
+    }
 
     // The move itself.
     let log = source

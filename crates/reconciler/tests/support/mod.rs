@@ -207,6 +207,14 @@ impl Env {
         }
     }
 
+    /// The whole log of the running manager process.
+    pub fn manager_full_log(&self) -> String {
+        self.manager
+            .as_ref()
+            .and_then(|m| std::fs::read_to_string(m.log_path()).ok())
+            .unwrap_or_default()
+    }
+
     /// The manager's log so far (for failure messages).
     pub fn manager_log(&self) -> String {
         self.manager
