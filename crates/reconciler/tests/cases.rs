@@ -1146,11 +1146,8 @@ spec: {{}}
     let errors = env.manager_metric("kamaji_reconcile_errors_total").await;
     let reconciles = env.manager_metric("kamaji_reconcile_total").await;
     tokio::time::sleep(Duration::from_secs(15)).await;
-    assert_eq!(
-        env.manager_metric("kamaji_reconcile_errors_total").await,
-        errors,
-        "no error loop"
-    );
+    let new_errors = env.manager_metric("kamaji_reconcile_errors_total").await - errors;
+    assert!(new_errors < 0.5, "no error loop: {new_errors} new errors");
     assert!(
         env.manager_metric("kamaji_reconcile_total").await - reconciles <= 10.0,
         "no hot loop while waiting for an endpoint"
