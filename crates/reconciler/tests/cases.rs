@@ -910,15 +910,7 @@ async fn b22_status_follows_the_contract_through_datastore_outage_and_deployment
     );
 
     // The datastore appears: the control plane comes up.
-    let port: u16 = env
-        .datastore
-        .url()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    env.create_datastore("later", env.node.expose_host_port(port).unwrap())
+    env.create_datastore("later", env.datastore_for_pods)
         .await
         .unwrap();
     env.wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
@@ -1078,18 +1070,8 @@ spec: {{}}
     ))
     .await
     .unwrap();
-    let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-        "infrastructure.cluster.x-k8s.io",
-        "v1alpha6",
-        "OpenStackCluster",
-    ));
-    let infra: Api<kube::api::DynamicObject> = Api::namespaced_with(env.client(), "tenant-b", &ar);
-    infra
-        .patch_status(
-            "demo",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({"status": {"ready": true, "initialization": {"provisioned": true}}})),
-        )
+    let infra = env
+        .mark_openstack_cluster_provisioned("tenant-b", "demo")
         .await
         .unwrap();
     let k = env

@@ -436,14 +436,7 @@ async fn quickstart_sample_as_written_reaches_available_with_secrets_named_after
         }
         env.apply_value(&v).await.unwrap();
     }
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "infrastructure.cluster.x-k8s.io",
-        "v1alpha6",
-        "OpenStackCluster",
-    ));
-    let infra: Api<DynamicObject> = Api::namespaced_with(env.client(), "default", &ar);
-    infra
-        .patch_status("capi-quickstart", &PatchParams::default(), &Patch::Merge(serde_json::json!({"status": {"ready": true, "initialization": {"provisioned": true}}})))
+    env.mark_openstack_cluster_provisioned("default", "capi-quickstart")
         .await
         .unwrap();
     env.wait_kcp_condition("default", "capo-cp-test", "Available", "True", 4 * MINUTE)
@@ -899,7 +892,7 @@ async fn b19_clusterctl_move_keeps_the_tenant_identity() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let tenant = kube::Client::try_from(kubeconfig).unwrap();
+    let tenant = kube::Client::try_from(kubeconfig.clone()).unwrap();
     assert_eq!(
         Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(tenant, "default")
             .get("written-before-the-move")
@@ -909,11 +902,7 @@ async fn b19_clusterctl_move_keeps_the_tenant_identity() {
             .unwrap()["k"],
         "v"
     );
-    let ca = secret_text(
-        &target.secret("tenant-a", "demo-ca").await.unwrap(),
-        "tls.crt",
-    );
-    let user = whoami_with_token(&endpoint, &ca, &token).await;
+    let user = whoami_with_token(kubeconfig, &token).await;
     assert_eq!(user, "system:serviceaccount:default:default");
 
     // New joins succeed against the moved control plane.
@@ -954,26 +943,11 @@ async fn sa_token(tenant: &kube::Client) -> String {
         .token
 }
 
-/// The user name a tenant API server gives `token` (a SelfSubjectReview through `endpoint`).
-async fn whoami_with_token(endpoint: &str, ca_pem: &str, token: &str) -> String {
-    use base64::Engine as _;
+/// The user name a tenant API server gives `token` (a SelfSubjectReview through the server
+/// and CA of `tenant`, with the token as the only credential).
+async fn whoami_with_token(mut config: kube::Config, token: &str) -> String {
     use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-    let kubeconfig = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {
-            "server": format!("https://{endpoint}"),
-            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(ca_pem),
-        }}],
-        "users": [{"name": "t", "user": {"token": token}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-    });
-    let kubeconfig: kube::config::Kubeconfig = serde_json::from_value(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
+    config.auth_info = serde_json::from_value(serde_json::json!({ "token": token })).unwrap();
     let client = kube::Client::try_from(config).unwrap();
     Api::<SelfSubjectReview>::all(client)
         .create(&PostParams::default(), &SelfSubjectReview::default())

@@ -915,4 +915,25 @@ impl Env {
         }
         Ok(text)
     }
+
+    /// Marks the stand-in OpenStackCluster `ns/name` provisioned (`status.ready` and
+    /// `status.initialization.provisioned`), as the infrastructure provider would; returns the
+    /// API of OpenStackClusters in `ns`.
+    pub async fn mark_openstack_cluster_provisioned(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Api<DynamicObject>> {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "infrastructure.cluster.x-k8s.io",
+            "v1alpha6",
+            "OpenStackCluster",
+        ));
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client(), ns, &ar);
+        let status =
+            serde_json::json!({"status": {"ready": true, "initialization": {"provisioned": true}}});
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+            .await?;
+        Ok(api)
+    }
 }
