@@ -41,6 +41,9 @@ pub mod types {
     pub const SPEC_VALID: &str = "SpecValid";
     /// The owner Cluster was found through the ownerReferences.
     pub const CLUSTER_FOUND: &str = "ClusterFound";
+    /// The last reconcile pass ran to its end; `False` says which step failed and why, so the
+    /// status never shows an older pass's state while every pass fails.
+    pub const RECONCILED: &str = "Reconciled";
 }
 
 /// Condition reasons (CamelCase, as `metav1.Condition.reason` requires).
@@ -107,4 +110,25 @@ pub mod reasons {
     pub const INTERNAL_ERROR: &str = "InternalError";
     /// Observing a dependency failed.
     pub const INSPECTION_FAILED: &str = "InspectionFailed";
+    /// `Reconciled` True: the last pass ran to its end.
+    pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";
+    /// `Reconciled` False: a management-cluster API request failed.
+    pub const KUBE_API_ERROR: &str = "KubeAPIError";
+    /// `Reconciled` False: key material could not be read back or issued.
+    pub const PKI_ERROR: &str = "PKIError";
+    /// `Reconciled` False: an artifact could not be rendered.
+    pub const RENDER_ERROR: &str = "RenderError";
+    /// `Reconciled` False: the tenant API server refused or failed a request.
+    pub const TENANT_API_ERROR: &str = "TenantAPIError";
+    /// `Reconciled` False: the datastore could not be used.
+    pub const DATASTORE_ERROR: &str = "DataStoreError";
+    /// `Reconciled` False: an object could not be (de)serialised.
+    pub const SERIALIZATION_ERROR: &str = "SerializationError";
+    /// An object kamaji-rs would write exists and is controlled by another object; it is
+    /// never overwritten (the message names the object and its controller).
+    pub const OWNED_BY_ANOTHER_OBJECT: &str = "OwnedByAnotherObject";
+    /// `CertificatesAvailable` False: a root (cluster CA, front-proxy CA, service-account key)
+    /// disappeared after the control plane was initialized. It is never generated again
+    /// implicitly: every joined node and issued credential trusts the old one.
+    pub const ROOT_KEY_MATERIAL_MISSING: &str = "RootKeyMaterialMissing";
 }

@@ -187,6 +187,85 @@ pub fn etcd_prefix(schema: &str) -> String {
     format!("/{schema}")
 }
 
+/// The suffixes of the Secret names Cluster API gives meaning to: the `Purpose` constants of
+/// `sigs.k8s.io/cluster-api/util/secret` (v1.14), plus `user-kubeconfig`, which managed
+/// control-plane providers (CAPA's EKS) write beside `kubeconfig`. A Secret
+/// `<cluster>-<suffix>` is read by CAPI, CABPK or clusterctl as cluster `<cluster>`'s.
+pub const CAPI_SECRET_SUFFIXES: &[&str] = &[
+    "kubeconfig",
+    "ca",
+    "etcd",
+    "sa",
+    "proxy",
+    "apiserver-etcd-client",
+    "user-kubeconfig",
+];
+
+/// kamaji-rs' own Secrets of a control plane, beside the CAPI contract ones.
+///
+/// Their names are `<cluster>-<role>.<kind>`: the part after the last `-` always holds a
+/// dot, which no CAPI Secret suffix (a DNS label) has, so an internal name can never be
+/// another cluster's `<cluster>-<suffix>` Secret, whatever the clusters are called; and no
+/// role is a `-`-separated tail of another, so two clusters' internal names never meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InternalSecret {
+    /// kube-apiserver serving certificate.
+    ApiServer,
+    /// kube-apiserver's client certificate towards kubelets.
+    ApiServerKubeletClient,
+    /// Front-proxy client certificate.
+    FrontProxyClient,
+    /// kube-controller-manager kubeconfig.
+    ControllerManagerKubeconfig,
+    /// kube-scheduler kubeconfig.
+    SchedulerKubeconfig,
+    /// The provider's own `system:masters` kubeconfig.
+    SuperAdminKubeconfig,
+    /// The konnectivity server's certificate and kubeconfig.
+    KonnectivityServer,
+}
+
+impl InternalSecret {
+    /// Every internal Secret.
+    pub const ALL: [Self; 7] = [
+        Self::ApiServer,
+        Self::ApiServerKubeletClient,
+        Self::FrontProxyClient,
+        Self::ControllerManagerKubeconfig,
+        Self::SchedulerKubeconfig,
+        Self::SuperAdminKubeconfig,
+        Self::KonnectivityServer,
+    ];
+
+    /// The name suffix after the cluster name, leading `-` included.
+    #[must_use]
+    pub const fn suffix(self) -> &'static str {
+        match self {
+            Self::ApiServer => "-apiserver.tls",
+            Self::ApiServerKubeletClient => "-apiserver-kubelet-client.tls",
+            Self::FrontProxyClient => "-front-proxy-client.tls",
+            Self::ControllerManagerKubeconfig => "-controller-manager.kubeconfig",
+            Self::SchedulerKubeconfig => "-scheduler.kubeconfig",
+            Self::SuperAdminKubeconfig => "-super-admin.kubeconfig",
+            Self::KonnectivityServer => "-konnectivity-server.tls",
+        }
+    }
+
+    /// The suffix kamaji-rs v0.1 used (migrated on upgrade), if the Secret existed then.
+    #[must_use]
+    pub const fn legacy_suffix(self) -> Option<&'static str> {
+        match self {
+            Self::ApiServer => Some("-apiserver-serving"),
+            Self::ApiServerKubeletClient => Some("-apiserver-kubelet-client"),
+            Self::FrontProxyClient => Some("-front-proxy-client"),
+            Self::ControllerManagerKubeconfig => Some("-controller-manager-kubeconfig"),
+            Self::SchedulerKubeconfig => Some("-scheduler-kubeconfig"),
+            Self::SuperAdminKubeconfig => Some("-super-admin-kubeconfig"),
+            Self::KonnectivityServer => None,
+        }
+    }
+}
+
 /// Every name kamaji-rs derives for one control plane. Build it once per reconcile with
 /// [`ObjectNames::new`] and take names from it; nothing else formats child names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -246,47 +325,67 @@ impl ObjectNames {
         self.capi_secret("apiserver-etcd-client")
     }
 
-    /// Secret of the API server serving certificate.
+    /// Secret of the API server serving certificate: `<cluster>-apiserver.tls`.
     #[must_use]
     pub fn apiserver_certificate_secret(&self) -> String {
-        dns_subdomain(&self.cluster, "-apiserver-serving")
+        self.internal_secret(InternalSecret::ApiServer)
     }
 
-    /// Secret of the API server's client certificate towards kubelets.
+    /// Secret of the API server's client certificate towards kubelets:
+    /// `<cluster>-apiserver-kubelet-client.tls`.
     #[must_use]
     pub fn apiserver_kubelet_client_secret(&self) -> String {
-        dns_subdomain(&self.cluster, "-apiserver-kubelet-client")
+        self.internal_secret(InternalSecret::ApiServerKubeletClient)
     }
 
-    /// Secret of the front-proxy client certificate (aggregation layer).
+    /// Secret of the front-proxy client certificate (aggregation layer):
+    /// `<cluster>-front-proxy-client.tls`.
     #[must_use]
     pub fn front_proxy_client_secret(&self) -> String {
-        dns_subdomain(&self.cluster, "-front-proxy-client")
+        self.internal_secret(InternalSecret::FrontProxyClient)
     }
 
-    /// Secret of kube-controller-manager's kubeconfig.
+    /// Secret of kube-controller-manager's kubeconfig: `<cluster>-controller-manager.kubeconfig`.
     #[must_use]
     pub fn controller_manager_kubeconfig_secret(&self) -> String {
-        dns_subdomain(&self.cluster, "-controller-manager-kubeconfig")
+        self.internal_secret(InternalSecret::ControllerManagerKubeconfig)
     }
 
     /// Secret of the provider's own `system:masters` kubeconfig for the tenant (server: the
-    /// management Service). Never handed to users.
+    /// management Service), `<cluster>-super-admin.kubeconfig`. Never handed to users.
     #[must_use]
     pub fn super_admin_kubeconfig_secret(&self) -> String {
-        dns_subdomain(&self.cluster, "-super-admin-kubeconfig")
+        self.internal_secret(InternalSecret::SuperAdminKubeconfig)
     }
 
-    /// Secret of kube-scheduler's kubeconfig.
+    /// Secret of kube-scheduler's kubeconfig: `<cluster>-scheduler.kubeconfig`.
     #[must_use]
     pub fn scheduler_kubeconfig_secret(&self) -> String {
-        dns_subdomain(&self.cluster, "-scheduler-kubeconfig")
+        self.internal_secret(InternalSecret::SchedulerKubeconfig)
     }
 
-    /// Secret of the konnectivity server's certificate and kubeconfig.
+    /// Secret of the konnectivity server's certificate and kubeconfig:
+    /// `<cluster>-konnectivity-server.tls`.
     #[must_use]
     pub fn konnectivity_secret(&self) -> String {
-        dns_subdomain(&self.cluster, "-konnectivity")
+        self.internal_secret(InternalSecret::KonnectivityServer)
+    }
+
+    /// The name of one of kamaji-rs' internal Secrets (see [`InternalSecret`]).
+    #[must_use]
+    pub fn internal_secret(&self, which: InternalSecret) -> String {
+        dns_subdomain(&self.cluster, which.suffix())
+    }
+
+    /// The name the provider used for `which` before v0.2 (`<cluster>-scheduler-kubeconfig`
+    /// and the like), when it has one. Those names fall into other clusters' CAPI names (the
+    /// scheduler kubeconfig of cluster `x` is the CAPI kubeconfig of cluster `x-scheduler`);
+    /// they are read only to migrate a Secret this control plane owns to its new name.
+    #[must_use]
+    pub fn legacy_internal_secret(&self, which: InternalSecret) -> Option<String> {
+        which
+            .legacy_suffix()
+            .map(|suffix| dns_subdomain(&self.cluster, suffix))
     }
 
     /// ConfigMap of the control-plane configuration files (egress selector, admission
@@ -326,27 +425,32 @@ impl ObjectNames {
         label_value(&self.cluster)
     }
 
+    /// Every CAPI contract Secret name of this cluster, one per [`CAPI_SECRET_SUFFIXES`]
+    /// entry (the names another provider or CAPI itself may use for this cluster).
+    #[must_use]
+    pub fn capi_secret_space(&self) -> Vec<String> {
+        CAPI_SECRET_SUFFIXES
+            .iter()
+            .map(|s| self.capi_secret(s))
+            .collect()
+    }
+
     /// Every derived name that is not a CAPI contract Secret, with the limit it must meet.
     #[must_use]
     pub fn all_fitted(&self) -> Vec<(String, usize)> {
-        vec![
-            (self.apiserver_certificate_secret(), DNS_SUBDOMAIN_MAX),
-            (self.apiserver_kubelet_client_secret(), DNS_SUBDOMAIN_MAX),
-            (self.front_proxy_client_secret(), DNS_SUBDOMAIN_MAX),
-            (
-                self.controller_manager_kubeconfig_secret(),
-                DNS_SUBDOMAIN_MAX,
-            ),
-            (self.scheduler_kubeconfig_secret(), DNS_SUBDOMAIN_MAX),
-            (self.super_admin_kubeconfig_secret(), DNS_SUBDOMAIN_MAX),
-            (self.konnectivity_secret(), DNS_SUBDOMAIN_MAX),
+        let mut out: Vec<(String, usize)> = InternalSecret::ALL
+            .iter()
+            .map(|s| (self.internal_secret(*s), DNS_SUBDOMAIN_MAX))
+            .collect();
+        out.extend([
             (self.config_map(), DNS_SUBDOMAIN_MAX),
             (self.deployment(), DNS_LABEL_MAX),
             (self.service(), DNS_LABEL_MAX),
             (self.ingress(), DNS_SUBDOMAIN_MAX),
             (self.pod_label_value(), DNS_LABEL_MAX),
             (self.cluster_label_value(), DNS_LABEL_MAX),
-        ]
+        ]);
+        out
     }
 }
 
@@ -402,7 +506,13 @@ mod tests {
         assert_eq!(n.etcd_ca_secret(), "demo-etcd");
         assert_eq!(n.deployment(), "demo");
         assert_eq!(n.service(), "demo");
-        assert_eq!(n.apiserver_certificate_secret(), "demo-apiserver-serving");
+        assert_eq!(n.apiserver_certificate_secret(), "demo-apiserver.tls");
+        assert_eq!(n.scheduler_kubeconfig_secret(), "demo-scheduler.kubeconfig");
+        assert_eq!(
+            n.legacy_internal_secret(InternalSecret::SchedulerKubeconfig)
+                .as_deref(),
+            Some("demo-scheduler-kubeconfig")
+        );
         assert!(datastore_schema("tenant-a", "demo").starts_with("tenant_a_demo_"));
         assert_eq!(etcd_prefix("tenant_a_demo_1"), "/tenant_a_demo_1");
         assert_ne!(datastore_schema("a-b", "c"), datastore_schema("a", "b-c"));
@@ -462,6 +572,77 @@ mod tests {
         assert!(is_identifier(&datastore_schema("ns", "a.b")));
     }
 
+    fn internal_names(n: &ObjectNames) -> Vec<String> {
+        InternalSecret::ALL
+            .iter()
+            .map(|s| n.internal_secret(*s))
+            .collect()
+    }
+
+    /// The pairs of cluster names the issue reported (`x` and `x-scheduler`, `x-admin`,
+    /// `x-super-admin`) and every sibling made of a role word: no internal Secret of one is a
+    /// CAPI or internal Secret of the other.
+    #[test]
+    fn internal_names_never_fall_into_a_sibling_clusters_capi_names() {
+        let words = [
+            "scheduler",
+            "controller-manager",
+            "super-admin",
+            "admin",
+            "apiserver",
+            "apiserver-kubelet",
+            "front-proxy",
+            "konnectivity",
+            "kubeconfig",
+            "apiserver-etcd",
+        ];
+        for base in ["x", "demo", LONG] {
+            let a = ObjectNames::new(base, base);
+            for w in words {
+                let sibling = format!("{base}-{w}");
+                let b = ObjectNames::new(&sibling, &sibling);
+                let theirs: Vec<String> = b
+                    .capi_secret_space()
+                    .into_iter()
+                    .chain(internal_names(&b))
+                    .collect();
+                for name in internal_names(&a) {
+                    assert!(
+                        !theirs.contains(&name),
+                        "{name} of {base} is also {sibling}'s"
+                    );
+                }
+                for name in internal_names(&b) {
+                    assert!(
+                        !a.capi_secret_space().contains(&name),
+                        "{name} of {sibling} is also {base}'s"
+                    );
+                }
+            }
+            // Old names did collide: the reason for the rename.
+            let old = a
+                .legacy_internal_secret(InternalSecret::SchedulerKubeconfig)
+                .unwrap_or_default();
+            let sibling = ObjectNames::new(&format!("{base}-scheduler"), "s");
+            assert_eq!(old, sibling.kubeconfig_secret());
+        }
+    }
+
+    /// The structural reason: after the last `-` of every internal name comes a `.`, which no
+    /// CAPI suffix has.
+    #[test]
+    fn internal_names_end_in_a_dotted_segment() {
+        for suffix in CAPI_SECRET_SUFFIXES {
+            assert!(!suffix.contains('.'), "{suffix}");
+        }
+        for n in [ObjectNames::new("x", "x"), ObjectNames::new(LONG, LONG)] {
+            for name in internal_names(&n) {
+                let tail = name.rsplit('-').next().unwrap_or_default();
+                assert!(tail.contains('.'), "{name}");
+            }
+        }
+    }
+
     fn k8s_name() -> impl Strategy<Value = String> {
         // DNS-1123 subdomains up to 253 characters: labels joined by dots.
         prop::collection::vec("[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", 1..5)
@@ -487,6 +668,24 @@ mod tests {
             let schema = datastore_schema(&ns, &kcp);
             prop_assert!(is_identifier(&schema), "{}", schema);
             prop_assert_eq!(schema, datastore_schema(&ns, &kcp));
+        }
+
+        #[test]
+        fn no_two_clusters_share_a_secret_name(a in k8s_name(), tail in "[a-z0-9.-]{0,30}", roles in 0usize..7) {
+            // b is a, a dash and something shaped like a role or a CAPI suffix.
+            let word = InternalSecret::ALL[roles].suffix().trim_start_matches('-');
+            let b = format!("{a}-{tail}{word}");
+            let b = b.trim_end_matches(['.', '-']).to_owned();
+            prop_assume!(b.len() <= 253 && b != a);
+            let (na, nb) = (ObjectNames::new(&a, &a), ObjectNames::new(&b, &b));
+            let theirs: Vec<String> = nb.capi_secret_space().into_iter().chain(internal_names(&nb)).collect();
+            for name in internal_names(&na) {
+                prop_assert!(!theirs.contains(&name), "{} of {} is also {}'s", name, a, b);
+            }
+            let ours = na.capi_secret_space();
+            for name in internal_names(&nb) {
+                prop_assert!(!ours.contains(&name), "{} of {} is also {}'s", name, b, a);
+            }
         }
 
         #[test]

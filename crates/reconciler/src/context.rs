@@ -96,6 +96,28 @@ pub struct Context {
     /// Hash of the tenant artifacts last applied per KamajiControlPlane UID, so an unchanged
     /// set is not written again.
     pub bootstrapped: Mutex<HashMap<String, String>>,
+    /// Objects (by UID) whose stored form still differed from the desired object right after
+    /// kamaji-rs applied it (a mutating admission webhook rewrote a field), with the desired
+    /// hash of that write: their drift is accepted until the desired object changes, so a
+    /// rewrite never turns into a write loop.
+    pub settled_drift: Mutex<HashMap<String, String>>,
+}
+
+impl Context {
+    /// Whether drift of the object `uid` from the desired object with `hash` was accepted.
+    #[must_use]
+    pub fn drift_settled(&self, uid: &str, hash: &str) -> bool {
+        self.settled_drift
+            .lock()
+            .is_ok_and(|m| m.get(uid).is_some_and(|h| h == hash))
+    }
+
+    /// Accepts drift of the object `uid` from the desired object with `hash`.
+    pub fn settle_drift(&self, uid: &str, hash: &str) {
+        if let Ok(mut m) = self.settled_drift.lock() {
+            m.insert(uid.to_owned(), hash.to_owned());
+        }
+    }
 }
 
 impl std::fmt::Debug for Context {
@@ -122,6 +144,7 @@ impl Context {
             config,
             metrics: Metrics::default(),
             bootstrapped: Mutex::new(HashMap::new()),
+            settled_drift: Mutex::new(HashMap::new()),
         }
     }
 }

@@ -45,6 +45,21 @@ impl Error {
             Self::Serde(_) => "Serialize",
         }
     }
+
+    /// The `Reconciled=False` condition reason for this error
+    /// (`kamaji_api::conditions::reasons`).
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        use kamaji_api::conditions::reasons;
+        match self {
+            Self::Kube { .. } => reasons::KUBE_API_ERROR,
+            Self::Pki(_) => reasons::PKI_ERROR,
+            Self::Bootstrap(_) => reasons::RENDER_ERROR,
+            Self::Tenant(_) => reasons::TENANT_API_ERROR,
+            Self::Datastore(_) => reasons::DATASTORE_ERROR,
+            Self::Serde(_) => reasons::SERIALIZATION_ERROR,
+        }
+    }
 }
 
 /// Attaches an action description to a kube result.

@@ -18,6 +18,7 @@ pub mod args;
 pub mod context;
 pub mod controller;
 pub mod datastore;
+pub mod drift;
 pub mod endpoint;
 pub mod error;
 pub mod metrics;

@@ -9,6 +9,7 @@
 //! | `kamaji_time_to_initialized_seconds` | histogram (KCP creation → initialized) | — |
 //! | `kamaji_tenants` | gauge | `condition`, `status` |
 //! | `kamaji_ssa_conflicts_total` | counter | — |
+//! | `kamaji_drift_corrections_total` | counter (objects applied again because the live object no longer held what kamaji-rs set) | — |
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -54,6 +55,8 @@ pub struct Metrics {
     pub tenants: Family<TenantLabels, Gauge>,
     /// Server-side apply conflicts that were resolved by forcing ownership.
     pub ssa_conflicts: Counter,
+    /// Objects applied again because the live object no longer held what kamaji-rs set.
+    pub drift_corrections: Counter,
     tenant_conditions: Mutex<HashMap<String, Vec<(String, String)>>>,
 }
 
@@ -67,6 +70,7 @@ impl Default for Metrics {
         let time_to_initialized = Histogram::new(exponential_buckets(1.0, 1.5, 14));
         let tenants = Family::<TenantLabels, Gauge>::default();
         let ssa_conflicts = Counter::default();
+        let drift_corrections = Counter::default();
         registry.register("reconcile", "Reconcile passes", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -94,6 +98,11 @@ impl Default for Metrics {
             "Server-side apply conflicts resolved by forcing",
             ssa_conflicts.clone(),
         );
+        registry.register(
+            "drift_corrections",
+            "Objects applied again because the live object no longer held what kamaji-rs set",
+            drift_corrections.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -103,6 +112,7 @@ impl Default for Metrics {
             time_to_initialized,
             tenants,
             ssa_conflicts,
+            drift_corrections,
             tenant_conditions: Mutex::new(HashMap::new()),
         }
     }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -17,9 +17,11 @@ use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::{
     CLUSTER_NAME_LABEL, DELETE_FOR_MOVE_ANNOTATION, FIELD_MANAGER, FINALIZER, PAUSED_ANNOTATION,
 };
+use kamaji_api::names::InternalSecret;
 use kamaji_bootstrap::kubeadm::{AddonImage, Addons, KubeletSpec, TenantArtifacts, TenantSpec};
 use kamaji_bootstrap::pki::{
-    CA_COMMON_NAME, CertificateAuthority, FRONT_PROXY_CA_COMMON_NAME, ServiceAccountKeyPair,
+    CA_COMMON_NAME, CertificateAuthority, FRONT_PROXY_CA_COMMON_NAME, KeyAlgorithm,
+    ServiceAccountKeyPair,
 };
 use kamaji_bootstrap::secrets::{self, SecretTarget};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
@@ -32,6 +34,7 @@ use tracing::{info, warn};
 
 use crate::context::Context;
 use crate::datastore::{self, Credentials, Problem};
+use crate::drift;
 use crate::endpoint::{self, Endpoint};
 use crate::error::{Error, KubeContext};
 use crate::pki::{self, LeafInputs, LeafKind, Roots};
@@ -149,12 +152,28 @@ async fn run(kcp: &KamajiControlPlane, ctx: &Context) -> Result<Action, Error> {
         return delete(kcp, ctx, Some(&owner)).await;
     }
 
-    Box::pin(pipeline(kcp, ctx, &owner)).await
+    let mut conds = Vec::new();
+    let result = Box::pin(pipeline(kcp, ctx, &owner, &mut conds)).await;
+    if let Err(e) = &result {
+        // The status shows what this pass found before it failed, and why it failed; never a
+        // condition of an older pass that every later pass contradicts.
+        conds.push(Cond::no(types::RECONCILED, e.reason(), e.to_string()));
+        if let Err(write) = write_conditions_only(kcp, ctx, std::mem::take(&mut conds)).await {
+            warn!(kcp = %object_key(kcp), "writing the failed pass's conditions: {write}");
+        }
+    }
+    result
 }
 
-/// The pipeline after the gates: validate → observe → plan/apply → status.
-async fn pipeline(kcp: &KamajiControlPlane, ctx: &Context, owner: &Owner) -> Result<Action, Error> {
-    let mut conds = vec![
+/// The pipeline after the gates: validate → observe → plan/apply → status. `conds` collects
+/// the conditions of the steps that ran (the caller writes them when the pass fails).
+async fn pipeline(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    owner: &Owner,
+    conds: &mut Vec<Cond>,
+) -> Result<Action, Error> {
+    conds.extend([
         Cond::yes(
             types::CLUSTER_FOUND,
             reasons::READY,
@@ -162,7 +181,7 @@ async fn pipeline(kcp: &KamajiControlPlane, ctx: &Context, owner: &Owner) -> Res
         ),
         Cond::no(types::PAUSED, reasons::NOT_PAUSED, ""),
         Cond::no(types::DELETING, reasons::NOT_DELETING, ""),
-    ];
+    ]);
 
     // Validate (pure).
     let spec = match spec::validate(kcp, &owner.view, &ctx.config.default_datastore) {
@@ -176,7 +195,7 @@ async fn pipeline(kcp: &KamajiControlPlane, ctx: &Context, owner: &Owner) -> Res
             warn!(kcp = %object_key(kcp), "invalid spec: {msg}");
             publish(ctx, kcp, EventType::Warning, reasons::INVALID_SPEC, &msg).await;
             conds.push(Cond::no(types::SPEC_VALID, reasons::INVALID_SPEC, msg));
-            write_conditions_only(kcp, ctx, conds).await?;
+            write_conditions_only(kcp, ctx, std::mem::take(conds)).await?;
             return Ok(Action::await_change());
         }
     };
@@ -185,11 +204,12 @@ async fn pipeline(kcp: &KamajiControlPlane, ctx: &Context, owner: &Owner) -> Res
     // Observe.
     let observed = observe(&spec, ctx).await?;
 
-    let Some(ds) = datastore_step(kcp, ctx, &spec, &observed, &mut conds).await? else {
+    let Some(ds) = datastore_step(kcp, ctx, &spec, &observed, conds).await? else {
         return Ok(Action::await_change());
     };
-    let Some(p) = provision(kcp, ctx, &spec, &observed, &ds, &mut conds).await? else {
-        return Ok(Action::await_change());
+    let p = match Box::pin(provision(kcp, ctx, &spec, &observed, &ds, conds)).await? {
+        Ok(p) => p,
+        Err(stopped) => return Ok(stopped),
     };
     let Provisioned {
         roots,
@@ -247,7 +267,7 @@ async fn pipeline(kcp: &KamajiControlPlane, ctx: &Context, owner: &Owner) -> Res
         service: Some(service),
         secrets: observed.secrets,
     };
-    write_status(kcp, ctx, &spec, &observed, reachable, conds).await?;
+    write_status(kcp, ctx, &spec, &observed, reachable, std::mem::take(conds)).await?;
     Ok(Action::requeue(requeue))
 }
 
@@ -308,8 +328,32 @@ struct Provisioned {
     service: Service,
 }
 
+/// How long a pass waits before looking again at a state that produces no event for this
+/// control plane (an object another controller owns, a root Secret restored without labels).
+const RECHECK: Duration = Duration::from_mins(1);
+
+/// Writes the status with a final `False` condition and stops the pass: the caller returns
+/// the action (a recheck after [`RECHECK`]).
+async fn stop_with(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &ValidSpec,
+    observed: &Observed,
+    conds: &mut Vec<Cond>,
+    cond: Cond,
+) -> Result<Action, Error> {
+    warn!(kcp = %object_key(kcp), reason = cond.reason, "{}", cond.message);
+    publish(ctx, kcp, EventType::Warning, cond.reason, &cond.message).await;
+    conds.push(cond);
+    write_status(kcp, ctx, spec, observed, false, std::mem::take(conds)).await?;
+    Ok(Action::requeue(RECHECK))
+}
+
 /// Roots, the datastore client certificate, the Service and endpoint, leaves and kubeconfigs,
-/// and the Deployment. `None` when the endpoint is not known yet (status written).
+/// and the Deployment. `Err(action)` when the pass stops early with its status written: the
+/// endpoint is not known yet, a root is missing after initialization, or an object kamaji-rs
+/// would write is controlled by another object.
+#[allow(clippy::too_many_lines)] // one step per block, in pipeline order; split by the reshape
 async fn provision(
     kcp: &KamajiControlPlane,
     ctx: &Context,
@@ -317,23 +361,61 @@ async fn provision(
     observed: &Observed,
     ds: &datastore::Resolved,
     conds: &mut Vec<Cond>,
-) -> Result<Option<Provisioned>, Error> {
+) -> Result<Result<Provisioned, Action>, Error> {
     let owner_ref = owner_reference(kcp);
-    // Roots: read back, or generate once with create-if-absent.
-    let (roots, root_secrets) = ensure_roots(spec, &observed.secrets, &owner_ref, ctx).await?;
+    // Roots: read back, or generate once with create-if-absent, but never again once the
+    // control plane is initialized.
+    let (roots, root_secrets) = match ensure_roots(
+        spec,
+        &observed.secrets,
+        &owner_ref,
+        ctx,
+        is_initialized(kcp),
+    )
+    .await?
+    {
+        Ok(r) => r,
+        Err(cond) => {
+            return stop_with(kcp, ctx, spec, observed, conds, cond)
+                .await
+                .map(Err);
+        }
+    };
     let now = SystemTime::now();
 
     let (ds_secret, wiring) =
-        datastore_client_secret(ctx, spec, observed, ds, &owner_ref, now).await?;
+        match datastore_client_secret(ctx, spec, observed, ds, &owner_ref, now).await? {
+            Ok(r) => r,
+            Err(msg) => {
+                let cond = Cond::no(
+                    types::DATASTORE_READY,
+                    reasons::OWNED_BY_ANOTHER_OBJECT,
+                    msg,
+                );
+                return stop_with(kcp, ctx, spec, observed, conds, cond)
+                    .await
+                    .map(Err);
+            }
+        };
 
     // The Service, then the endpoint.
-    let service = apply_if_changed(
+    let service = match apply_owned(
         ctx,
         &spec.namespace,
         plan::service(spec, &owner_ref),
         observed.service.as_ref(),
+        &owner_ref,
     )
-    .await?;
+    .await?
+    {
+        Applied::Stored(s) => s,
+        Applied::Conflict(msg) => {
+            let cond = Cond::no(types::ENDPOINT_READY, reasons::OWNED_BY_ANOTHER_OBJECT, msg);
+            return stop_with(kcp, ctx, spec, observed, conds, cond)
+                .await
+                .map(Err);
+        }
+    };
     let Some(endpoint) = endpoint::choose(spec, Some(&service)) else {
         conds.push(Cond::no(
             types::ENDPOINT_READY,
@@ -350,7 +432,7 @@ async fn provision(
             },
         ));
         write_status(kcp, ctx, spec, observed, false, std::mem::take(conds)).await?;
-        return Ok(None);
+        return Ok(Err(Action::await_change()));
     };
     conds.push(Cond::yes(
         types::ENDPOINT_READY,
@@ -374,18 +456,43 @@ async fn provision(
         algorithm: ctx.config.key_algorithm,
         now,
     };
-    let leaves = pki::plan_leaves(&inputs, &observed.secrets)?;
+    // A leaf this control plane stored under its pre-v0.2 name is kept under the new name.
+    let uid = owner_ref.uid.as_str();
+    let legacy = legacy_secrets(spec, &observed.secrets, uid);
+    let mut existing = observed.secrets.clone();
+    for (new_name, old) in &legacy {
+        existing
+            .entry(new_name.clone())
+            .or_insert_with(|| (*old).clone());
+    }
+    let leaves = pki::plan_leaves(&inputs, &existing)?;
     let mut applied: BTreeMap<String, Secret> = BTreeMap::new();
     for leaf in leaves {
         let name = leaf.secret.name_any();
-        let s = apply_if_changed(
+        match apply_owned(
             ctx,
             &spec.namespace,
             owned(leaf.secret, &owner_ref),
             observed.secrets.get(&name),
+            &owner_ref,
         )
-        .await?;
-        applied.insert(name, s);
+        .await?
+        {
+            Applied::Stored(s) => {
+                applied.insert(name, s);
+            }
+            Applied::Conflict(msg) => {
+                let type_ = if leaf.kind == LeafKind::Admin {
+                    types::KUBECONFIG_AVAILABLE
+                } else {
+                    types::CERTIFICATES_AVAILABLE
+                };
+                let cond = Cond::no(type_, reasons::OWNED_BY_ANOTHER_OBJECT, msg);
+                return stop_with(kcp, ctx, spec, observed, conds, cond)
+                    .await
+                    .map(Err);
+            }
+        }
     }
     conds.push(Cond::yes(
         types::CERTIFICATES_AVAILABLE,
@@ -400,15 +507,30 @@ async fn provision(
 
     // The Deployment, rolled when the mounted key material changes.
     let pki_hash = mounted_hash(spec, &applied, &ds_secret, &root_secrets);
-    let deployment = apply_if_changed(
+    let deployment = match apply_owned(
         ctx,
         &spec.namespace,
         plan::deployment(spec, &owner_ref, &wiring, &pki_hash, &endpoint),
         observed.deployment.as_ref(),
+        &owner_ref,
     )
-    .await?;
+    .await?
+    {
+        Applied::Stored(d) => d,
+        Applied::Conflict(msg) => {
+            let cond = Cond::no(
+                types::DEPLOYMENT_READY,
+                reasons::OWNED_BY_ANOTHER_OBJECT,
+                msg,
+            );
+            return stop_with(kcp, ctx, spec, observed, conds, cond)
+                .await
+                .map(Err);
+        }
+    };
+    remove_legacy_secrets(ctx, spec, &legacy, &deployment).await?;
 
-    Ok(Some(Provisioned {
+    Ok(Ok(Provisioned {
         roots,
         endpoint,
         applied,
@@ -417,9 +539,110 @@ async fn provision(
     }))
 }
 
+/// Whether the status says the control plane was initialized (either contract flavour).
+fn is_initialized(kcp: &KamajiControlPlane) -> bool {
+    kcp.status.as_ref().is_some_and(|s| {
+        s.initialization
+            .as_ref()
+            .and_then(|i| i.control_plane_initialized)
+            .unwrap_or(false)
+            || s.initialized.unwrap_or(false)
+    })
+}
+
+/// Internal Secrets this control plane stored under their pre-v0.2 names (see
+/// `ObjectNames::legacy_internal_secret`), keyed by their new name: only those it controls,
+/// since an old name may now be another cluster's CAPI Secret.
+fn legacy_secrets<'a>(
+    spec: &ValidSpec,
+    secrets: &'a BTreeMap<String, Secret>,
+    uid: &str,
+) -> Vec<(String, &'a Secret)> {
+    InternalSecret::ALL
+        .iter()
+        .filter_map(|which| {
+            let old = spec.names.legacy_internal_secret(*which)?;
+            let secret = secrets.get(&old).filter(|s| controlled_by(*s, uid))?;
+            Some((spec.names.internal_secret(*which), secret))
+        })
+        .collect()
+}
+
+/// Deletes the pre-v0.2 Secrets once the Deployment has rolled onto the new names (every
+/// replica up to date), so no running pod mounts them any more.
+async fn remove_legacy_secrets(
+    ctx: &Context,
+    spec: &ValidSpec,
+    legacy: &[(String, &Secret)],
+    deployment: &Deployment,
+) -> Result<(), Error> {
+    let r = Replicas::of(Some(deployment));
+    let rolled_out =
+        r.observed_current && r.up_to_date == spec.replicas && r.replicas == spec.replicas;
+    if legacy.is_empty() || !rolled_out {
+        return Ok(());
+    }
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), &spec.namespace);
+    for (new_name, old) in legacy {
+        let name = old.name_any();
+        let precondition = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: old.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &precondition).await {
+            Ok(_) => {
+                info!(secret = %name, now = %new_name, "removed a Secret migrated to its new name")
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => {
+                return Err(Error::Kube {
+                    action: format!("delete migrated Secret {}/{name}", spec.namespace),
+                    source: e,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `obj`'s controller owner reference points at the object with `uid`.
+fn controlled_by<K: Resource>(obj: &K, uid: &str) -> bool {
+    obj.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+/// When `obj` is controlled by an object other than `owner`: a message naming both.
+fn foreign_controller<K: Resource<DynamicType = ()>>(
+    obj: &K,
+    owner: &OwnerReference,
+) -> Option<String> {
+    let other = obj
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.uid != owner.uid)?;
+    Some(format!(
+        "{} {}/{} exists and is controlled by {} {} (uid {}), not by {} {}; kamaji-rs never \
+         overwrites an object another controller owns: remove it, or give this cluster \
+         another name",
+        K::kind(&()),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any(),
+        other.kind,
+        other.name,
+        other.uid,
+        owner.kind,
+        owner.name,
+    ))
+}
+
 /// The tenant's own datastore client certificate (issued from the DataStore CA, kept while
 /// valid) in `<cluster>-apiserver-etcd-client` with the DataStore CA as `ca.crt`, and the
-/// API server's datastore wiring.
+/// API server's datastore wiring. `Err(message)` when that Secret is controlled by another
+/// object.
 async fn datastore_client_secret(
     ctx: &Context,
     spec: &ValidSpec,
@@ -427,13 +650,12 @@ async fn datastore_client_secret(
     ds: &datastore::Resolved,
     owner_ref: &OwnerReference,
     now: SystemTime,
-) -> Result<(Secret, DatastoreWiring), Error> {
+) -> Result<Result<(Secret, DatastoreWiring), String>, Error> {
     let ds_secret_name = spec.names.apiserver_etcd_client_secret();
-    let cn = kamaji_api::names::datastore_username(&spec.namespace, &spec.names.deployment());
     let (ds_leaf, _) = pki::datastore_client(
         &ds.ca_cert,
         &ds.ca_key,
-        &cn,
+        &datastore_common_name(&spec.namespace, &spec.names),
         observed.secrets.get(&ds_secret_name),
         ctx.config.key_algorithm,
         now,
@@ -450,20 +672,30 @@ async fn datastore_client_secret(
         .data
         .get_or_insert_with(BTreeMap::new)
         .insert("ca.crt".into(), ByteString(ds.ca_cert.clone().into_bytes()));
-    let ds_secret = apply_if_changed(
+    let ds_secret = match apply_owned(
         ctx,
         &spec.namespace,
         owned(ds_secret, owner_ref),
         observed.secrets.get(&ds_secret_name),
+        owner_ref,
     )
-    .await?;
+    .await?
+    {
+        Applied::Stored(s) => s,
+        Applied::Conflict(msg) => return Ok(Err(msg)),
+    };
     let wiring = DatastoreWiring {
         servers: ds.server_urls(),
         prefix: kamaji_api::names::etcd_prefix(&spec.datastore_schema),
         tls_secret: Some(ds_secret_name.clone()),
     };
 
-    Ok((ds_secret, wiring))
+    Ok(Ok((ds_secret, wiring)))
+}
+
+/// Common name of the tenant's datastore client certificate (its datastore user name).
+fn datastore_common_name(namespace: &str, names: &kamaji_api::names::ObjectNames) -> String {
+    kamaji_api::names::datastore_username(namespace, &names.deployment())
 }
 
 /// Hash of every Secret the control-plane pods mount (roots, leaves but the two kubeconfigs
@@ -520,7 +752,9 @@ async fn observe(spec: &ValidSpec, ctx: &Context) -> Result<Observed, Error> {
         "{CLUSTER_NAME_LABEL}={}",
         spec.names.cluster_label_value()
     ));
-    let mut secrets: BTreeMap<String, Secret> = secrets_api
+    // A Secret without the label (a kubeconfig written by someone else, case B01) is not
+    // listed here; the apply step reads it by name before it writes.
+    let secrets: BTreeMap<String, Secret> = secrets_api
         .list(&lp)
         .await
         .ctx(|| format!("list Secrets of Cluster {ns}/{}", spec.cluster.name))?
@@ -528,16 +762,6 @@ async fn observe(spec: &ValidSpec, ctx: &Context) -> Result<Observed, Error> {
         .into_iter()
         .map(|s| (s.name_any(), s))
         .collect();
-    // A kubeconfig Secret written by someone else may lack the label: it is adopted (case B01).
-    let kubeconfig = spec.names.kubeconfig_secret();
-    if !secrets.contains_key(&kubeconfig)
-        && let Some(s) = secrets_api
-            .get_opt(&kubeconfig)
-            .await
-            .ctx(|| format!("get Secret {ns}/{kubeconfig}"))?
-    {
-        secrets.insert(kubeconfig, s);
-    }
     let deployment = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
         .get_opt(&spec.names.deployment())
         .await
@@ -571,14 +795,27 @@ fn owned(mut secret: Secret, owner: &OwnerReference) -> Secret {
     secret
 }
 
-/// Server-side applies `desired` unless the observed object already carries the same desired
-/// hash (then nothing is written). Returns the object as stored.
-async fn apply_if_changed<K>(
+/// What [`apply_owned`] did.
+enum Applied<K> {
+    /// The object as stored: written now, or already as desired.
+    Stored(K),
+    /// The object exists and another object controls it; nothing was written. The message
+    /// names the object and its controller.
+    Conflict(String),
+}
+
+/// Server-side applies `desired` (field manager `kamaji-rs`) unless the live object already
+/// carries the same desired hash *and* still holds everything `desired` sets (see
+/// [`drift`]); then nothing is written. `observed` is the object as the observe step read
+/// it; when it was not read, it is fetched first. An object controlled by another object
+/// than `owner` is never written ([`Applied::Conflict`]); one without a controller is adopted.
+async fn apply_owned<K>(
     ctx: &Context,
     ns: &str,
     mut desired: K,
     observed: Option<&K>,
-) -> Result<K, Error>
+    owner: &OwnerReference,
+) -> Result<Applied<K>, Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -594,15 +831,37 @@ where
         plan::desired_hash(&desired)
     };
     plan::stamp_hash(desired.meta_mut(), hash.clone());
-    if let Some(current) = observed
-        && current.annotations().get(DESIRED_HASH_ANNOTATION) == Some(&hash)
-    {
-        return Ok(current.clone());
-    }
     let name = desired.name_any();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
     let kind = K::kind(&());
-    match api
+    let fetched = if observed.is_none() {
+        api.get_opt(&name)
+            .await
+            .ctx(|| format!("get {kind} {ns}/{name}"))?
+    } else {
+        None
+    };
+    let current = observed.or(fetched.as_ref());
+    let desired_json = serde_json::to_value(&desired)?;
+    if let Some(cur) = current {
+        if let Some(msg) = foreign_controller(cur, owner) {
+            return Ok(Applied::Conflict(msg));
+        }
+        if cur.annotations().get(DESIRED_HASH_ANNOTATION) == Some(&hash) {
+            let uid = cur.uid().unwrap_or_default();
+            match drift::drifted(&desired_json, &serde_json::to_value(cur)?) {
+                None => return Ok(Applied::Stored(cur.clone())),
+                Some(_) if ctx.drift_settled(&uid, &hash) => {
+                    return Ok(Applied::Stored(cur.clone()));
+                }
+                Some(field) => {
+                    info!(object = %format!("{kind} {ns}/{name}"), field, "the live object no longer holds what kamaji-rs set: applying it again");
+                    ctx.metrics.drift_corrections.inc();
+                }
+            }
+        }
+    }
+    let stored = match api
         .patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER),
@@ -610,104 +869,180 @@ where
         )
         .await
     {
-        Ok(o) => Ok(o),
+        Ok(o) => o,
         Err(kube::Error::Api(e)) if e.code == 409 => {
             ctx.metrics.ssa_conflicts.inc();
+            // Another field manager holds a field kamaji-rs sets: take it back, unless the
+            // object appeared in the meantime under another controller.
+            if current.is_none()
+                && let Some(now) = api
+                    .get_opt(&name)
+                    .await
+                    .ctx(|| format!("get {kind} {ns}/{name}"))?
+                && let Some(msg) = foreign_controller(&now, owner)
+            {
+                return Ok(Applied::Conflict(msg));
+            }
             api.patch(
                 &name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&desired),
             )
             .await
-            .ctx(|| format!("apply {kind} {ns}/{name} (forced after a conflict)"))
+            .ctx(|| format!("apply {kind} {ns}/{name} (forced after a conflict)"))?
         }
-        Err(e) => Err(Error::Kube {
-            action: format!("apply {kind} {ns}/{name}"),
-            source: e,
-        }),
+        Err(e) => {
+            return Err(Error::Kube {
+                action: format!("apply {kind} {ns}/{name}"),
+                source: e,
+            });
+        }
+    };
+    if let Some(field) = drift::drifted(&desired_json, &serde_json::to_value(&stored)?) {
+        // Something rewrites what kamaji-rs sets as it is stored (a mutating webhook):
+        // applying again would only loop. Accept it until the desired object changes.
+        warn!(object = %format!("{kind} {ns}/{name}"), field, "the stored object differs from what kamaji-rs applied; not re-applying it until the desired object changes");
+        ctx.settle_drift(&stored.uid().unwrap_or_default(), &hash);
     }
+    Ok(Applied::Stored(stored))
 }
 
-/// Reads the CA, front-proxy CA and service-account key from their Secrets; generates each
-/// missing one once and creates it with create-if-absent (a 409 means another writer won: its
-/// material is read back and used).
+/// Makes a new root Secret: target, key algorithm, now.
+type MakeRoot = fn(SecretTarget<'_>, KeyAlgorithm, SystemTime) -> Result<Secret, Error>;
+
+/// The three roots of a tenant: Secret name, what it holds (for messages), and how a new
+/// one is made.
+fn root_kinds(spec: &ValidSpec) -> [(String, &'static str, MakeRoot); 3] {
+    let n = &spec.names;
+    [
+        (n.ca_secret(), "the cluster CA", |t, alg, now| {
+            let ca = CertificateAuthority::generate(CA_COMMON_NAME, alg, now)?;
+            Ok(secrets::ca_secret(t, &ca))
+        }),
+        (
+            n.front_proxy_ca_secret(),
+            "the front-proxy CA",
+            |t, alg, now| {
+                let ca = CertificateAuthority::generate(FRONT_PROXY_CA_COMMON_NAME, alg, now)?;
+                Ok(secrets::ca_secret(t, &ca))
+            },
+        ),
+        (
+            n.service_account_secret(),
+            "the service-account signing key",
+            |t, alg, _| {
+                Ok(secrets::service_account_secret(
+                    t,
+                    &ServiceAccountKeyPair::generate(alg)?,
+                ))
+            },
+        ),
+    ]
+}
+
+/// Reads the CA, front-proxy CA and service-account key from their Secrets. Before the
+/// control plane is initialized, each missing one is generated once and created with
+/// create-if-absent (a 409 means another writer won: its material is read back and used).
+/// After initialization a missing root is never generated again: every joined node, issued
+/// kubeconfig and service-account token trusts the old one, so `Err` carries a
+/// `CertificatesAvailable=False` condition that says how to restore it. A root Secret
+/// controlled by another object is never used (`Err` too).
 async fn ensure_roots(
     spec: &ValidSpec,
     secrets: &BTreeMap<String, Secret>,
     owner: &OwnerReference,
     ctx: &Context,
-) -> Result<(Roots, [Secret; 3]), Error> {
-    let n = &spec.names;
+    initialized: bool,
+) -> Result<Result<(Roots, [Secret; 3]), Cond>, Error> {
     let api = Api::<Secret>::namespaced(ctx.client.clone(), &spec.namespace);
-    let cluster = spec.cluster.name.as_str();
     let ns = spec.namespace.as_str();
     let now = SystemTime::now();
     let alg = ctx.config.key_algorithm;
 
-    let get_or_create =
-        async |name: String,
-               make: &(dyn Fn(SecretTarget<'_>) -> Result<Secret, Error> + Sync)|
-               -> Result<Secret, Error> {
-            if let Some(s) = secrets.get(&name) {
-                return Ok(s.clone());
-            }
-            let started = Instant::now();
-            let target = SecretTarget {
-                name: &name,
-                namespace: ns,
-                cluster_name: cluster,
-            };
-            let secret = owned(make(target)?, owner);
-            ctx.metrics
-                .pki_generation
-                .observe(started.elapsed().as_secs_f64());
-            match api
-                .create(
-                    &PostParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
-                        ..PostParams::default()
-                    },
-                    &secret,
-                )
+    let mut found: Vec<Secret> = Vec::with_capacity(3);
+    let mut missing: Vec<String> = Vec::new();
+    for (name, what, make) in root_kinds(spec) {
+        let existing = match secrets.get(&name) {
+            Some(s) => Some(s.clone()),
+            // Restored without its labels? Look it up by name before calling it missing.
+            None if initialized => api
+                .get_opt(&name)
                 .await
-            {
-                Ok(s) => {
-                    info!(secret = %name, "generated key material");
-                    Ok(s)
+                .ctx(|| format!("get Secret {ns}/{name}"))?,
+            None => None,
+        };
+        let secret = match existing {
+            Some(s) => s,
+            None if initialized => {
+                missing.push(format!("Secret {ns}/{name} ({what})"));
+                continue;
+            }
+            None => {
+                let started = Instant::now();
+                let target = SecretTarget {
+                    name: &name,
+                    namespace: ns,
+                    cluster_name: &spec.cluster.name,
+                };
+                let secret = owned(make(target, alg, now)?, owner);
+                ctx.metrics
+                    .pki_generation
+                    .observe(started.elapsed().as_secs_f64());
+                let params = PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PostParams::default()
+                };
+                match api.create(&params, &secret).await {
+                    Ok(s) => {
+                        info!(secret = %name, "generated key material");
+                        s
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => api
+                        .get(&name)
+                        .await
+                        .ctx(|| format!("re-read Secret {ns}/{name}"))?,
+                    Err(e) => {
+                        return Err(Error::Kube {
+                            action: format!("create Secret {ns}/{name}"),
+                            source: e,
+                        });
+                    }
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 => api
-                    .get(&name)
-                    .await
-                    .ctx(|| format!("re-read Secret {ns}/{name}")),
-                Err(e) => Err(Error::Kube {
-                    action: format!("create Secret {ns}/{name}"),
-                    source: e,
-                }),
             }
         };
-    let ca_secret = get_or_create(n.ca_secret(), &|t| {
-        let ca = CertificateAuthority::generate(CA_COMMON_NAME, alg, now)?;
-        Ok(secrets::ca_secret(t, &ca))
-    })
-    .await?;
-    let proxy_secret = get_or_create(n.front_proxy_ca_secret(), &|t| {
-        let ca = CertificateAuthority::generate(FRONT_PROXY_CA_COMMON_NAME, alg, now)?;
-        Ok(secrets::ca_secret(t, &ca))
-    })
-    .await?;
-    let sa_secret = get_or_create(n.service_account_secret(), &|t| {
-        Ok(secrets::service_account_secret(
-            t,
-            &ServiceAccountKeyPair::generate(alg)?,
-        ))
-    })
-    .await?;
+        if let Some(msg) = foreign_controller(&secret, owner) {
+            return Ok(Err(Cond::no(
+                types::CERTIFICATES_AVAILABLE,
+                reasons::OWNED_BY_ANOTHER_OBJECT,
+                msg,
+            )));
+        }
+        found.push(secret);
+    }
+    if !missing.is_empty() {
+        return Ok(Err(Cond::no(
+            types::CERTIFICATES_AVAILABLE,
+            reasons::ROOT_KEY_MATERIAL_MISSING,
+            format!(
+                "{} missing, and the control plane is initialized: kamaji-rs does not \
+                 generate a new one, because every joined node, issued kubeconfig and \
+                 service-account token trusts the old one. Restore it from a backup (for \
+                 example `kubectl apply` of the saved Secret, keys tls.crt and tls.key) and the \
+                 control plane continues unchanged; nothing is rolled until then. A rotation \
+                 to new key material is not supported yet.",
+                missing.join(" and "),
+            ),
+        )));
+    }
+    let [ca_secret, proxy_secret, sa_secret]: [Secret; 3] = found
+        .try_into()
+        .map_err(|_| Error::Tenant("internal: three root Secrets expected".into()))?;
     let roots = Roots {
         ca: pki::ca_from_secret(&ca_secret)?,
         front_proxy_ca: pki::ca_from_secret(&proxy_secret)?,
         service_account: pki::sa_from_secret(&sa_secret)?,
     };
-    Ok((roots, [ca_secret, proxy_secret, sa_secret]))
+    Ok(Ok((roots, [ca_secret, proxy_secret, sa_secret])))
 }
 
 async fn set_kcp_endpoint(
@@ -838,11 +1173,24 @@ async fn bootstrap_tenant(
     Ok(())
 }
 
+/// Adds `Reconciled=True` unless the pass already reports how it failed.
+fn with_reconciled(mut conds: Vec<Cond>) -> Vec<Cond> {
+    if !conds.iter().any(|c| c.type_ == types::RECONCILED) {
+        conds.push(Cond::yes(
+            types::RECONCILED,
+            reasons::RECONCILE_SUCCEEDED,
+            "",
+        ));
+    }
+    conds
+}
+
 async fn write_conditions_only(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     conds: Vec<Cond>,
 ) -> Result<(), Error> {
+    let conds = with_reconciled(conds);
     let prev = kcp.status.clone().unwrap_or_default();
     let now = Time(Timestamp::now());
     let mut next = prev.clone();
@@ -864,6 +1212,7 @@ async fn write_status(
     reachable: bool,
     conds: Vec<Cond>,
 ) -> Result<(), Error> {
+    let conds = with_reconciled(conds);
     let prev = kcp.status.clone().unwrap_or_default();
     let selector = plan::selector_labels(spec)
         .iter()
@@ -1068,34 +1417,39 @@ async fn stop_control_plane(
     Ok(pods.items.is_empty() && !deployment_left)
 }
 
-/// Removes the tenant's keys from its datastore; when the DataStore is gone the keys cannot be
-/// reached and a Warning event says so.
+/// Removes the tenant's keys from its datastore with a short-lived client certificate the
+/// manager issues itself from the DataStore CA, in memory: cleanup never depends on the
+/// tenant's `<cluster>-apiserver-etcd-client` Secret, which a namespace deletion may remove
+/// first. When the DataStore is gone the keys cannot be reached and a Warning event says so.
 async fn remove_datastore_prefix(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     ns: &str,
     names: &kamaji_api::names::ObjectNames,
 ) -> Result<(), Error> {
-    let client = &ctx.client;
-    let secrets = Api::<Secret>::namespaced(client.clone(), ns);
     let schema = spec::datastore_schema(kcp);
     let ds_name = spec::datastore_name(kcp, &ctx.config.default_datastore);
-    let ds_client = secrets
-        .get_opt(&names.apiserver_etcd_client_secret())
-        .await
-        .ctx(|| "get datastore client Secret".into())?;
-    match (
-        datastore::resolve(client, ds_name).await,
-        ds_client.as_ref().and_then(secrets::tls_pair_of),
-    ) {
-        (Ok(ds), Some((cert, key))) => {
+    match datastore::resolve(&ctx.client, ds_name).await {
+        Ok(ds) => {
+            let (leaf, _) = pki::datastore_client(
+                &ds.ca_cert,
+                &ds.ca_key,
+                &datastore_common_name(ns, names),
+                None,
+                ctx.config.key_algorithm,
+                SystemTime::now(),
+            )?;
+            let credentials = Credentials {
+                cert: leaf.cert_pem().to_owned(),
+                key: leaf.key_pem().to_owned(),
+            };
             let prefix = kamaji_api::names::etcd_prefix(&schema);
-            let deleted = datastore::delete_prefix(&ds, &Credentials { cert, key }, &prefix)
+            let deleted = datastore::delete_prefix(&ds, &credentials, &prefix)
                 .await
                 .map_err(Error::Datastore)?;
             info!(kcp = %object_key(kcp), prefix, deleted, "removed the tenant's datastore keys");
         }
-        (Err(p), _) => {
+        Err(p) => {
             warn!(kcp = %object_key(kcp), "datastore prefix not removed: {}", p.message());
             publish(
                 ctx,
@@ -1109,11 +1463,7 @@ async fn remove_datastore_prefix(
             )
             .await;
         }
-        (Ok(_), None) => {
-            info!(kcp = %object_key(kcp), "no datastore client certificate: nothing was ever stored");
-        }
     }
-
     Ok(())
 }
 
