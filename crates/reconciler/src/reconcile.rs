@@ -594,7 +594,7 @@ async fn remove_legacy_secrets(
         };
         match api.delete(&name, &precondition).await {
             Ok(_) => {
-                info!(secret = %name, now = %new_name, "removed a Secret migrated to its new name")
+                info!(secret = %name, now = %new_name, "removed a Secret migrated to its new name");
             }
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => {
