@@ -171,8 +171,9 @@ pub struct KamajiControlPlaneFields {
     pub addons: Option<AddonsSpec>,
 
     /// Admission plugins enabled on the tenant kube-apiserver (`--enable-admission-plugins`).
-    /// Plugins removed from the running Kubernetes version (for example `PodSecurityPolicy`) are
-    /// accepted and dropped by the controller for versions that no longer have them.
+    /// A plugin removed from Kubernetes (for example `PodSecurityPolicy`, removed in v1.25) makes
+    /// kube-apiserver exit at start: the controller refuses it for a `version` that no longer
+    /// has it (`SpecValid=False` naming this field) and rolls nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub admission_controllers: Option<Vec<AdmissionController>>,
@@ -543,8 +544,8 @@ impl AdmissionController {
     }
 
     /// Plugins removed from kube-apiserver: `Some(minor)` is the first 1.minor release
-    /// without the plugin. The controller leaves these out of `--enable-admission-plugins` for
-    /// such versions instead of letting the API server crash on an unknown plugin.
+    /// without the plugin. The controller refuses such a plugin for those versions
+    /// (`SpecValid=False`) instead of letting the API server crash on an unknown plugin.
     #[must_use]
     pub fn removed_in_minor(self) -> Option<u64> {
         match self {
@@ -553,6 +554,53 @@ impl AdmissionController {
             Self::SecurityContextDeny => Some(30),
             Self::PersistentVolumeLabel => Some(31),
             _ => None,
+        }
+    }
+}
+
+/// One control-plane component of a `KamajiControlPlane`: its binary and the spec field that
+/// customises it (`spec.apiServer`, `spec.controllerManager`, `spec.scheduler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Component {
+    /// kube-apiserver.
+    ApiServer,
+    /// kube-controller-manager.
+    ControllerManager,
+    /// kube-scheduler.
+    Scheduler,
+}
+
+impl Component {
+    /// Every component, in the order the pod runs them.
+    pub const ALL: [Self; 3] = [Self::ApiServer, Self::ControllerManager, Self::Scheduler];
+
+    /// Container and binary name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ApiServer => "kube-apiserver",
+            Self::ControllerManager => "kube-controller-manager",
+            Self::Scheduler => "kube-scheduler",
+        }
+    }
+
+    /// JSON name of this component's [`ControlPlaneComponent`] in the spec (`apiServer`).
+    #[must_use]
+    pub fn json_field(self) -> &'static str {
+        match self {
+            Self::ApiServer => "apiServer",
+            Self::ControllerManager => "controllerManager",
+            Self::Scheduler => "scheduler",
+        }
+    }
+
+    /// The spec field holding this component's `extraArgs`.
+    #[must_use]
+    pub fn spec_field(self) -> &'static str {
+        match self {
+            Self::ApiServer => "spec.apiServer.extraArgs",
+            Self::ControllerManager => "spec.controllerManager.extraArgs",
+            Self::Scheduler => "spec.scheduler.extraArgs",
         }
     }
 }

@@ -12,12 +12,94 @@
 //! supported Kubernetes version; `isIP()`/`isCIDR()` need Kubernetes >= 1.31 (the management
 //! cluster minimum is 1.34).
 
+use std::collections::BTreeMap;
+
 use schemars::Schema;
 use serde_json::{Value, json};
+
+use crate::kcp::Component;
 
 /// Kubernetes version: semver `MAJOR.MINOR.PATCH` with optional pre-release and build
 /// metadata, `v` prefix optional (`1.27.0`, `v1.30.2`, `v1.31.0-rc.1`).
 pub const VERSION_PATTERN: &str = r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$";
+
+/// Flags removed from a control-plane component, with the minor version that removed them:
+/// passing one to that version or a newer one makes the process exit with "unknown flag".
+/// Admission refuses them for such a `spec.version` (CEL rules generated from this table) and
+/// the controller checks again (`SpecValid=False`) for objects stored before those rules.
+///
+/// Sources: the Kubernetes changelogs of the named minors (kube-apiserver insecure serving and
+/// `--kubelet-https` removal in 1.20–1.24, cloud-provider flags of kube-apiserver removed in
+/// 1.33 (KEP-2395), kube-controller-manager and kube-scheduler insecure serving removed in
+/// 1.24, `--pod-eviction-timeout` in 1.27, `--enable-taint-manager` in 1.29, scheduler policy
+/// flags in 1.23).
+pub const REMOVED_FLAGS: &[(Component, &str, u32)] = &[
+    (Component::ApiServer, "insecure-port", 24),
+    (Component::ApiServer, "insecure-bind-address", 24),
+    (Component::ApiServer, "address", 24),
+    (Component::ApiServer, "port", 24),
+    (Component::ApiServer, "kubelet-https", 22),
+    (Component::ApiServer, "target-ram-mb", 24),
+    (Component::ApiServer, "deserialization-cache-size", 24),
+    (Component::ApiServer, "service-account-api-audiences", 25),
+    (Component::ApiServer, "master-service-namespace", 27),
+    (Component::ApiServer, "cloud-provider", 33),
+    (Component::ApiServer, "cloud-config", 33),
+    (Component::ApiServer, "enable-logs-handler", 33),
+    (Component::ControllerManager, "address", 24),
+    (Component::ControllerManager, "port", 24),
+    (
+        Component::ControllerManager,
+        "experimental-cluster-signing-duration",
+        25,
+    ),
+    (Component::ControllerManager, "pod-eviction-timeout", 27),
+    (Component::ControllerManager, "enable-taint-manager", 29),
+    (
+        Component::ControllerManager,
+        "horizontal-pod-autoscaler-use-rest-clients",
+        24,
+    ),
+    (Component::Scheduler, "address", 24),
+    (Component::Scheduler, "port", 24),
+    (Component::Scheduler, "policy-config-file", 23),
+    (Component::Scheduler, "policy-configmap", 23),
+    (Component::Scheduler, "policy-configmap-namespace", 23),
+    (Component::Scheduler, "use-legacy-policy-config", 23),
+    (Component::Scheduler, "algorithm-provider", 23),
+    (
+        Component::Scheduler,
+        "hard-pod-affinity-symmetric-weight",
+        23,
+    ),
+];
+
+/// Why `flag` (as `--name`) cannot be given to `component` at `version`: the message of the
+/// admission rule and of the controller's `SpecValid=False`.
+#[must_use]
+pub fn removed_flag_message(
+    component: Component,
+    flag: &str,
+    removed_in_minor: u32,
+    version: &str,
+) -> String {
+    format!(
+        "{flag} was removed from {} in v1.{removed_in_minor}; version {version} would not start with it",
+        component.name()
+    )
+}
+
+/// Why admission plugin `plugin` cannot be enabled at `version` (controller message).
+#[must_use]
+pub fn removed_admission_plugin_message(
+    plugin: &str,
+    removed_in_minor: u64,
+    version: &str,
+) -> String {
+    format!(
+        "admission plugin {plugin} was removed in v1.{removed_in_minor}; version {version} would not start with it"
+    )
+}
 
 /// One command-line flag of a control-plane component: `--name=value`, `--name`, `-v=4`, or
 /// `name=value` (normalised to `--name=value` by the controller). A bare word is rejected.
@@ -146,6 +228,97 @@ fn version_rules() -> Vec<Value> {
     ]
 }
 
+/// `s` as a CEL string literal (single quotes).
+fn cel_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// A CEL `messageExpression` producing `template` with each placeholder replaced by the value
+/// of its CEL expression: the admission message is the controller's message, word for word.
+fn cel_message(template: &str, values: &[(&str, &str)]) -> String {
+    let mut parts = vec![template.to_owned()];
+    for (placeholder, expression) in values {
+        parts = parts
+            .iter()
+            .flat_map(|p| {
+                let mut out = Vec::new();
+                for (i, piece) in p.split(placeholder).enumerate() {
+                    if i > 0 {
+                        out.push(format!("\u{0}{expression}"));
+                    }
+                    out.push(piece.to_owned());
+                }
+                out
+            })
+            .collect();
+    }
+    parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.strip_prefix('\u{0}')
+                .map_or_else(|| cel_quote(p), |expr| format!("({expr})"))
+        })
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// A regular expression alternative matching any of `names` exactly (dots escaped, in CEL
+/// string-literal form).
+fn alternatives(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| n.replace('.', "\\\\."))
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// `spec.version` has a minor below `minor` (or is not a version: the pattern refuses it).
+fn version_below(minor: impl std::fmt::Display) -> String {
+    format!(
+        "self.version.findAll('[0-9]+').size() < 3 || int(self.version.findAll('[0-9]+')[1]) < {minor}"
+    )
+}
+
+/// Rules of `KamajiControlPlane.spec` generated from [`REMOVED_FLAGS`]: one per component and
+/// removal minor, refusing the component's `extraArgs` that name a flag removed at or before
+/// `spec.version`'s minor, in any form `extraArgs` accepts (`--name=v`, `--name`, `-name`,
+/// `name=v`), with the controller's message ([`removed_flag_message`]).
+fn removed_flag_rules() -> Vec<Value> {
+    let mut groups: BTreeMap<(Component, u32), Vec<&str>> = BTreeMap::new();
+    for (component, name, minor) in REMOVED_FLAGS {
+        groups.entry((*component, *minor)).or_default().push(name);
+    }
+    groups
+        .into_iter()
+        .map(|((component, minor), names)| {
+            let field = component.json_field();
+            let args = format!("self.{field}.extraArgs");
+            let matches = format!("a.matches('^-{{0,2}}({})(=.*)?$')", alternatives(&names));
+            let flag = format!(
+                "'--' + {args}.filter(a, {matches})[0].find('[A-Za-z0-9][-A-Za-z0-9_.]*')"
+            );
+            let flags = names.iter().map(|n| format!("--{n}")).collect::<Vec<_>>();
+            json!({
+                "rule": format!(
+                    "!has(self.{field}) || !has({args}) || {} || !{args}.exists(a, {matches})",
+                    version_below(minor)
+                ),
+                "message": format!(
+                    "spec.{field}.extraArgs: {} removed from {} in v1.{minor}; this spec.version would not start with it",
+                    flags.join(", "),
+                    component.name()
+                ),
+                "messageExpression": cel_message(
+                    &removed_flag_message(component, "\u{1}", minor, "\u{2}"),
+                    &[("\u{1}", &flag), ("\u{2}", "self.version")],
+                ),
+                "fieldPath": format!(".{field}.extraArgs"),
+            })
+        })
+        .collect()
+}
+
 fn immutable_once_set(field: &str) -> Value {
     rule_at(
         format!("!has(oldSelf.{field}) || (has(self.{field}) && self.{field} == oldSelf.{field})"),
@@ -181,7 +354,7 @@ fn reserved_flag_rules(base: &str, prefix: &str) -> Vec<Value> {
 }
 
 /// Rules of `KamajiControlPlane.spec`: version upgrade policy, DataStore immutability,
-/// reserved flags.
+/// reserved flags, flags removed at `spec.version`.
 pub(crate) fn kamaji_control_plane_spec(schema: &mut Schema) {
     let mut rules = version_rules();
     rules.extend(
@@ -190,6 +363,7 @@ pub(crate) fn kamaji_control_plane_spec(schema: &mut Schema) {
             .map(immutable_once_set),
     );
     rules.extend(reserved_flag_rules("self", "spec."));
+    rules.extend(removed_flag_rules());
     push_rules(schema, rules);
 }
 
@@ -257,11 +431,89 @@ mod tests {
         assert_eq!(flag_name(""), None);
     }
 
+    fn text<'a>(rule: &'a Value, key: &str) -> &'a str {
+        rule[key].as_str().unwrap_or_default()
+    }
+
     #[test]
     fn version_rules_compare_numeric_parts() {
         let rules = version_rules();
         assert_eq!(rules.len(), 3);
         let text = rules[0]["rule"].as_str().unwrap_or_default();
         assert!(text.contains("int(self.version.findAll('[0-9]+')[1])"));
+    }
+
+    #[test]
+    fn cel_message_quotes_text_and_splices_expressions() {
+        assert_eq!(
+            cel_message("a \u{1} b's \u{2}", &[("\u{1}", "x.y"), ("\u{2}", "z")]),
+            r"'a ' + (x.y) + ' b\'s ' + (z)"
+        );
+        assert_eq!(cel_quote(r"a\b"), r"'a\\b'");
+    }
+
+    /// Evaluates a `messageExpression` made by [`cel_message`] for given expression values:
+    /// every `(expression)` becomes its value, then the literals are joined.
+    fn evaluate(message: &str, values: &[(&str, &str)]) -> String {
+        let mut m = message.to_owned();
+        for (expression, value) in values {
+            m = m.replace(&format!("({expression})"), &cel_quote(value));
+        }
+        m.strip_prefix('\'')
+            .and_then(|m| m.strip_suffix('\''))
+            .unwrap()
+            .replace("' + '", "")
+    }
+
+    #[test]
+    fn removed_flag_rules_cover_the_table_grouped_by_component_and_minor() {
+        let rules = removed_flag_rules();
+        let mut groups: Vec<(Component, u32)> =
+            REMOVED_FLAGS.iter().map(|(c, _, m)| (*c, *m)).collect();
+        groups.sort();
+        groups.dedup();
+        assert_eq!(rules.len(), groups.len());
+        for (component, name, minor) in REMOVED_FLAGS {
+            let field = component.json_field();
+            let owners: Vec<&Value> = rules
+                .iter()
+                .filter(|r| {
+                    text(r, "fieldPath") == format!(".{field}.extraArgs")
+                        && text(r, "rule").contains(&format!("< {minor} ||"))
+                })
+                .collect();
+            assert_eq!(owners.len(), 1, "{field} {minor}");
+            let rule = owners[0];
+            let cel = text(rule, "rule");
+            assert!(cel.starts_with(&format!(
+                "!has(self.{field}) || !has(self.{field}.extraArgs) || "
+            )));
+            let group = cel
+                .split("a.matches('^-{0,2}(")
+                .nth(1)
+                .and_then(|g| g.split(")(=.*)?$')").next())
+                .unwrap();
+            assert!(
+                group.split('|').any(|n| n == *name),
+                "{name} not in {group}"
+            );
+            assert!(text(rule, "message").contains(&format!("--{name}")));
+            // The admission message is the controller's, word for word.
+            let flag_expression = format!(
+                "'--' + self.{field}.extraArgs.filter(a, a.matches('^-{{0,2}}({group})(=.*)?$'))[0].find('[A-Za-z0-9][-A-Za-z0-9_.]*')"
+            );
+            let flag = format!("--{name}");
+            assert_eq!(
+                evaluate(
+                    text(rule, "messageExpression"),
+                    &[(&flag_expression, &flag), ("self.version", "v1.36.3")]
+                ),
+                removed_flag_message(*component, &flag, *minor, "v1.36.3")
+            );
+        }
+        assert_eq!(
+            removed_flag_message(Component::ApiServer, "--insecure-port", 24, "v1.36.3"),
+            "--insecure-port was removed from kube-apiserver in v1.24; version v1.36.3 would not start with it"
+        );
     }
 }

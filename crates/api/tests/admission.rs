@@ -933,3 +933,195 @@ async fn scale_subresource_and_explain() -> Result<()> {
     kubectl(&cluster, &["get", "cluster-api"])?;
     Ok(())
 }
+
+/// Creates `name` from `base_spec()` merged with `patch`, which must be accepted.
+async fn create_kcp(kcps: &Api<DynamicObject>, name: &str, patch: &Value) -> Result<DynamicObject> {
+    let mut spec = base_spec();
+    merge(&mut spec, patch);
+    kcps.create(&PostParams::default(), &kcp_object(name, &spec)?)
+        .await
+        .with_context(|| format!("{name}: create {spec} refused"))
+}
+
+/// Creates `create-<case>` from `base_spec()` merged with `patch`, which must be refused with
+/// a message containing every one of `texts`, creating nothing.
+async fn create_refused(
+    kcps: &Api<DynamicObject>,
+    case: &str,
+    patch: &Value,
+    texts: &[&str],
+) -> Result<()> {
+    let mut spec = base_spec();
+    merge(&mut spec, patch);
+    let name = format!("create-{case}");
+    let err = kcps
+        .create(&PostParams::default(), &kcp_object(&name, &spec)?)
+        .await
+        .err()
+        .with_context(|| format!("{case}: {spec} accepted"))?;
+    let message = rejection(&err).with_context(|| format!("{case}: not a 422 rejection: {err}"))?;
+    for text in texts {
+        ensure!(
+            message.contains(text),
+            "{case}: message does not say {text:?}: {message}"
+        );
+    }
+    ensure!(
+        kcps.get_opt(&name).await?.is_none(),
+        "{case}: object created anyway"
+    );
+    Ok(())
+}
+
+/// Applies `spec` as a merge patch, which must be accepted.
+async fn update_accepted(kcps: &Api<DynamicObject>, name: &str, spec: Value) -> Result<()> {
+    kcps.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": spec.clone()})),
+    )
+    .await
+    .with_context(|| format!("{name}: update {spec} refused"))?;
+    Ok(())
+}
+
+/// Applies `spec` as a merge patch, which must be refused with a message containing every one
+/// of `texts`, leaving the spec as it was.
+async fn update_refused(
+    kcps: &Api<DynamicObject>,
+    name: &str,
+    spec: Value,
+    texts: &[&str],
+) -> Result<()> {
+    let before = kcps.get(name).await?;
+    let err = kcps
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": spec.clone()})),
+        )
+        .await
+        .err()
+        .with_context(|| format!("{name}: update {spec} accepted"))?;
+    let message =
+        rejection(&err).with_context(|| format!("{name}: {spec}: not a 422 rejection: {err}"))?;
+    for text in texts {
+        ensure!(
+            message.contains(text),
+            "{name}: {spec}: message does not say {text:?}: {message}"
+        );
+    }
+    ensure!(
+        kcps.get(name).await?.data["spec"] == before.data["spec"],
+        "{name}: {spec}: spec changed anyway"
+    );
+    Ok(())
+}
+
+/// Issue 10 item 8: a flag the object's own `spec.version` no longer has is refused at
+/// admission, in every form `extraArgs` accepts, with the controller's message; also when an
+/// upgrade reaches the version that removed a flag in use.
+#[tokio::test]
+#[allow(clippy::too_many_lines)] // one table of cases
+async fn flags_removed_at_spec_version_are_refused_at_admission() -> Result<()> {
+    let cluster = LocalCluster::builder().capi(false).start().await?;
+    create_namespace(&cluster, "flags")?;
+    let kcps = api(&cluster, "flags", "v1alpha1", "KamajiControlPlane");
+    // (case, spec patch, texts the message must contain; the first names the field)
+    let cases: Vec<(&str, Value, Vec<&str>)> = vec![
+        (
+            "removed-flag",
+            json!({"apiServer": {"extraArgs": ["--max-requests-inflight=800", "--insecure-port=0"]}}),
+            vec![
+                "spec.apiServer.extraArgs",
+                "--insecure-port was removed from kube-apiserver in v1.24; version v1.30.2 would not start with it",
+            ],
+        ),
+        (
+            "removed-flag-bare",
+            json!({"apiServer": {"extraArgs": ["--insecure-port"]}}),
+            vec![
+                "spec.apiServer.extraArgs",
+                "--insecure-port was removed from kube-apiserver in v1.24",
+            ],
+        ),
+        (
+            "removed-flag-one-dash",
+            json!({"apiServer": {"extraArgs": ["-insecure-bind-address=0.0.0.0"]}}),
+            vec![
+                "spec.apiServer.extraArgs",
+                "--insecure-bind-address was removed from kube-apiserver in v1.24",
+            ],
+        ),
+        (
+            "removed-flag-no-dash",
+            json!({"apiServer": {"extraArgs": ["insecure-port=0"]}}),
+            vec![
+                "spec.apiServer.extraArgs",
+                "--insecure-port was removed from kube-apiserver in v1.24",
+            ],
+        ),
+        (
+            "removed-flag-version",
+            json!({"version": "v1.36.3", "apiServer": {"extraArgs": ["--cloud-provider=external"]}}),
+            vec![
+                "spec.apiServer.extraArgs",
+                "--cloud-provider was removed from kube-apiserver in v1.33; version v1.36.3 would not start with it",
+            ],
+        ),
+        (
+            "removed-flag-kcm",
+            json!({"controllerManager": {"extraArgs": ["--pod-eviction-timeout=5m"]}}),
+            vec![
+                "spec.controllerManager.extraArgs",
+                "--pod-eviction-timeout was removed from kube-controller-manager in v1.27; version v1.30.2 would not start with it",
+            ],
+        ),
+        (
+            "removed-flag-scheduler",
+            json!({"scheduler": {"extraArgs": ["--policy-config-file=/etc/policy.json"]}}),
+            vec![
+                "spec.scheduler.extraArgs",
+                "--policy-config-file was removed from kube-scheduler in v1.23; version v1.30.2 would not start with it",
+            ],
+        ),
+    ];
+    for (case, patch, texts) in &cases {
+        create_refused(&kcps, case, patch, texts).await?;
+    }
+    // A flag before the version that removed it is accepted; the upgrade to that version is not.
+    let name = "upgrade-removes-flag";
+    create_kcp(
+        &kcps,
+        name,
+        &json!({"version": "v1.32.4", "apiServer": {"extraArgs": ["--cloud-provider=external"]}}),
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"version": "v1.33.0"}),
+        &[
+            "spec.apiServer.extraArgs",
+            "--cloud-provider was removed from kube-apiserver in v1.33; version v1.33.0 would not start with it",
+        ],
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"controllerManager": {"extraArgs": ["--enable-taint-manager=false"]}}),
+        &[
+            "spec.controllerManager.extraArgs",
+            "--enable-taint-manager was removed from kube-controller-manager in v1.29",
+        ],
+    )
+    .await?;
+    update_accepted(
+        &kcps,
+        name,
+        json!({"controllerManager": {"extraArgs": ["--node-monitor-grace-period=50s"]}}),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,7 +1,9 @@
 //! Command-line flags of the control-plane components: kamaji-rs defaults merged with the
 //! user's `extraArgs` (case B12), and refusal of flags the target Kubernetes version no longer
 //! has (a removed flag makes the component exit at start, so it must be caught before any pod
-//! is rolled).
+//! is rolled). The removed-flag table is [`kamaji_api::validation::REMOVED_FLAGS`]: admission
+//! refuses the same flags for the object's own `spec.version`; the check here also covers
+//! objects stored before those rules.
 //!
 //! Merge rules:
 //! - a user flag replaces every default flag of the same name (the user's value wins);
@@ -15,38 +17,10 @@
 
 use std::collections::BTreeSet;
 
-/// One control-plane component.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Component {
-    /// kube-apiserver.
-    ApiServer,
-    /// kube-controller-manager.
-    ControllerManager,
-    /// kube-scheduler.
-    Scheduler,
-}
+use kamaji_api::validation::REMOVED_FLAGS;
 
-impl Component {
-    /// Container and binary name.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::ApiServer => "kube-apiserver",
-            Self::ControllerManager => "kube-controller-manager",
-            Self::Scheduler => "kube-scheduler",
-        }
-    }
-
-    /// The spec field holding this component's `extraArgs`.
-    #[must_use]
-    pub fn spec_field(self) -> &'static str {
-        match self {
-            Self::ApiServer => "spec.apiServer.extraArgs",
-            Self::ControllerManager => "spec.controllerManager.extraArgs",
-            Self::Scheduler => "spec.scheduler.extraArgs",
-        }
-    }
-}
+/// One control-plane component (defined in kamaji-api, next to the tables of its flags).
+pub use kamaji_api::kcp::Component;
 
 /// A parsed flag: name without dashes, and the value if one was given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,55 +78,6 @@ pub const REPEATABLE: &[(Component, &str)] = &[
     (Component::ApiServer, "api-audiences"),
 ];
 
-/// Flags removed from a component, with the minor version that removed them: passing one to
-/// that version or a newer one makes the process exit with "unknown flag".
-///
-/// Sources: the Kubernetes changelogs of the named minors (kube-apiserver insecure serving and
-/// `--kubelet-https` removal in 1.20–1.24, cloud-provider flags of kube-apiserver removed in
-/// 1.33 (KEP-2395), kube-controller-manager and kube-scheduler insecure serving removed in
-/// 1.24, `--pod-eviction-timeout` in 1.27, `--enable-taint-manager` in 1.29, scheduler policy
-/// flags in 1.23).
-pub const REMOVED: &[(Component, &str, u32)] = &[
-    (Component::ApiServer, "insecure-port", 24),
-    (Component::ApiServer, "insecure-bind-address", 24),
-    (Component::ApiServer, "address", 24),
-    (Component::ApiServer, "port", 24),
-    (Component::ApiServer, "kubelet-https", 22),
-    (Component::ApiServer, "target-ram-mb", 24),
-    (Component::ApiServer, "deserialization-cache-size", 24),
-    (Component::ApiServer, "service-account-api-audiences", 25),
-    (Component::ApiServer, "master-service-namespace", 27),
-    (Component::ApiServer, "cloud-provider", 33),
-    (Component::ApiServer, "cloud-config", 33),
-    (Component::ApiServer, "enable-logs-handler", 33),
-    (Component::ControllerManager, "address", 24),
-    (Component::ControllerManager, "port", 24),
-    (
-        Component::ControllerManager,
-        "experimental-cluster-signing-duration",
-        25,
-    ),
-    (Component::ControllerManager, "pod-eviction-timeout", 27),
-    (Component::ControllerManager, "enable-taint-manager", 29),
-    (
-        Component::ControllerManager,
-        "horizontal-pod-autoscaler-use-rest-clients",
-        24,
-    ),
-    (Component::Scheduler, "address", 24),
-    (Component::Scheduler, "port", 24),
-    (Component::Scheduler, "policy-config-file", 23),
-    (Component::Scheduler, "policy-configmap", 23),
-    (Component::Scheduler, "policy-configmap-namespace", 23),
-    (Component::Scheduler, "use-legacy-policy-config", 23),
-    (Component::Scheduler, "algorithm-provider", 23),
-    (
-        Component::Scheduler,
-        "hard-pod-affinity-symmetric-weight",
-        23,
-    ),
-];
-
 /// Controllers kube-controller-manager must run for kubeadm joins (off by default upstream).
 pub const REQUIRED_CONTROLLERS: &[&str] = &["bootstrapsigner", "tokencleaner"];
 
@@ -166,7 +91,7 @@ fn repeatable(component: Component, name: &str) -> bool {
 #[must_use]
 pub fn removed_flag(component: Component, extra: &[String], minor: u32) -> Option<(String, u32)> {
     extra.iter().map(|a| Flag::parse(a)).find_map(|f| {
-        REMOVED
+        REMOVED_FLAGS
             .iter()
             .find(|(c, n, removed)| *c == component && *n == f.name && minor >= *removed)
             .map(|(_, n, removed)| (format!("--{n}"), *removed))

@@ -5,7 +5,9 @@
 //! needs the Cluster or the target version: the tenant network (service/pod CIDRs from
 //! `Cluster.spec.clusterNetwork`, `dnsServiceIPs` inside the service range, case B18), flags
 //! and admission plugins that the target Kubernetes version no longer has (they crash the
-//! component at start, so they are refused before any pod rolls), and the SAN list.
+//! component at start, so they are refused before any pod rolls), and the SAN list. Removed
+//! flags are also refused at admission; they are checked here again, with the same table, for
+//! objects stored before those rules existed.
 
 use std::fmt;
 
@@ -16,6 +18,7 @@ use kamaji_api::kcp::{
     ServiceType,
 };
 use kamaji_api::names::{self, ObjectNames};
+use kamaji_api::validation;
 use kamaji_bootstrap::network::{NetworkSpec, TenantNetwork};
 use kamaji_bootstrap::version::KubernetesVersion;
 
@@ -247,22 +250,14 @@ fn removed_in_target(kcp: &KamajiControlPlane, v: &KubernetesVersion) -> Vec<Spe
         message,
     };
     let fields = &kcp.spec.fields;
-    for c in [
-        Component::ApiServer,
-        Component::ControllerManager,
-        Component::Scheduler,
-    ] {
+    for c in Component::ALL {
         let extra = fields_component(kcp, c)
             .and_then(|s| s.extra_args.as_deref())
             .unwrap_or_default();
         if let Some((flag, removed)) = args::removed_flag(c, extra, v.minor) {
             errors.push(err(
                 c.spec_field(),
-                format!(
-                    "{flag} was removed from {} in v1.{removed}; version {} would not start with it",
-                    c.name(),
-                    kcp.spec.version
-                ),
+                validation::removed_flag_message(c, &flag, removed, &kcp.spec.version),
             ));
         }
     }
@@ -272,10 +267,10 @@ fn removed_in_target(kcp: &KamajiControlPlane, v: &KubernetesVersion) -> Vec<Spe
         {
             errors.push(err(
                 "spec.admissionControllers",
-                format!(
-                    "admission plugin {} was removed in v1.{removed}; version {} would not start with it",
+                validation::removed_admission_plugin_message(
                     plugin.as_str(),
-                    kcp.spec.version
+                    removed,
+                    &kcp.spec.version,
                 ),
             ));
         }
@@ -377,5 +372,58 @@ fn network_field(field: &str) -> String {
         format!("spec.{field}")
     } else {
         field.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster() -> ClusterView {
+        ClusterView {
+            name: "demo".into(),
+            namespace: "tenant-a".into(),
+            api_server_port: 6443,
+            service_cidrs: vec!["10.96.0.0/12".into()],
+            pod_cidrs: vec!["10.244.0.0/16".into()],
+            service_domain: "cluster.local".into(),
+            ..ClusterView::default()
+        }
+    }
+
+    fn kcp(spec: &serde_json::Value) -> KamajiControlPlane {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1alpha2",
+            "kind": "KamajiControlPlane",
+            "metadata": {"name": "demo", "namespace": "tenant-a"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn errors(spec: &serde_json::Value) -> Vec<SpecError> {
+        validate(&kcp(spec), &cluster(), "default")
+            .err()
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn removed_flags_and_plugins_are_refused_with_the_admission_message() {
+        let errors = errors(&serde_json::json!({
+            "version": "v1.36.3",
+            "apiServer": {"extraArgs": ["--insecure-port=0"]},
+            "admissionControllers": ["PodSecurityPolicy"],
+        }));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors[0].field, "spec.apiServer.extraArgs");
+        assert_eq!(
+            errors[0].message,
+            "--insecure-port was removed from kube-apiserver in v1.24; version v1.36.3 would not start with it"
+        );
+        assert_eq!(errors[1].field, "spec.admissionControllers");
+        assert_eq!(
+            errors[1].message,
+            "admission plugin PodSecurityPolicy was removed in v1.25; version v1.36.3 would not start with it"
+        );
     }
 }
