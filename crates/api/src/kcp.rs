@@ -46,6 +46,7 @@ use crate::validation;
     category = "cluster-api",
     category = "kamaji",
     doc = "A Kubernetes control plane (kube-apiserver, kube-controller-manager, kube-scheduler) run by kamaji-rs as pods of a Deployment in the management cluster, for the Cluster API Cluster that references it in spec.controlPlaneRef.",
+    validation = validation::version_downgrade_rule(),
     scale(
         spec_replicas_path = ".spec.replicas",
         status_replicas_path = ".status.replicas",
@@ -113,8 +114,10 @@ pub struct KamajiControlPlaneSpec {
     pub replicas: Option<i32>,
 
     /// Desired Kubernetes version of the control plane, semver with an optional `v` prefix
-    /// (`1.27.0` and `v1.27.0` are both accepted; the controller adds the `v`). On update it
-    /// may not go down and may not skip a minor version.
+    /// (`1.27.0` and `v1.27.0` are both accepted; the controller adds the `v`), from v1.23.0 to
+    /// v1.36.x (the versions kamaji-rs supports). On update it may not change the major version,
+    /// may not skip a minor version, and may not go below `status.version` (the last version
+    /// every replica ran): a stuck upgrade can be backed out to it.
     #[schemars(length(min = 1, max = 256), regex(pattern = validation::VERSION_PATTERN))]
     pub version: String,
 }
@@ -1149,8 +1152,10 @@ pub struct KamajiControlPlaneStatus {
     /// Label selector of the control-plane pods in query-parameter form (scale subresource).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
-    /// v1beta1 contract (deprecated in v1beta2): the lowest Kubernetes version running.
+    /// v1beta1 contract (deprecated in v1beta2): the lowest Kubernetes version running, so the
+    /// last version every replica ran; `spec.version` may go back to it but not below.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
     pub version: Option<String>,
     /// v1beta2 contract: the Kubernetes versions running, oldest first, with pod counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -23,6 +23,43 @@ use crate::kcp::Component;
 /// metadata, `v` prefix optional (`1.27.0`, `v1.30.2`, `v1.31.0-rc.1`).
 pub const VERSION_PATTERN: &str = r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$";
 
+/// Major version of the Kubernetes releases kamaji-rs supports.
+pub const SUPPORTED_MAJOR: u32 = 1;
+/// Oldest supported minor of [`SUPPORTED_MAJOR`]: the oldest release whose kubeadm artifacts
+/// (`kubeadm.k8s.io/v1beta3`, `kubelet-config-1.23`), removed flags ([`REMOVED_FLAGS`]) and
+/// removed admission plugins
+/// ([`crate::kcp::AdmissionController::removed_in_minor`]) kamaji-rs knows.
+pub const MIN_SUPPORTED_MINOR: u32 = 23;
+/// Newest supported minor of [`SUPPORTED_MAJOR`]: the release the test tools build
+/// (tests/tools/build.sh). Raise it together with the tools, once the newer minor passes the
+/// end-to-end tests and its removed flags and plugins are in the tables.
+pub const MAX_SUPPORTED_MINOR: u32 = 36;
+
+/// True when Kubernetes `major.minor` is one kamaji-rs supports: 1.23 to 1.36, any patch.
+/// Admission refuses other versions (a CEL rule on `spec.version`, built from the same
+/// constants); the controller checks again for objects stored before that rule existed.
+#[must_use]
+pub fn is_supported_version(major: u32, minor: u32) -> bool {
+    major == SUPPORTED_MAJOR && (MIN_SUPPORTED_MINOR..=MAX_SUPPORTED_MINOR).contains(&minor)
+}
+
+/// The supported range in words: `v1.23.0 to v1.36.x`.
+#[must_use]
+pub fn supported_versions() -> String {
+    format!(
+        "v{SUPPORTED_MAJOR}.{MIN_SUPPORTED_MINOR}.0 to v{SUPPORTED_MAJOR}.{MAX_SUPPORTED_MINOR}.x"
+    )
+}
+
+/// Admission message for a `spec.version` outside the supported range.
+#[must_use]
+pub fn unsupported_version_message() -> String {
+    format!(
+        "spec.version must be a Kubernetes version from {} (the versions kamaji-rs supports)",
+        supported_versions()
+    )
+}
+
 /// Flags removed from a control-plane component, with the minor version that removed them:
 /// passing one to that version or a newer one makes the process exit with "unknown flag".
 /// Admission refuses them for such a `spec.version` (CEL rules generated from this table) and
@@ -194,25 +231,48 @@ fn push_rules(schema: &mut Schema, rules: impl IntoIterator<Item = Value>) {
     }
 }
 
+/// Adds rules to property `property` of the object `schema` describes.
+fn push_property_rules(
+    schema: &mut Schema,
+    property: &str,
+    rules: impl IntoIterator<Item = Value>,
+) {
+    if let Some(Value::Object(prop)) = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut(property))
+        && let Value::Array(list) = prop
+            .entry("x-kubernetes-validations")
+            .or_insert_with(|| Value::Array(Vec::new()))
+    {
+        list.extend(rules);
+    }
+}
+
 /// `int(<side>.version.findAll('[0-9]+')[i])`: the i-th numeric part of a version.
 fn part(side: &str, i: usize) -> String {
     format!("int({side}.version.findAll('[0-9]+')[{i}])")
 }
 
+/// `<side>.version` does not have three numeric parts (the pattern rejects it anyway).
+fn unparsed(side: &str) -> String {
+    format!("{side}.version.findAll('[0-9]+').size() < 3")
+}
+
+/// `<a>.version >= <b>.version`, comparing major, minor and patch numerically.
+fn at_least(a: &str, b: &str) -> String {
+    let (a0, a1, a2) = (part(a, 0), part(a, 1), part(a, 2));
+    let (b0, b1, b2) = (part(b, 0), part(b, 1), part(b, 2));
+    format!("({a0} > {b0} || ({a0} == {b0} && ({a1} > {b1} || ({a1} == {b1} && {a2} >= {b2}))))")
+}
+
+/// Transition rules of `spec.version` that compare it with the old spec only: no major
+/// change, no skipped minor. (The downgrade rule needs `status` and sits at the root, see
+/// [`version_downgrade_rule`].)
 fn version_rules() -> Vec<Value> {
-    let parsed = "self.version.findAll('[0-9]+').size() < 3 || \
-                  oldSelf.version.findAll('[0-9]+').size() < 3";
-    let (n0, n1, n2) = (part("self", 0), part("self", 1), part("self", 2));
-    let (o0, o1, o2) = (part("oldSelf", 0), part("oldSelf", 1), part("oldSelf", 2));
+    let parsed = format!("{} || {}", unparsed("self"), unparsed("oldSelf"));
+    let (n0, n1) = (part("self", 0), part("self", 1));
+    let (o0, o1) = (part("oldSelf", 0), part("oldSelf", 1));
     vec![
-        rule_at(
-            format!(
-                "self.version == oldSelf.version || {parsed} || {n0} > {o0} || \
-                 ({n0} == {o0} && ({n1} > {o1} || ({n1} == {o1} && {n2} >= {o2})))"
-            ),
-            "spec.version cannot be downgraded",
-            ".version",
-        ),
         rule_at(
             format!("self.version == oldSelf.version || {parsed} || {n0} == {o0}"),
             "spec.version cannot change the major version",
@@ -226,6 +286,51 @@ fn version_rules() -> Vec<Value> {
             ".version",
         ),
     ]
+}
+
+/// Root rule of `KamajiControlPlane`: `spec.version` may go down only as far as
+/// `status.version`, the lowest version any control-plane pod runs, which the controller
+/// raises only once every replica runs the new version. So a stuck upgrade can be backed out
+/// to the last fully rolled-out version, and a real downgrade (below it) is refused. Without
+/// `status.version` nothing was ever fully rolled out, and any version may be set. It sits at
+/// the root because `status` is not visible from `spec`; it is a transition rule, so it runs
+/// on update only.
+#[must_use]
+pub fn version_downgrade_rule() -> kube::core::Rule {
+    let (new, old, status) = ("self.spec", "oldSelf.spec", "self.status");
+    let rule = [
+        format!("{new}.version == {old}.version"),
+        unparsed(new),
+        unparsed(old),
+        at_least(new, old),
+        format!("!has({status})"),
+        format!("!has({status}.version)"),
+        format!("(!({}) && {})", unparsed(status), at_least(new, status)),
+    ]
+    .join(" || ");
+    kube::core::Rule::new(rule)
+        .message(
+            "spec.version cannot be downgraded below status.version (the last fully rolled-out \
+         version)",
+        )
+        .field_path(".spec.version")
+}
+
+/// Rule on `spec.version`: a version kamaji-rs supports ([`is_supported_version`]). Not a
+/// transition rule, so it runs on create and on every update that changes the version (an
+/// object stored with an older version keeps updating its other fields: the API server ratchets
+/// unchanged values).
+fn supported_version_rule() -> Value {
+    let p = |i: usize| format!("int(self.findAll('[0-9]+')[{i}])");
+    rule(
+        format!(
+            "self.findAll('[0-9]+').size() < 3 || ({} == {SUPPORTED_MAJOR} && {} >= {MIN_SUPPORTED_MINOR} && {} <= {MAX_SUPPORTED_MINOR})",
+            p(0),
+            p(1),
+            p(1)
+        ),
+        unsupported_version_message(),
+    )
 }
 
 /// `s` as a CEL string literal (single quotes).
@@ -353,9 +458,10 @@ fn reserved_flag_rules(base: &str, prefix: &str) -> Vec<Value> {
     .collect()
 }
 
-/// Rules of `KamajiControlPlane.spec`: version upgrade policy, DataStore immutability,
-/// reserved flags, flags removed at `spec.version`.
+/// Rules of `KamajiControlPlane.spec`: version upgrade policy and supported range, DataStore
+/// immutability, reserved flags, flags removed at `spec.version`.
 pub(crate) fn kamaji_control_plane_spec(schema: &mut Schema) {
+    push_property_rules(schema, "version", [supported_version_rule()]);
     let mut rules = version_rules();
     rules.extend(
         ["dataStoreName", "dataStoreSchema", "dataStoreUsername"]
@@ -438,9 +544,66 @@ mod tests {
     #[test]
     fn version_rules_compare_numeric_parts() {
         let rules = version_rules();
-        assert_eq!(rules.len(), 3);
-        let text = rules[0]["rule"].as_str().unwrap_or_default();
-        assert!(text.contains("int(self.version.findAll('[0-9]+')[1])"));
+        assert_eq!(
+            rules.len(),
+            2,
+            "major change and minor skip; downgrade is at the root"
+        );
+        assert!(text(&rules[1], "rule").contains("int(self.version.findAll('[0-9]+')[1])"));
+    }
+
+    #[test]
+    fn downgrade_rule_compares_with_status_version_at_the_root() {
+        let rule = serde_json::to_value(version_downgrade_rule()).unwrap();
+        let cel = text(&rule, "rule");
+        assert!(cel.contains("int(self.spec.version.findAll('[0-9]+')[2]) >= int(self.status.version.findAll('[0-9]+')[2])"));
+        assert!(cel.contains("int(self.spec.version.findAll('[0-9]+')[2]) >= int(oldSelf.spec.version.findAll('[0-9]+')[2])"));
+        assert!(cel.contains("!has(self.status) || !has(self.status.version)"));
+        assert_eq!(text(&rule, "fieldPath"), ".spec.version");
+        assert!(text(&rule, "message").contains("below status.version"));
+        // Installed at the root of the CRD schema, where status and oldSelf are visible.
+        let crd = serde_json::to_value(crate::crd::kamaji_control_plane()).unwrap();
+        let root = &crd["spec"]["versions"][1]["schema"]["openAPIV3Schema"];
+        assert!(
+            root["x-kubernetes-validations"]
+                .as_array()
+                .unwrap()
+                .contains(&rule)
+        );
+        assert_eq!(
+            root["properties"]["status"]["properties"]["version"]["maxLength"],
+            256
+        );
+    }
+
+    #[test]
+    fn supported_versions_come_from_the_constants() {
+        assert!(is_supported_version(1, 23) && is_supported_version(1, 36));
+        assert!(!is_supported_version(1, 22) && !is_supported_version(1, 37));
+        assert!(!is_supported_version(2, 30) && !is_supported_version(0, 30));
+        assert_eq!(supported_versions(), "v1.23.0 to v1.36.x");
+        let rule = supported_version_rule();
+        let cel = text(&rule, "rule");
+        for part in [
+            "int(self.findAll('[0-9]+')[0]) == 1",
+            "int(self.findAll('[0-9]+')[1]) >= 23",
+            "int(self.findAll('[0-9]+')[1]) <= 36",
+        ] {
+            assert!(cel.contains(part), "{part} missing from {cel}");
+        }
+        assert_eq!(
+            text(&rule, "message"),
+            "spec.version must be a Kubernetes version from v1.23.0 to v1.36.x (the versions kamaji-rs supports)"
+        );
+        let crd = serde_json::to_value(crate::crd::kamaji_control_plane()).unwrap();
+        let version = &crd["spec"]["versions"][1]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["version"];
+        assert!(
+            version["x-kubernetes-validations"]
+                .as_array()
+                .unwrap()
+                .contains(&rule)
+        );
     }
 
     #[test]

@@ -497,6 +497,18 @@ fn kcp_object(name: &str, spec: &Value) -> Result<DynamicObject> {
     }))?)
 }
 
+/// Sets `status.version` through the status subresource, as the controller does.
+async fn set_status_version(kcps: &Api<DynamicObject>, name: &str, version: &Value) -> Result<()> {
+    kcps.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"version": version}})),
+    )
+    .await
+    .with_context(|| format!("{name}: set status.version {version}"))?;
+    Ok(())
+}
+
 fn rejection(err: &kube::Error) -> Option<String> {
     match err {
         kube::Error::Api(status) if status.code == 422 => Some(status.message.clone()),
@@ -751,6 +763,8 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
         let created = kcps
             .create(&PostParams::default(), &kcp_object(&name, &spec)?)
             .await?;
+        // As the controller reports it once every replica runs spec.version.
+        set_status_version(&kcps, &name, &spec["version"]).await?;
         let err = kcps
             .patch(
                 &name,
@@ -1121,6 +1135,84 @@ async fn flags_removed_at_spec_version_are_refused_at_admission() -> Result<()> 
         &kcps,
         name,
         json!({"controllerManager": {"extraArgs": ["--node-monitor-grace-period=50s"]}}),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Issue 10 item 3: a stuck upgrade can be backed out to `status.version` (the last fully
+/// rolled-out version) but no further; without `status.version` any version may be set;
+/// versions outside the supported range are refused on create and update.
+#[tokio::test]
+async fn a_stuck_upgrade_goes_back_to_status_version_and_unsupported_versions_are_refused()
+-> Result<()> {
+    let cluster = LocalCluster::builder().capi(false).start().await?;
+    create_namespace(&cluster, "versions")?;
+    let kcps = api(&cluster, "versions", "v1alpha1", "KamajiControlPlane");
+    let unsupported = "spec.version must be a Kubernetes version from v1.23.0 to v1.36.x (the versions kamaji-rs supports)";
+    for (case, version) in [
+        ("too-new", "v1.99.0"),
+        ("too-old", "1.22.17"),
+        ("major-2", "v2.30.0"),
+    ] {
+        create_refused(
+            &kcps,
+            case,
+            &json!({"version": version}),
+            &["spec.version", unsupported],
+        )
+        .await?;
+    }
+    create_kcp(&kcps, "oldest", &json!({"version": "v1.23.0"})).await?;
+    create_kcp(&kcps, "newest", &json!({"version": "1.36.99"})).await?;
+
+    let downgrade = [
+        "spec.version",
+        "spec.version cannot be downgraded below status.version (the last fully rolled-out version)",
+    ];
+    let name = "rollback";
+    create_kcp(&kcps, name, &json!({"version": "v1.30.2"})).await?;
+    set_status_version(&kcps, name, &json!("v1.30.2")).await?;
+    update_accepted(&kcps, name, json!({"version": "v1.31.0"})).await?;
+    // The upgrade never reaches every replica: status.version stays v1.30.2.
+    update_accepted(&kcps, name, json!({"version": "v1.30.2"})).await?;
+    update_accepted(&kcps, name, json!({"version": "v1.31.0"})).await?;
+    update_accepted(&kcps, name, json!({"version": "1.30.2"})).await?;
+    update_refused(&kcps, name, json!({"version": "v1.30.1"}), &downgrade).await?;
+    update_refused(&kcps, name, json!({"version": "v1.29.9"}), &downgrade).await?;
+
+    // A real downgrade: status.version equals the old spec.version.
+    let name = "real-downgrade";
+    create_kcp(&kcps, name, &json!({"version": "v1.31.4"})).await?;
+    set_status_version(&kcps, name, &json!("v1.31.4")).await?;
+    update_refused(&kcps, name, json!({"version": "v1.31.3"}), &downgrade).await?;
+    update_refused(&kcps, name, json!({"version": "v1.30.9"}), &downgrade).await?;
+    // The major and minor rules still hold; the range holds on update too.
+    update_refused(
+        &kcps,
+        name,
+        json!({"version": "v1.33.0"}),
+        &["spec.version cannot skip a minor version"],
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"version": "v2.0.0"}),
+        &["spec.version cannot change the major version", unsupported],
+    )
+    .await?;
+    update_accepted(&kcps, name, json!({"version": "v1.32.0"})).await?;
+
+    // Nothing ever fully rolled out (no status.version): any version in range may be set.
+    let name = "never-rolled-out";
+    create_kcp(&kcps, name, &json!({"version": "v1.31.0"})).await?;
+    update_accepted(&kcps, name, json!({"version": "v1.30.0"})).await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"version": "v1.37.0"}),
+        &["spec.version", unsupported],
     )
     .await?;
     Ok(())

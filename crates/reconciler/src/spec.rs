@@ -5,9 +5,9 @@
 //! needs the Cluster or the target version: the tenant network (service/pod CIDRs from
 //! `Cluster.spec.clusterNetwork`, `dnsServiceIPs` inside the service range, case B18), flags
 //! and admission plugins that the target Kubernetes version no longer has (they crash the
-//! component at start, so they are refused before any pod rolls), and the SAN list. Removed
-//! flags are also refused at admission; they are checked here again, with the same table, for
-//! objects stored before those rules existed.
+//! component at start, so they are refused before any pod rolls), and the SAN list. The
+//! supported version range and removed flags are also refused at admission; they are checked
+//! here again, with the same tables, for objects stored before those rules existed.
 
 use std::fmt;
 
@@ -130,6 +130,19 @@ pub fn validate(
     let version = KubernetesVersion::parse(&kcp.spec.version)
         .map_err(|e| errors.push(err("spec.version", e.to_string())))
         .ok();
+    // Admission refuses these; objects stored before that rule existed are caught here.
+    if let Some(v) = &version
+        && !validation::is_supported_version(v.major, v.minor)
+    {
+        errors.push(err(
+            "spec.version",
+            format!(
+                "{} is not supported: kamaji-rs supports Kubernetes {}",
+                kcp.spec.version,
+                validation::supported_versions()
+            ),
+        ));
+    }
 
     let network_cfg = fields.network.clone().unwrap_or_default();
     let network_spec = network_spec(kcp, cluster);
@@ -405,6 +418,27 @@ mod tests {
         validate(&kcp(spec), &cluster(), "default")
             .err()
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn versions_outside_the_supported_range_are_refused_naming_spec_version() {
+        for version in ["v1.99.0", "v1.22.17", "v2.30.0", "1.37.0"] {
+            let errors = errors(&serde_json::json!({"version": version}));
+            assert_eq!(errors.len(), 1, "{version}: {errors:?}");
+            assert_eq!(errors[0].field, "spec.version");
+            assert!(
+                errors[0].message.contains(version)
+                    && errors[0].message.contains("v1.23.0 to v1.36.x"),
+                "{}",
+                errors[0].message
+            );
+        }
+        for version in ["v1.23.0", "1.30.2", "v1.36.3"] {
+            assert!(
+                errors(&serde_json::json!({"version": version})).is_empty(),
+                "{version} refused"
+            );
+        }
     }
 
     #[test]
