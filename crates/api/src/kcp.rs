@@ -104,6 +104,9 @@ pub struct KamajiControlPlaneSpec {
     /// Endpoint of the tenant API server (`host`, `port`), written by the controller once the
     /// control-plane Service has an address; CAPI copies it to `Cluster.spec.controlPlaneEndpoint`
     /// (CAPI control-plane contract, "endpoint"). An empty host or zero port means "not set".
+    /// Once the host is set, the fields that decide it (`network.ingress`,
+    /// `network.gateway` hostname and port, `network.serviceAddress`, `network.serviceType`)
+    /// cannot change: Cluster API treats the endpoint as immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_endpoint: Option<ApiEndpoint>,
 
@@ -244,9 +247,11 @@ fn default_network() -> Option<NetworkComponent> {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApiEndpoint {
-    /// DNS name or IP address the API server is reached at. Empty means not set.
+    /// DNS name or IP address the API server is reached at (no port, scheme or path). Empty
+    /// means not set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": validation::ENDPOINT_HOST_RULE, "message": "controlPlaneEndpoint.host must be an IP address or a DNS name, not host:port or a URL"}]))]
     pub host: Option<String>,
     /// TCP port the API server is reached at. 0 means not set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -904,8 +909,10 @@ pub struct GatewayComponent {
     #[schemars(length(min = 1, max = 63))]
     pub namespace: String,
     /// Host name routed to the API server; added to the serving certificate's SANs and used
-    /// as the endpoint host (port 443 unless the listener port is set).
+    /// as the endpoint host (port 443 unless the listener port is set). A lowercase DNS name:
+    /// no wildcard, IP address, port or URL.
     #[schemars(length(min = 1, max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": validation::ENDPOINT_HOSTNAME_RULE, "message": "network.gateway.hostname must be a lowercase DNS name (no wildcard, IP address, port or URL): it becomes the control-plane endpoint host"}]))]
     pub hostname: String,
     /// Listener of the Gateway to attach to (`ParentReference.sectionName`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -932,8 +939,10 @@ pub struct IngressComponent {
     #[schemars(length(max = 253))]
     pub class_name: Option<String>,
     /// Host name routed to the API server; added to the serving certificate's SANs and used
-    /// as the endpoint host (port 443).
+    /// as the endpoint host (port 443). A lowercase DNS name: no wildcard, IP address, port or
+    /// URL.
     #[schemars(length(min = 1, max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": validation::ENDPOINT_HOSTNAME_RULE, "message": "network.ingress.hostname must be a lowercase DNS name (no wildcard, IP address, port or URL): it becomes the control-plane endpoint host"}]))]
     pub hostname: String,
     /// Extra labels of the Ingress.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -147,6 +147,16 @@ pub const EXTRA_ARG_PATTERN: &str =
 /// wildcard) made of labels of at most 63 characters. `host:port` and URLs fail both.
 pub const CERT_SAN_RULE: &str = r"isIP(self) || self.matches('^(\\*\\.)?[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$')";
 
+/// CEL rule for a host name that becomes the control-plane endpoint host
+/// (`network.ingress.hostname`, `network.gateway.hostname`): a lowercase DNS name (RFC 1123
+/// subdomain, as Ingress and Gateway API require), not an IP address, no wildcard. `host:port`
+/// and URLs fail.
+pub const ENDPOINT_HOSTNAME_RULE: &str = r"!isIP(self) && self.matches('^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$')";
+
+/// CEL rule for `controlPlaneEndpoint.host`: empty (not set yet), an IP address, or a DNS name
+/// (no wildcard). `host:port` and URLs fail.
+pub const ENDPOINT_HOST_RULE: &str = r"self == '' || isIP(self) || self.matches('^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$')";
+
 /// kube-apiserver flags that wire the control plane to its PKI, DataStore and the Cluster's
 /// service network. The controller owns them; `spec.apiServer.extraArgs` may not set them
 /// (case B12: rejected at admission rather than silently dropped).
@@ -333,6 +343,111 @@ fn supported_version_rule() -> Value {
     )
 }
 
+/// Transition rules of `spec`: once the old object has a control-plane endpoint
+/// (`controlPlaneEndpoint.host` non-empty), the fields that decide the endpoint cannot change.
+/// Cluster API copies the endpoint into the Cluster once and treats it as immutable, so a change
+/// would be half-applied (a new serving SAN and rolled pods, but the old host in the Cluster,
+/// the kubeconfig and the kubeadm artifacts). Setting them in the update that first sets the
+/// endpoint, and the controller's merge patch of `controlPlaneEndpoint` alone, pass.
+fn endpoint_field_rules() -> Vec<Value> {
+    let endpoint_set = "has(oldSelf.controlPlaneEndpoint) && has(oldSelf.controlPlaneEndpoint.host) \
+                        && oldSelf.controlPlaneEndpoint.host != ''";
+    let has =
+        |side: &str, field: &str| format!("(has({side}.network) && has({side}.network.{field}))");
+    let both = |field: &str| format!("{} && {}", has("self", field), has("oldSelf", field));
+    // Value of an optional network field with its default, for both sides.
+    let value = |side: &str, field: &str, default: &str| {
+        format!(
+            "({} ? {side}.network.{field} : {default})",
+            has(side, field)
+        )
+    };
+    let gateway_port = |side: &str| {
+        format!("(has({side}.network.gateway.port) ? {side}.network.gateway.port : 443)")
+    };
+    let external = |side: &str| format!("({} || {})", has(side, "ingress"), has(side, "gateway"));
+    let message = |field: &str, change: &str| {
+        format!(
+            "spec.{field} {change} once spec.controlPlaneEndpoint is set: Cluster API treats the \
+             control-plane endpoint as immutable"
+        )
+    };
+    let rules = [
+        (
+            format!(
+                "{} == {}",
+                has("self", "ingress"),
+                has("oldSelf", "ingress")
+            ),
+            message("network.ingress", "cannot be added or removed"),
+            ".network",
+        ),
+        (
+            format!(
+                "!({}) || self.network.ingress.hostname == oldSelf.network.ingress.hostname",
+                both("ingress")
+            ),
+            message("network.ingress.hostname", "cannot change"),
+            ".network.ingress.hostname",
+        ),
+        (
+            format!(
+                "{} == {}",
+                has("self", "gateway"),
+                has("oldSelf", "gateway")
+            ),
+            message("network.gateway", "cannot be added or removed"),
+            ".network",
+        ),
+        (
+            format!(
+                "!({}) || self.network.gateway.hostname == oldSelf.network.gateway.hostname",
+                both("gateway")
+            ),
+            message("network.gateway.hostname", "cannot change"),
+            ".network.gateway.hostname",
+        ),
+        (
+            format!(
+                "!({}) || {} == {}",
+                both("gateway"),
+                gateway_port("self"),
+                gateway_port("oldSelf")
+            ),
+            message("network.gateway.port", "cannot change"),
+            ".network.gateway.port",
+        ),
+        (
+            format!(
+                "{} == {}",
+                value("self", "serviceAddress", "''"),
+                value("oldSelf", "serviceAddress", "''")
+            ),
+            message("network.serviceAddress", "cannot change"),
+            ".network.serviceAddress",
+        ),
+        // Behind an ingress or gateway (kept, by the rules above) the Service type does not
+        // decide the endpoint.
+        (
+            format!(
+                "({} && {}) || {} == {}",
+                external("self"),
+                external("oldSelf"),
+                value("self", "serviceType", "'LoadBalancer'"),
+                value("oldSelf", "serviceType", "'LoadBalancer'")
+            ),
+            message("network.serviceType", "cannot change"),
+            ".network.serviceType",
+        ),
+    ];
+    rules
+        .into_iter()
+        .map(|(unchanged, message, path)| {
+            rule_at(format!("!({endpoint_set}) || {unchanged}"), message, path)
+        })
+        .collect()
+}
+
 /// `s` as a CEL string literal (single quotes).
 fn cel_quote(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
@@ -459,7 +574,8 @@ fn reserved_flag_rules(base: &str, prefix: &str) -> Vec<Value> {
 }
 
 /// Rules of `KamajiControlPlane.spec`: version upgrade policy and supported range, DataStore
-/// immutability, reserved flags, flags removed at `spec.version`.
+/// immutability, reserved flags, flags removed at `spec.version`, endpoint fields frozen once
+/// the endpoint is set.
 pub(crate) fn kamaji_control_plane_spec(schema: &mut Schema) {
     push_property_rules(schema, "version", [supported_version_rule()]);
     let mut rules = version_rules();
@@ -470,6 +586,7 @@ pub(crate) fn kamaji_control_plane_spec(schema: &mut Schema) {
     );
     rules.extend(reserved_flag_rules("self", "spec."));
     rules.extend(removed_flag_rules());
+    rules.extend(endpoint_field_rules());
     push_rules(schema, rules);
 }
 
@@ -678,5 +795,31 @@ mod tests {
             removed_flag_message(Component::ApiServer, "--insecure-port", 24, "v1.36.3"),
             "--insecure-port was removed from kube-apiserver in v1.24; version v1.36.3 would not start with it"
         );
+    }
+
+    #[test]
+    fn endpoint_rules_apply_only_once_the_endpoint_is_set() {
+        let rules = endpoint_field_rules();
+        let fields: Vec<&str> = rules.iter().map(|r| text(r, "fieldPath")).collect();
+        assert_eq!(
+            fields,
+            [
+                ".network",
+                ".network.ingress.hostname",
+                ".network",
+                ".network.gateway.hostname",
+                ".network.gateway.port",
+                ".network.serviceAddress",
+                ".network.serviceType"
+            ]
+        );
+        for rule in &rules {
+            assert!(text(rule, "rule").starts_with(
+                "!(has(oldSelf.controlPlaneEndpoint) && has(oldSelf.controlPlaneEndpoint.host) && oldSelf.controlPlaneEndpoint.host != '') || "
+            ));
+            assert!(text(rule, "message").ends_with(
+                "once spec.controlPlaneEndpoint is set: Cluster API treats the control-plane endpoint as immutable"
+            ));
+        }
     }
 }

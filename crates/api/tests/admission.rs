@@ -1217,3 +1217,279 @@ async fn a_stuck_upgrade_goes_back_to_status_version_and_unsupported_versions_ar
     .await?;
     Ok(())
 }
+
+/// The endpoint host the controller writes with a merge patch touching only this field.
+fn endpoint(host: &str, port: u16) -> Value {
+    json!({"controlPlaneEndpoint": {"host": host, "port": port}})
+}
+
+const ENDPOINT_IMMUTABLE: &str = "once spec.controlPlaneEndpoint is set: Cluster API treats the control-plane endpoint as immutable";
+
+/// Issue 10 item 5: host names that become the endpoint host are DNS names (no `host:port`,
+/// URL, wildcard or IP address), and `controlPlaneEndpoint.host` is an IP address or a DNS
+/// name, on the `KamajiControlPlane` and its template.
+#[tokio::test]
+async fn endpoint_host_names_are_dns_names_without_port_or_scheme() -> Result<()> {
+    let cluster = LocalCluster::builder().capi(false).start().await?;
+    create_namespace(&cluster, "hosts")?;
+    let kcps = api(&cluster, "hosts", "v1alpha1", "KamajiControlPlane");
+    let ingress = "network.ingress.hostname must be a lowercase DNS name";
+    let cases: Vec<(&str, Value, Vec<&str>)> = vec![
+        (
+            "ingress-host-port",
+            json!({"network": {"ingress": {"hostname": "api.demo.example.com:443"}}}),
+            vec!["spec.network.ingress.hostname", ingress],
+        ),
+        (
+            "ingress-url",
+            json!({"network": {"ingress": {"hostname": "https://api.demo.example.com"}}}),
+            vec!["spec.network.ingress.hostname", ingress],
+        ),
+        (
+            "ingress-wildcard",
+            json!({"network": {"ingress": {"hostname": "*.demo.example.com"}}}),
+            vec!["spec.network.ingress.hostname", ingress],
+        ),
+        (
+            "ingress-ip",
+            json!({"network": {"ingress": {"hostname": "10.0.0.10"}}}),
+            vec!["spec.network.ingress.hostname", ingress],
+        ),
+        (
+            "gateway-host-port",
+            json!({"network": {"gateway": {"name": "g", "namespace": "n", "hostname": "api.demo.example.com:8443"}}}),
+            vec![
+                "spec.network.gateway.hostname",
+                "network.gateway.hostname must be a lowercase DNS name",
+            ],
+        ),
+        (
+            "endpoint-host-port",
+            endpoint("api.demo.example.com:6443", 6443),
+            vec![
+                "spec.controlPlaneEndpoint.host",
+                "controlPlaneEndpoint.host must be an IP address or a DNS name",
+            ],
+        ),
+        (
+            "endpoint-host-url",
+            endpoint("https://10.0.0.10", 6443),
+            vec![
+                "spec.controlPlaneEndpoint.host",
+                "controlPlaneEndpoint.host must be an IP address or a DNS name",
+            ],
+        ),
+    ];
+    for (case, patch, texts) in &cases {
+        create_refused(&kcps, case, patch, texts).await?;
+    }
+    for (case, patch) in [
+        (
+            "ingress-dns",
+            json!({"network": {"ingress": {"hostname": "api.demo.example.com"}}}),
+        ),
+        ("endpoint-ipv6", endpoint("fd00::10", 6443)),
+        ("endpoint-dns", endpoint("API.demo.example.com", 443)),
+        ("endpoint-empty", endpoint("", 0)),
+    ] {
+        create_kcp(&kcps, case, &patch).await?;
+    }
+    update_refused(
+        &kcps,
+        "ingress-dns",
+        json!({"network": {"ingress": {"hostname": "api.demo.example.com:443"}}}),
+        &["spec.network.ingress.hostname", ingress],
+    )
+    .await?;
+
+    let templates = api(&cluster, "hosts", "v1alpha1", "KamajiControlPlaneTemplate");
+    let template: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "KamajiControlPlaneTemplate",
+        "metadata": {"name": "host-port"},
+        "spec": {"template": {"spec": {"network": {"ingress": {"hostname": "api.demo.example.com:443"}}}}},
+    }))?;
+    let err = templates
+        .create(&PostParams::default(), &template)
+        .await
+        .err()
+        .context("template with host:port accepted")?;
+    let message = rejection(&err).context("template: not a 422")?;
+    ensure!(
+        message.contains("spec.template.spec.network.ingress.hostname"),
+        "template message: {message}"
+    );
+    Ok(())
+}
+
+/// Issue 10 item 4: once `spec.controlPlaneEndpoint` is set, the fields that decide it cannot
+/// change; before, they can; the controller's merge patch of the endpoint alone passes, also
+/// when the same update sets the fields.
+#[tokio::test]
+#[allow(clippy::too_many_lines)] // one scenario per exposure
+async fn endpoint_fields_are_frozen_once_the_endpoint_is_set() -> Result<()> {
+    let cluster = LocalCluster::builder().capi(false).start().await?;
+    create_namespace(&cluster, "endpoint")?;
+    let kcps = api(&cluster, "endpoint", "v1alpha1", "KamajiControlPlane");
+
+    // An ingress: free while no endpoint is set, frozen once it is.
+    let name = "ingress";
+    create_kcp(
+        &kcps,
+        name,
+        &json!({"network": {"serviceType": "ClusterIP", "ingress": {"hostname": "a.demo.example.com"}}}),
+    )
+    .await?;
+    update_accepted(
+        &kcps,
+        name,
+        json!({"network": {"ingress": {"hostname": "b.demo.example.com"}}}),
+    )
+    .await?;
+    update_accepted(
+        &kcps,
+        name,
+        json!({"network": {"serviceAddress": "10.0.0.11"}}),
+    )
+    .await?;
+    update_accepted(&kcps, name, json!({"network": {"serviceAddress": null}})).await?;
+    // The controller's merge patch of spec.controlPlaneEndpoint alone, first and again.
+    update_accepted(&kcps, name, endpoint("b.demo.example.com", 443)).await?;
+    update_accepted(&kcps, name, endpoint("b.demo.example.com", 443)).await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"network": {"ingress": {"hostname": "c.demo.example.com"}}}),
+        &[
+            "spec.network.ingress.hostname",
+            &format!("spec.network.ingress.hostname cannot change {ENDPOINT_IMMUTABLE}"),
+        ],
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"network": {"ingress": null}}),
+        &[&format!(
+            "spec.network.ingress cannot be added or removed {ENDPOINT_IMMUTABLE}"
+        )],
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"network": {"serviceAddress": "10.0.0.12"}}),
+        &[
+            "spec.network.serviceAddress",
+            &format!("spec.network.serviceAddress cannot change {ENDPOINT_IMMUTABLE}"),
+        ],
+    )
+    .await?;
+    // Behind the ingress, the Service type does not decide the endpoint; other ingress fields
+    // are free.
+    update_accepted(&kcps, name, json!({"network": {"serviceType": "NodePort"}})).await?;
+    update_accepted(
+        &kcps,
+        name,
+        json!({"network": {"ingress": {"className": "nginx"}}}),
+    )
+    .await?;
+
+    // A LoadBalancer address: the address and the endpoint set in one update, then frozen.
+    let name = "service-address";
+    create_kcp(&kcps, name, &json!({})).await?;
+    update_accepted(
+        &kcps,
+        name,
+        json!({"network": {"serviceAddress": "10.0.0.10"}, "controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443}}),
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"network": {"serviceType": "NodePort"}}),
+        &[
+            "spec.network.serviceType",
+            &format!("spec.network.serviceType cannot change {ENDPOINT_IMMUTABLE}"),
+        ],
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"network": {"serviceAddress": null}}),
+        &["spec.network.serviceAddress", ENDPOINT_IMMUTABLE],
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"network": {"ingress": {"hostname": "a.demo.example.com"}}}),
+        &[&format!(
+            "spec.network.ingress cannot be added or removed {ENDPOINT_IMMUTABLE}"
+        )],
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"network": {"gateway": {"name": "g", "namespace": "n", "hostname": "a.demo.example.com"}}}),
+        &[&format!(
+            "spec.network.gateway cannot be added or removed {ENDPOINT_IMMUTABLE}"
+        )],
+    )
+    .await?;
+    update_accepted(
+        &kcps,
+        name,
+        json!({"network": {"serviceLabels": {"a": "b"}}, "replicas": 3}),
+    )
+    .await?;
+
+    // A gateway: hostname and port frozen once the endpoint is set (an unset port is 443).
+    let name = "gateway";
+    create_kcp(
+        &kcps,
+        name,
+        &json!({"network": {"serviceType": "ClusterIP", "gateway": {"name": "g", "namespace": "n", "hostname": "a.demo.example.com"}}}),
+    )
+    .await?;
+    update_accepted(&kcps, name, json!({"network": {"gateway": {"port": 8443}}})).await?;
+    update_accepted(&kcps, name, json!({"network": {"gateway": {"port": null}}})).await?;
+    update_accepted(&kcps, name, endpoint("a.demo.example.com", 443)).await?;
+    update_accepted(
+        &kcps,
+        name,
+        json!({"network": {"gateway": {"port": 443, "sectionName": "tls"}}}),
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"network": {"gateway": {"port": 8443}}}),
+        &[
+            "spec.network.gateway.port",
+            &format!("spec.network.gateway.port cannot change {ENDPOINT_IMMUTABLE}"),
+        ],
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"network": {"gateway": {"hostname": "b.demo.example.com"}}}),
+        &[
+            "spec.network.gateway.hostname",
+            &format!("spec.network.gateway.hostname cannot change {ENDPOINT_IMMUTABLE}"),
+        ],
+    )
+    .await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"network": {"gateway": null}}),
+        &[&format!(
+            "spec.network.gateway cannot be added or removed {ENDPOINT_IMMUTABLE}"
+        )],
+    )
+    .await?;
+    Ok(())
+}
