@@ -47,6 +47,7 @@ use crate::validation;
     category = "kamaji",
     doc = "A Kubernetes control plane (kube-apiserver, kube-controller-manager, kube-scheduler) run by kamaji-rs as pods of a Deployment in the management cluster, for the Cluster API Cluster that references it in spec.controlPlaneRef.",
     validation = validation::version_downgrade_rule(),
+    validation = validation::version_skip_from_status_rule(),
     scale(
         spec_replicas_path = ".spec.replicas",
         status_replicas_path = ".status.replicas",

@@ -326,6 +326,31 @@ pub fn version_downgrade_rule() -> kube::core::Rule {
         .field_path(".spec.version")
 }
 
+/// Root rule of `KamajiControlPlane`: `spec.version` may be at most one minor above
+/// `status.version` (the last fully rolled-out version), so an upgrade that is stuck (or not
+/// finished) cannot be pushed on past the next minor; the spec-level rule compares with the old
+/// `spec.version` only. A transition rule, on update only.
+#[must_use]
+pub fn version_skip_from_status_rule() -> kube::core::Rule {
+    let (new, old, status) = ("self.spec", "oldSelf.spec", "self.status");
+    let rule = [
+        format!("{new}.version == {old}.version"),
+        unparsed(new),
+        format!("!has({status})"),
+        format!("!has({status}.version)"),
+        unparsed(status),
+        format!("{} != {}", part(new, 0), part(status, 0)),
+        format!("{} <= {} + 1", part(new, 1), part(status, 1)),
+    ]
+    .join(" || ");
+    kube::core::Rule::new(rule)
+        .message(
+            "spec.version cannot be more than one minor version above status.version (the last \
+             fully rolled-out version): finish or back out the running upgrade first",
+        )
+        .field_path(".spec.version")
+}
+
 /// Rule on `spec.version`: a version kamaji-rs supports ([`is_supported_version`]). Not a
 /// transition rule, so it runs on create and on every update that changes the version (an
 /// object stored with an older version keeps updating its other fields: the API server ratchets

@@ -1180,6 +1180,15 @@ async fn a_stuck_upgrade_goes_back_to_status_version_and_unsupported_versions_ar
     update_accepted(&kcps, name, json!({"version": "1.30.2"})).await?;
     update_refused(&kcps, name, json!({"version": "v1.30.1"}), &downgrade).await?;
     update_refused(&kcps, name, json!({"version": "v1.29.9"}), &downgrade).await?;
+    // Nor can the stuck upgrade be pushed on past the next minor of status.version.
+    update_accepted(&kcps, name, json!({"version": "v1.31.0"})).await?;
+    update_refused(
+        &kcps,
+        name,
+        json!({"version": "v1.32.0"}),
+        &["spec.version cannot be more than one minor version above status.version"],
+    )
+    .await?;
 
     // A real downgrade: status.version equals the old spec.version.
     let name = "real-downgrade";

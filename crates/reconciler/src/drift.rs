@@ -11,12 +11,13 @@
 //! other controllers, extra list items another field manager owns) does not count, because a
 //! server-side apply would not remove it either and the pass would write forever.
 //!
-//! - maps: every key of the desired map, compared recursively; `null` and empty
-//!   maps/lists in the desired object match an absent field (serialisation leaves them out);
+//! - maps: every key of the desired map, compared recursively; `null`, empty maps/lists and
+//!   zero values (`0`, `false`, `""`) in the desired object match an absent field (Go's
+//!   `omitempty` leaves them out when the object is stored);
 //! - lists of scalars (`args`, `command`): equal as a whole, since server-side apply owns
 //!   them atomically;
 //! - lists of objects (`containers`, `volumes`, `ports`): every desired item is contained
-//!   in some live item;
+//!   in the live item of the same `name`, or, for items without a name, in some live item;
 //! - numbers by value, everything else by equality;
 //! - `metadata`: only `labels`, `annotations` and `ownerReferences` (the rest is the
 //!   server's), and `status` never.
@@ -61,6 +62,10 @@ fn first_difference(want: &Value, have: &Value, path: &str) -> Option<String> {
         (Value::Null, _) => None,
         (Value::Object(w), _) if w.is_empty() => None,
         (Value::Array(w), _) if w.is_empty() => None,
+        // Go's `omitempty` drops zero values when the object is stored.
+        (Value::Bool(false), Value::Null) => None,
+        (Value::String(w), Value::Null) if w.is_empty() => None,
+        (Value::Number(w), Value::Null) if w.as_f64() == Some(0.0) => None,
         (Value::Object(w), Value::Object(h)) => w.iter().find_map(|(k, v)| {
             first_difference(v, h.get(k).unwrap_or(&Value::Null), &format!("{path}.{k}"))
         }),
@@ -69,6 +74,18 @@ fn first_difference(want: &Value, have: &Value, path: &str) -> Option<String> {
                 return (w != h).then(|| path.to_owned());
             }
             w.iter().enumerate().find_map(|(i, item)| {
+                // Items with a name (containers, volumes, ports, env) are matched by it, so
+                // the path says which field of which item differs.
+                if let Some(name) = item.get("name").and_then(Value::as_str) {
+                    let at = format!("{path}[{name}]");
+                    return match h
+                        .iter()
+                        .find(|c| c.get("name").and_then(Value::as_str) == Some(name))
+                    {
+                        Some(candidate) => first_difference(item, candidate, &at),
+                        None => Some(at),
+                    };
+                }
                 (!h.iter().any(|candidate| contains(item, candidate)))
                     .then(|| format!("{path}[{i}]"))
             })
@@ -160,8 +177,11 @@ mod tests {
 
     #[test]
     fn absent_empty_and_null_desired_fields_match() {
-        let desired = json!({"spec": {"a": null, "b": {}, "c": [], "d": 1.0}});
+        let desired =
+            json!({"spec": {"a": null, "b": {}, "c": [], "d": 1.0, "e": 0, "f": false, "g": ""}});
         let live = json!({"spec": {"d": 1}});
         assert_eq!(drifted(&desired, &live), None);
+        let live = json!({"spec": {"d": 1, "e": 2}});
+        assert_eq!(drifted(&desired, &live).as_deref(), Some("spec.e"));
     }
 }

@@ -710,17 +710,33 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
         "no flag twice: {api:?}"
     );
 
-    // A flag this Kubernetes version no longer has is refused before anything rolls.
+    // A flag this Kubernetes version no longer has is refused at admission (CEL knows the
+    // object's version), and an admission plugin it no longer has is refused before anything
+    // rolls (the controller's check: the full user sample lists such plugins and must apply).
     let before = env
         .deployment("tenant-a", "demo")
         .await
         .unwrap()
         .metadata
         .generation;
+    let refused = env
+        .patch_kcp(
+            "tenant-a",
+            "demo",
+            serde_json::json!({"spec": {"apiServer": {"extraArgs": ["--cloud-provider=external"]}}}),
+        )
+        .await
+        .expect_err("a removed flag is refused at admission")
+        .to_string();
+    assert!(
+        refused.contains("--cloud-provider was removed from kube-apiserver in v1.33")
+            && refused.contains("spec.apiServer.extraArgs"),
+        "{refused}"
+    );
     env.patch_kcp(
         "tenant-a",
         "demo",
-        serde_json::json!({"spec": {"apiServer": {"extraArgs": ["--cloud-provider=external"]}}}),
+        serde_json::json!({"spec": {"admissionControllers": ["NodeRestriction", "PodSecurityPolicy"]}}),
     )
     .await
     .unwrap();
@@ -730,7 +746,7 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
         .unwrap();
     let msg = condition_message(&kcp, "SpecValid");
     assert!(
-        msg.contains("--cloud-provider") && msg.contains("spec.apiServer.extraArgs"),
+        msg.contains("PodSecurityPolicy") && msg.contains("spec.admissionControllers"),
         "{msg}"
     );
     assert_eq!(
