@@ -59,13 +59,9 @@ pub fn drifted(desired: &Value, live: &Value) -> Option<String> {
 
 fn first_difference(want: &Value, have: &Value, path: &str) -> Option<String> {
     match (want, have) {
-        (Value::Null, _) => None,
-        (Value::Object(w), _) if w.is_empty() => None,
-        (Value::Array(w), _) if w.is_empty() => None,
+        (w, _) if unset(w) => None,
         // Go's `omitempty` drops zero values when the object is stored.
-        (Value::Bool(false), Value::Null) => None,
-        (Value::String(w), Value::Null) if w.is_empty() => None,
-        (Value::Number(w), Value::Null) if w.as_f64() == Some(0.0) => None,
+        (w, Value::Null) if zero(w) => None,
         (Value::Object(w), Value::Object(h)) => w.iter().find_map(|(k, v)| {
             first_difference(v, h.get(k).unwrap_or(&Value::Null), &format!("{path}.{k}"))
         }),
@@ -92,6 +88,26 @@ fn first_difference(want: &Value, have: &Value, path: &str) -> Option<String> {
         }
         (Value::Number(w), Value::Number(h)) => (w.as_f64() != h.as_f64()).then(|| path.to_owned()),
         (w, h) => (w != h).then(|| path.to_owned()),
+    }
+}
+
+/// `null` or an empty map or list: what serialisation leaves out.
+fn unset(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+/// `false`, `""` or `0`.
+fn zero(v: &Value) -> bool {
+    match v {
+        Value::Bool(b) => !b,
+        Value::String(s) => s.is_empty(),
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        _ => false,
     }
 }
 
