@@ -5,24 +5,27 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
+use kube::api::{Api, ApiResource};
+use kube::runtime::wait::{Condition as _, conditions};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::apiserver::{self, ApiServerConfig};
+use crate::apply;
 use crate::audit::{self, AuditEvent};
 use crate::capi;
 use crate::etcd::Etcd;
+use crate::kubeconfig::{client_from_kubeconfig, service_account_token};
 use crate::pki::{self, TestCa};
 use crate::process::{Supervised, free_port};
 use crate::tools::{Tools, workspace_root};
+use crate::wait::{await_object, poll_until};
 
 const FIELD_MANAGER: &str = "kamaji-testenv";
 const START_TIMEOUT: Duration = Duration::from_secs(90);
@@ -295,12 +298,11 @@ impl LocalCluster {
         }
         for crd in crds {
             let name = crd.name_any();
-            tokio::time::timeout(
-                Duration::from_secs(30),
-                await_condition(api.clone(), &name, conditions::is_crd_established()),
-            )
-            .await
-            .with_context(|| format!("CRD {name} not established in 30 s"))??;
+            await_object(&api, &name, Duration::from_secs(30), |c| {
+                conditions::is_crd_established().matches_object(Some(c))
+            })
+            .await?
+            .with_context(|| format!("CRD {name} not established in 30 s"))?;
         }
         Ok(())
     }
@@ -328,16 +330,14 @@ impl LocalCluster {
             .arg("--leader-elect=false")
             .arg("--feature-gates=ClusterTopology=true");
         let mut process = Supervised::spawn("capi-manager", cmd, &d.join("capi-manager.log"))?;
-        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
-        while http_status(health, "/readyz").await != Some(200) {
-            if process.exited().is_some() || tokio::time::Instant::now() > deadline {
-                bail!(
-                    "the CAPI core manager did not become ready:\n{}",
-                    process.log_tail(30)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        poll_until(
+            "the CAPI core manager did not become ready",
+            START_TIMEOUT,
+            Duration::from_millis(100),
+            Some(&mut process),
+            || async { http_status(health, "/readyz").await == Some(200) },
+        )
+        .await?;
         self.capi = Some(process);
         let hooks = capi::read_webhooks(
             &self.tools.capi_core_webhooks(),
@@ -364,17 +364,29 @@ impl LocalCluster {
         K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
     {
         let ar = ApiResource::erase::<K>(&());
-        let api: Api<DynamicObject> = match obj.meta().namespace.as_deref() {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-            None => Api::all_with(self.client.clone(), &ar),
-        };
-        let name = obj.meta().name.clone().unwrap_or_default();
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
         let mut body = serde_json::to_value(obj)?;
         body["apiVersion"] = serde_json::json!(ar.api_version);
         body["kind"] = serde_json::json!(ar.kind);
-        let applied = api.patch(&name, &pp, &Patch::Apply(&body)).await?;
+        let applied = apply::apply_value(&self.client, &body, FIELD_MANAGER).await?;
         Ok(serde_json::from_value(serde_json::to_value(applied)?)?)
+    }
+
+    /// Server-side applies one object given as JSON (any kind the API server knows) with the
+    /// test environment's field manager (forced).
+    ///
+    /// # Errors
+    /// When the API server rejects the object.
+    pub async fn apply_value(&self, value: &serde_json::Value) -> Result<()> {
+        apply::apply_value(&self.client, value, FIELD_MANAGER).await?;
+        Ok(())
+    }
+
+    /// Server-side applies every document of a YAML stream, in order.
+    ///
+    /// # Errors
+    /// On a YAML error or the first object the API server rejects.
+    pub async fn apply_yaml(&self, yaml: &str) -> Result<()> {
+        apply::apply_yaml(&self.client, yaml, FIELD_MANAGER).await
     }
 
     /// An admin client (`system:masters`).
@@ -463,6 +475,23 @@ impl LocalCluster {
         Ok(path)
     }
 
+    /// Writes a kubeconfig whose only credential is a token of `ServiceAccount` `ns/name`
+    /// (`TokenRequest`, valid 24 h) and returns its path: a program run with it has exactly
+    /// the rights RBAC gives that `ServiceAccount`, as in a pod.
+    ///
+    /// # Errors
+    /// When the `ServiceAccount` does not exist or on file errors.
+    pub async fn service_account_kubeconfig(&self, ns: &str, name: &str) -> Result<PathBuf> {
+        let token = service_account_token(&self.client, ns, name, 24 * 3600).await?;
+        let user = format!("system:serviceaccount:{ns}:{name}");
+        let path = self.dir.path().join(format!("sa-{ns}-{name}.kubeconfig"));
+        std::fs::write(
+            &path,
+            pki::token_kubeconfig(&self.server, &self.ca.cert_pem(), &user, &token),
+        )?;
+        Ok(path)
+    }
+
     /// A client authenticating as `user` in `groups`.
     ///
     /// # Errors
@@ -488,35 +517,26 @@ impl LocalCluster {
     }
 }
 
-/// A client from a kubeconfig file.
-///
-/// # Errors
-/// When the file is unreadable or invalid.
-pub async fn client_from_kubeconfig(path: &Path) -> Result<Client> {
-    let kc = kube::config::Kubeconfig::read_from(path)?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await?;
-    Ok(Client::try_from(config)?)
+async fn wait_ready(client: &Client, apiserver: &mut Supervised) -> Result<()> {
+    poll_until(
+        "kube-apiserver did not become ready",
+        START_TIMEOUT,
+        Duration::from_millis(100),
+        Some(apiserver),
+        || readyz(client),
+    )
+    .await
 }
 
-async fn wait_ready(client: &Client, apiserver: &mut Supervised) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
-    loop {
-        let req = http::Request::get("/readyz").body(Vec::new())?;
-        if let Ok(body) = client.request_text(req).await
-            && body.trim() == "ok"
-        {
-            return Ok(());
-        }
-        if apiserver.exited().is_some() || tokio::time::Instant::now() > deadline {
-            bail!(
-                "kube-apiserver did not become ready:\n{}",
-                apiserver.log_tail(30)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Whether the API server of `client` answers `/readyz` with `ok`.
+pub async fn readyz(client: &Client) -> bool {
+    let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else {
+        return false;
+    };
+    client
+        .request_text(req)
+        .await
+        .is_ok_and(|body| body.trim() == "ok")
 }
 
 /// HTTP status of a plain `GET http://127.0.0.1:<port><path>`, `None` if unreachable.

@@ -4,10 +4,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
 use crate::process::{Supervised, free_port};
 use crate::tools::Tools;
+use crate::wait::poll_until;
 
 /// TLS material for an etcd that requires client certificates (files on disk).
 #[derive(Debug, Clone)]
@@ -62,26 +63,63 @@ impl Etcd {
                 .arg("--client-cert-auth=true");
         }
         let mut process = Supervised::spawn("etcd", cmd, &dir.join("etcd.log"))?;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", client_port))
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            if process.exited().is_some() || tokio::time::Instant::now() > deadline {
-                bail!("etcd did not start:\n{}", process.log_tail(20));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        poll_until(
+            "etcd did not start",
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            Some(&mut process),
+            || async {
+                tokio::net::TcpStream::connect(("127.0.0.1", client_port))
+                    .await
+                    .is_ok()
+            },
+        )
+        .await?;
         Ok(Self { process, url })
+    }
+
+    /// Starts etcd with TLS under `dir`: it serves `cert_pem`/`key_pem` (which must cover
+    /// 127.0.0.1) and requires client certificates chaining to `client_ca_pem`. The PEMs are
+    /// written to `dir/tls/`.
+    ///
+    /// # Errors
+    /// On file errors, or as [`Etcd::start`].
+    pub async fn start_tls(
+        tools: &Tools,
+        dir: &Path,
+        cert_pem: &str,
+        key_pem: &str,
+        client_ca_pem: &str,
+    ) -> Result<Self> {
+        let tls_dir = dir.join("tls");
+        std::fs::create_dir_all(&tls_dir)?;
+        let write = |name: &str, pem: &str| -> Result<PathBuf> {
+            let p = tls_dir.join(name);
+            std::fs::write(&p, pem)?;
+            Ok(p)
+        };
+        let tls = EtcdTls {
+            cert_file: write("server.crt", cert_pem)?,
+            key_file: write("server.key", key_pem)?,
+            client_ca_file: write("ca.crt", client_ca_pem)?,
+        };
+        Self::start(tools, dir, Some(&tls)).await
     }
 
     /// Client URL, e.g. `http://127.0.0.1:40123`.
     #[must_use]
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The client port on 127.0.0.1.
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_default()
     }
 
     /// The etcd process id.

@@ -18,20 +18,25 @@
 //! level) that [`LocalCluster::audit_events`] parses, so tests can count requests per user.
 
 mod apiserver;
+pub mod apply;
 mod audit;
 mod capi;
 mod cluster;
 mod etcd;
+pub mod kubeadm;
+pub mod kubeconfig;
 pub mod pki;
 pub mod process;
 pub mod standins;
 mod tools;
+pub mod wait;
 
 pub use audit::AuditEvent;
-pub use cluster::{Builder, LocalCluster, client_from_kubeconfig};
+pub use cluster::{Builder, LocalCluster, readyz};
 pub use etcd::{Etcd, EtcdTls};
+pub use kubeconfig::client_from_kubeconfig;
 pub use process::{Supervised, free_port};
-pub use tools::Tools;
+pub use tools::{Tools, workspace_root};
 
 /// Kubernetes version of the binaries that `tests/tools` builds (the tenant version under test).
 pub const KUBERNETES_VERSION: &str = "v1.36.3";

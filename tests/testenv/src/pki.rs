@@ -132,13 +132,37 @@ pub fn key_pair() -> Result<(String, String)> {
 /// Renders a kubeconfig for `server` trusting `ca_pem`, authenticating with `client`.
 #[must_use]
 pub fn kubeconfig(server: &str, ca_pem: &str, user: &str, client: &CertPair) -> String {
+    render_kubeconfig(
+        server,
+        ca_pem,
+        user,
+        &serde_json::json!({"client-certificate-data": b64(&client.cert_pem), "client-key-data": b64(&client.key_pem)}),
+    )
+}
+
+/// Renders a kubeconfig for `server` trusting `ca_pem`, authenticating with bearer `token`
+/// (e.g. a `ServiceAccount` token) as its only credential.
+#[must_use]
+pub fn token_kubeconfig(server: &str, ca_pem: &str, user: &str, token: &str) -> String {
+    render_kubeconfig(server, ca_pem, user, &serde_json::json!({"token": token}))
+}
+
+fn b64(s: &str) -> String {
     use base64::Engine as _;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn render_kubeconfig(
+    server: &str,
+    ca_pem: &str,
+    user: &str,
+    credential: &serde_json::Value,
+) -> String {
     let doc = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}],
-        "users": [{"name": user, "user": {"client-certificate-data": b64(&client.cert_pem), "client-key-data": b64(&client.key_pem)}}],
+        "users": [{"name": user, "user": credential}],
         "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
         "current-context": user,
     });
