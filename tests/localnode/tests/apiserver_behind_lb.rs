@@ -11,6 +11,7 @@
     clippy::similar_names,
     clippy::type_complexity
 )]
+#![cfg(real_programs_as_root)]
 
 mod common;
 
@@ -200,8 +201,7 @@ async fn apiserver_deployment_behind_load_balancer_rolls() {
     let etcd = Etcd::start(cluster.tools(), &dir.path().join("etcd"), None)
         .await
         .unwrap();
-    let etcd_port: u16 = etcd.url().rsplit(':').next().unwrap().parse().unwrap();
-    let etcd_for_pods = node.expose_host_port(etcd_port).unwrap();
+    let etcd_for_pods = node.expose_host_port(etcd.port()).unwrap();
 
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     services

@@ -9,6 +9,7 @@
     clippy::similar_names,
     clippy::type_complexity
 )]
+#![cfg(real_programs_as_root)]
 
 mod common;
 

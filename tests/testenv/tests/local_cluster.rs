@@ -1,6 +1,7 @@
 //! The local management cluster runs the real programs: the CAPI core manager reconciles a
 //! Cluster through its webhooks, kube-controller-manager signs cluster-info, the audit log
 //! counts requests, and every process is gone after a panicking test.
+#![cfg(real_programs)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

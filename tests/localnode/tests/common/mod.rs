@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kamaji_localnode::{LocalNode, unique_service_cidr};
 use kamaji_testenv::LocalCluster;
 use kube::api::Api;
-use kube::runtime::wait::await_condition;
 
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
@@ -50,23 +49,19 @@ pub async fn wait_pod(
     name: &str,
     secs: u64,
     what: &str,
-    cond: impl Fn(&Pod) -> bool,
+    cond: impl Fn(&Pod) -> bool + Send + 'static,
 ) -> Pod {
-    let r = tokio::time::timeout(
-        Duration::from_secs(secs),
-        await_condition(api.clone(), name, move |p: Option<&Pod>| {
-            p.is_some_and(&cond)
-        }),
-    )
-    .await;
-    let got = api.get_opt(name).await.unwrap();
-    match r {
-        Ok(Ok(Some(p))) => p,
-        _ => panic!(
-            "pod {name}: not {what} within {secs} s; status: {}",
-            serde_json::to_string_pretty(&got.and_then(|p| p.status)).unwrap()
-        ),
+    let found = kamaji_testenv::wait::await_object(api, name, Duration::from_secs(secs), cond)
+        .await
+        .unwrap();
+    if let Some(p) = found {
+        return p;
     }
+    let got = api.get_opt(name).await.unwrap();
+    panic!(
+        "pod {name}: not {what} within {secs} s; status: {}",
+        serde_json::to_string_pretty(&got.and_then(|p| p.status)).unwrap()
+    )
 }
 
 pub fn container_ready(p: &Pod) -> bool {

@@ -1,27 +1,13 @@
 //! The main job, end to end with the real chain: CAPI core manager + kamaji-rs manager +
 //! tenant kube-apiserver/controller-manager/scheduler processes + a real kubeadm discovery.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::too_many_lines,
-    clippy::doc_markdown,
-    clippy::large_futures,
-    clippy::await_holding_lock, // support::serial() holds a std lock for the whole test on purpose
-    clippy::items_after_statements,
-    clippy::single_match_else,
-    clippy::similar_names,
-    clippy::print_stdout
-)]
-
-mod support;
+#![cfg(real_programs_as_root)]
 
 use std::time::Duration;
 
 use kamaji_api::KamajiControlPlane;
+use kamaji_e2e::{Env, f0};
 use kube::api::Api;
-use support::{Env, f0};
 
 const MINUTE: Duration = Duration::from_mins(1);
 
@@ -99,7 +85,7 @@ async fn cluster_becomes_available_through_capi_and_kubeadm_discovery_passes() {
     // A bootstrap token in the tenant, signed by the tenant's bootstrapsigner, and a real kubeadm
     // token discovery against the endpoint pinned to <cluster>-ca.
     let endpoint = format!("{}:{}", ep.host.unwrap(), ep.port.unwrap());
-    let out = support::kubeadm_discovery(&env, "tenant-a", "demo", &endpoint)
+    let out = kamaji_e2e::kubeadm_discovery(&env, "tenant-a", "demo", &endpoint)
         .await
         .unwrap();
     assert!(out.contains("Reading configuration from the"), "{out}");

@@ -3,14 +3,13 @@
 //! with the generated kubeconfigs, and a real `kubeadm join phase preflight` doing token
 //! discovery against the artifacts (and failing on a wrong CA pin or an unsigned token).
 
-// Test helpers outside #[test] functions unwrap too: a failure is a test failure.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg(real_programs)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use kamaji_bootstrap::kubeadm::{Addons, TenantArtifacts, TenantSpec, cluster_info};
 use kamaji_bootstrap::kubeconfig::{capi_admin_kubeconfig, server_url, super_admin_kubeconfig};
 use kamaji_bootstrap::network::NetworkSpec;
@@ -19,7 +18,9 @@ use kamaji_bootstrap::pki::{
     TenantPki,
 };
 use kamaji_bootstrap::token::{BootstrapToken, TokenSecretOptions, bootstrap_token_secret};
-use kamaji_testenv::{Etcd, EtcdTls, Supervised, Tools, free_port};
+use kamaji_testenv::kubeadm::{self, Discovery};
+use kamaji_testenv::wait::poll_until;
+use kamaji_testenv::{Etcd, Supervised, Tools, free_port};
 
 fn write(dir: &Path, name: &str, content: &str) -> PathBuf {
     let p = dir.join(name);
@@ -65,21 +66,17 @@ impl Kubectl {
 }
 
 async fn wait_ready(kubectl: &Kubectl, apiserver: &mut Supervised) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_mins(2);
-    loop {
-        let o = kubectl.run(&["get", "--raw", "/readyz"]);
-        if o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok" {
-            return Ok(());
-        }
-        if apiserver.exited().is_some() || Instant::now() > deadline {
-            bail!(
-                "kube-apiserver not ready: {}\n{}",
-                text(&o),
-                apiserver.log_tail(30)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    poll_until(
+        "kube-apiserver not ready",
+        Duration::from_mins(2),
+        Duration::from_millis(500),
+        Some(apiserver),
+        || async {
+            let o = kubectl.run(&["get", "--raw", "/readyz"]);
+            o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok"
+        },
+    )
+    .await
 }
 
 /// The kube-apiserver command line, using nothing but `pki` (and the datastore CA certificate).
@@ -190,46 +187,27 @@ fn kubeadm_join_discovery(
     super_admin.ok(&["apply", "-f", &signed_file.display().to_string()]);
 
     let endpoint = format!("127.0.0.1:{port}");
-    let kubeadm = |token: &str, hash: &str| {
-        run(Command::new(tools.path("kubeadm"))
-            .args(["join", "phase", "preflight", &endpoint])
-            .arg(format!("--token={token}"))
-            .arg(format!("--discovery-token-ca-cert-hash={hash}"))
-            .args([
-                "--ignore-preflight-errors=all",
-                "--node-name=t1",
-                "--cri-socket=unix:///nonexistent.sock",
-                "-v=1",
-            ]))
+    let kubeadm = |token: &str, hash: &str| -> Result<Discovery> {
+        kubeadm::join_preflight(tools, &endpoint, token, hash)
     };
 
     // The real join discovery passes: JWS, CA pin, second TLS-verified read, then
     // kubeadm-config and kubelet-config read with the token identity.
-    let good = kubeadm(&token.token(), hash);
-    let out = text(&good);
-    assert!(
-        good.status.success(),
-        "kubeadm join preflight failed:\n{out}"
-    );
-    assert!(
-        out.contains("TLS certificate validates against pinned roots"),
-        "{out}"
-    );
+    let good = kubeadm(&token.token(), hash)?;
+    let out = &good.output;
+    assert!(good.success, "kubeadm join preflight failed:\n{out}");
+    assert!(good.validated_pin(), "{out}");
     assert!(out.contains("Reading configuration from the"), "{out}");
     assert!(!out.contains("[dryrun]"), "{out}");
 
     // A wrong CA pin fails.
     let wrong_hash = format!("sha256:{}", "0".repeat(64));
-    let bad = kubeadm(&token.token(), &wrong_hash);
+    let bad = kubeadm(&token.token(), &wrong_hash)?;
+    assert!(!bad.success, "a wrong CA hash must fail:\n{}", bad.output);
     assert!(
-        !bad.status.success(),
-        "a wrong CA hash must fail:\n{}",
-        text(&bad)
-    );
-    assert!(
-        text(&bad).contains("none of the public keys"),
+        bad.output.contains("none of the public keys"),
         "{}",
-        text(&bad)
+        bad.output
     );
 
     // A token whose Secret exists but for which cluster-info carries no signature fails
@@ -251,14 +229,9 @@ fn kubeadm_join_discovery(
             unsigned.token()
         ),
     );
-    let unsigned_run = run(Command::new(tools.path("kubeadm"))
-        .args(["join", "phase", "preflight", "-v=1"])
-        .arg(format!("--config={}", join_config.display())));
-    let out = text(&unsigned_run);
-    assert!(
-        !unsigned_run.status.success(),
-        "an unsigned token must fail:\n{out}"
-    );
+    let unsigned_run = kubeadm::join_preflight_config(tools, &join_config)?;
+    let out = &unsigned_run.output;
+    assert!(!unsigned_run.success, "an unsigned token must fail:\n{out}");
     assert!(out.contains("could not find a JWS signature"), "{out}");
 
     Ok(())
@@ -293,12 +266,14 @@ async fn real_apiserver_kubectl_and_kubeadm_join_discovery() -> Result<()> {
     // The DataStore: its CA and server certificate come from this crate.
     let etcd_ca = CertificateAuthority::generate("etcd-ca", alg, now)?;
     let etcd_server = etcd_ca.issue(&LeafSpec::datastore_server("etcd", &[], &[]), alg, now)?;
-    let etcd_tls = EtcdTls {
-        cert_file: write(dir, "etcd-server.crt", etcd_server.cert_pem()),
-        key_file: write(dir, "etcd-server.key", etcd_server.key_pem()),
-        client_ca_file: write(dir, "etcd-ca.crt", etcd_ca.cert_pem()),
-    };
-    let etcd = Etcd::start(&tools, &dir.join("etcd"), Some(&etcd_tls)).await?;
+    let etcd = Etcd::start_tls(
+        &tools,
+        &dir.join("etcd"),
+        etcd_server.cert_pem(),
+        etcd_server.key_pem(),
+        etcd_ca.cert_pem(),
+    )
+    .await?;
     let datastore_ca = DatastoreCa::from_pem(etcd_ca.cert_pem(), etcd_ca.key_pem())?;
 
     // The tenant, exactly as the reconciler would describe it.

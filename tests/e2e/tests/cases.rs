@@ -1,21 +1,7 @@
-//! Acceptance cases of shared/cases/ against the real chain (see support/). Each test's name
+//! Acceptance cases of shared/cases/ against the real chain (see kamaji-e2e). Each test's name
 //! starts with its case id.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::too_many_lines,
-    clippy::doc_markdown,
-    clippy::large_futures,
-    clippy::await_holding_lock, // support::serial() holds a std lock for the whole test on purpose
-    clippy::items_after_statements,
-    clippy::single_match_else,
-    clippy::similar_names,
-    clippy::print_stdout
-)]
-
-mod support;
+#![cfg(real_programs_as_root)]
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -29,9 +15,9 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kamaji_api::KamajiControlPlane;
 use kamaji_bootstrap::inspect::CertificateInfo;
 use kamaji_bootstrap::token::{BootstrapToken, TokenSecretOptions, bootstrap_token_secret};
+use kamaji_e2e::{Env, F0, condition_message, secret_text, serial};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::await_condition;
-use support::{Env, F0, condition_message, secret_text, serial};
 
 const MINUTE: Duration = Duration::from_mins(1);
 

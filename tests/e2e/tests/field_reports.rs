@@ -4,19 +4,7 @@
 //! behind a stale status, namespace deletion and the datastore, drift of the Deployment,
 //! and the move of internal Secrets to their new names on upgrade.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::too_many_lines,
-    clippy::doc_markdown,
-    clippy::large_futures,
-    clippy::await_holding_lock, // support::serial() holds a std lock for the whole test on purpose
-    clippy::items_after_statements,
-    clippy::similar_names
-)]
-
-mod support;
+#![cfg(real_programs_as_root)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -27,11 +15,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kamaji_api::KamajiControlPlane;
 use kamaji_api::names::{InternalSecret, ObjectNames};
-use kamaji_reconciler::datastore::{self, Credentials, Resolved};
+use kamaji_e2e::{Env, F0, datastore_admin, etcd_prefix, f0, secret_text, serial, wait_rolled_out};
+use kamaji_reconciler::datastore;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
-use support::{Env, F0, f0, secret_text, serial, wait_rolled_out};
 
 const MINUTE: Duration = Duration::from_mins(1);
 
@@ -54,32 +42,6 @@ fn refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) -> St
         Err(kube::Error::Api(s)) if s.code == 422 => s.message,
         other => panic!("{what}: expected a 422 rejection, got {other:?}"),
     }
-}
-
-/// The datastore as the manager resolves it, with the environment's admin client certificate.
-fn datastore_admin(env: &Env) -> (Resolved, Credentials) {
-    (
-        Resolved {
-            name: "default".into(),
-            endpoints: vec![env.datastore.url().to_owned()],
-            ca_cert: env.datastore_ca.cert_pem.clone(),
-            ca_key: String::new(),
-        },
-        Credentials {
-            cert: env.datastore_client.cert_pem.clone(),
-            key: env.datastore_client.key_pem.clone(),
-        },
-    )
-}
-
-/// The tenant's datastore prefix, as its kube-apiserver is told (`--etcd-prefix`).
-async fn etcd_prefix(env: &Env, ns: &str, name: &str) -> String {
-    env.container_args(ns, name, "kube-apiserver")
-        .await
-        .unwrap()
-        .into_iter()
-        .find_map(|a| a.strip_prefix("--etcd-prefix=").map(str::to_owned))
-        .unwrap()
 }
 
 /// The groups the tenant gives the user of `client` (a SelfSubjectReview).

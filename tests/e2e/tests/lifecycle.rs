@@ -2,34 +2,22 @@
 //! `clusterctl move` (B19), the CAPI quickstart sample as written, two tenants of the same name, and deletion down to
 //! the datastore prefix.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::too_many_lines,
-    clippy::doc_markdown,
-    clippy::large_futures,
-    clippy::await_holding_lock, // support::serial() holds a std lock for the whole test on purpose
-    clippy::items_after_statements,
-    clippy::single_match_else,
-    clippy::similar_names,
-    clippy::print_stdout
-)]
-
-mod support;
+#![cfg(real_programs_as_root)]
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use kamaji_api::KamajiControlPlane;
-use kamaji_reconciler::datastore::{self, Credentials, Resolved};
+use kamaji_e2e::{
+    Env, F0, ReadyzProbe, datastore_admin, etcd_prefix, f0, secret_text, serial, wait_rolled_out,
+};
+use kamaji_reconciler::datastore;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
 };
 use kube::runtime::wait::{await_condition, conditions};
-use support::{Env, F0, ReadyzProbe, f0, secret_text, serial, wait_rolled_out};
 
 const MINUTE: Duration = Duration::from_mins(1);
 
@@ -420,7 +408,7 @@ async fn quickstart_sample_as_written_reaches_available_with_secrets_named_after
     env.cluster.apply_crds(&[crd]).await.unwrap();
     let sample = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../api/tests/samples/quickstart-openstack.yaml"),
+            .join("tests/samples/quickstart-openstack.yaml"),
     )
     .unwrap();
     for doc in serde_yaml::Deserializer::from_str(&sample) {
@@ -531,39 +519,13 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
     );
 }
 
-/// The tenant's datastore prefix, as its kube-apiserver is told (`--etcd-prefix`).
-async fn etcd_prefix(env: &Env, ns: &str, name: &str) -> String {
-    env.container_args(ns, name, "kube-apiserver")
-        .await
-        .unwrap()
-        .into_iter()
-        .find_map(|a| a.strip_prefix("--etcd-prefix=").map(str::to_owned))
-        .unwrap()
-}
-
-fn resolved(env: &Env) -> (Resolved, Credentials) {
-    let ds = Resolved {
-        name: "default".into(),
-        endpoints: vec![env.datastore.url().to_owned()],
-        ca_cert: env.datastore_ca.cert_pem.clone(),
-        ca_key: String::new(),
-    };
-    (
-        ds,
-        Credentials {
-            cert: env.datastore_client.cert_pem.clone(),
-            key: env.datastore_client.key_pem.clone(),
-        },
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
     env.f0_available("tenant-a", "demo", 1).await.unwrap();
     let prefix = etcd_prefix(&env, "tenant-a", "demo").await;
-    let (ds, creds) = resolved(&env);
+    let (ds, creds) = datastore_admin(&env);
     assert!(
         datastore::count_prefix(&ds, &creds, &prefix).await.unwrap() > 0,
         "the tenant stored keys"
@@ -752,7 +714,7 @@ async fn b19_clusterctl_move_keeps_the_tenant_identity() {
         .unwrap();
     let token = sa_token(&tenant).await;
     let prefix = etcd_prefix(&source, "tenant-a", "demo").await;
-    let (ds, creds) = resolved(&source);
+    let (ds, creds) = datastore_admin(&source);
     let keys_before = datastore::count_prefix(&ds, &creds, &prefix).await.unwrap();
 
     let target = Env::start_sharing_datastore(&source).await.unwrap();
@@ -906,7 +868,7 @@ async fn b19_clusterctl_move_keeps_the_tenant_identity() {
     assert_eq!(user, "system:serviceaccount:default:default");
 
     // New joins succeed against the moved control plane.
-    support::kubeadm_discovery(&target, "tenant-a", "demo", &endpoint)
+    kamaji_e2e::kubeadm_discovery(&target, "tenant-a", "demo", &endpoint)
         .await
         .unwrap();
     drop(target);
@@ -914,33 +876,16 @@ async fn b19_clusterctl_move_keeps_the_tenant_identity() {
 
 /// A ServiceAccount token (TokenRequest, 1 hour) for `default/default` of a tenant.
 async fn sa_token(tenant: &kube::Client) -> String {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
     let api: Api<ServiceAccount> = Api::namespaced(tenant.clone(), "default");
     // The ServiceAccount controller creates `default` shortly after the namespace exists.
-    tokio::time::timeout(
-        MINUTE,
-        await_condition(api.clone(), "default", |s: Option<&ServiceAccount>| {
-            s.is_some()
-        }),
-    )
-    .await
-    .expect("default ServiceAccount")
-    .unwrap();
-    let req = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    api.create_token_request("default", &PostParams::default(), &req)
+    kamaji_testenv::wait::await_object(&api, "default", MINUTE, |_| true)
         .await
         .unwrap()
-        .status
+        .expect("default ServiceAccount");
+    kamaji_testenv::kubeconfig::service_account_token(tenant, "default", "default", 3600)
+        .await
         .unwrap()
-        .token
 }
 
 /// The user name a tenant API server gives `token` (a SelfSubjectReview through the server

@@ -4,29 +4,11 @@
 //! endpoint, `kubectl get nodes,ns` against the tenant, and a real `kubeadm join` discovery.
 //! With `KEEP=1` everything stays up until Ctrl-C.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::too_many_lines,
-    clippy::doc_markdown,
-    clippy::large_futures,
-    clippy::await_holding_lock, // support::serial() holds a std lock for the whole test on purpose
-    clippy::items_after_statements,
-    clippy::single_match_else,
-    clippy::similar_names,
-    clippy::print_stdout
-)]
-
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::collections::HashMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use k8s_openapi::api::core::v1::Secret;
 use kamaji_api::KamajiControlPlane;
 use kube::Api;
 
@@ -42,7 +24,7 @@ async fn main() -> Result<()> {
         started,
         "starting the local management cluster (etcd, kube-apiserver, controller-manager, scheduler, CAPI), a local node, the datastore and the kamaji-rs manager",
     );
-    let env = support::Env::start().await?;
+    let env = kamaji_e2e::Env::start().await?;
     step(
         started,
         &format!("management cluster up: {}", env.cluster.server_url()),
@@ -62,7 +44,7 @@ async fn main() -> Result<()> {
             .contains(&k.as_str())
         })
         .collect();
-    let manifest = support::substitute(&template, &vars)?;
+    let manifest = kamaji_e2e::substitute(&template, &vars)?;
     let name = vars
         .get("CLUSTER_NAME")
         .cloned()
@@ -114,19 +96,9 @@ async fn main() -> Result<()> {
     );
     println!("\nendpoint: https://{endpoint}");
 
-    let secret = Api::<Secret>::namespaced(env.client(), &ns)
-        .get(&format!("{name}-kubeconfig"))
-        .await?;
+    let secret = env.secret(&ns, &format!("{name}-kubeconfig")).await?;
     let kubeconfig = env.cluster.dir().join(format!("{name}.kubeconfig"));
-    std::fs::write(
-        &kubeconfig,
-        &secret
-            .data
-            .context("no data")?
-            .get("value")
-            .context("no value")?
-            .0,
-    )?;
+    std::fs::write(&kubeconfig, kamaji_e2e::secret_text(&secret, "value"))?;
     let out = Command::new(env.cluster.tools().path("kubectl"))
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args(["get", "nodes,ns"])
@@ -144,7 +116,7 @@ async fn main() -> Result<()> {
     println!(
         "\n$ kubeadm join phase preflight {endpoint} --token <new token> --discovery-token-ca-cert-hash sha256:<{name}-ca>"
     );
-    let text = support::kubeadm_discovery(&env, &ns, &name, &endpoint).await?;
+    let text = kamaji_e2e::kubeadm_discovery(&env, &ns, &name, &endpoint).await?;
     for line in text.lines().filter(|l| {
         l.contains("discovery")
             || l.contains("pinned roots")

@@ -2,21 +2,7 @@
 //! nothing, and a manager killed at random points during provisioning neither loses nor
 //! regenerates key material.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::too_many_lines,
-    clippy::doc_markdown,
-    clippy::large_futures,
-    clippy::await_holding_lock, // support::serial() holds a std lock for the whole test on purpose
-    clippy::items_after_statements,
-    clippy::single_match_else,
-    clippy::similar_names,
-    clippy::cast_possible_truncation
-)]
-
-mod support;
+#![cfg(real_programs_as_root)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -24,9 +10,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
+use kamaji_e2e::{Env, f0, secret_text, serial};
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use support::{Env, f0, secret_text, serial};
 
 const MINUTE: Duration = Duration::from_mins(1);
 
@@ -197,7 +183,12 @@ async fn with_leader_election_one_manager_reconciles_and_another_takes_over() {
     let _serial = serial();
     let mut env = Env::start().await.unwrap();
     env.kill_manager();
-    let flags = ["--leader-elect", "--leader-election-namespace=default"];
+    // The Lease lives in the provider namespace, where the shipped Role allows it.
+    let lease_ns = format!(
+        "--leader-election-namespace={}",
+        env.manager_identity().namespace
+    );
+    let flags = ["--leader-elect", lease_ns.as_str()];
     let mut a = Some(
         env.spawn_manager(kamaji_testenv::free_port().unwrap(), &flags)
             .unwrap(),

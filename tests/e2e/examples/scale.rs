@@ -5,18 +5,6 @@
 //! (120 control-plane processes) overload the machine; `REPLICAS=1` fits. Ctrl-C or SIGTERM
 //! stops it and removes every process and network namespace it started.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::print_stdout,
-    clippy::doc_markdown,
-    clippy::large_futures,
-    clippy::cast_precision_loss
-)]
-
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::time::Duration;
 
 use anyhow::Result;
@@ -42,13 +30,13 @@ async fn main() -> Result<()> {
 }
 
 async fn run(tenants: usize, replicas: usize) -> Result<()> {
-    let env = support::Env::start().await?;
+    let env = kamaji_e2e::Env::start().await?;
     for i in 0..tenants {
         let ns = format!("scale-{i}");
         env.namespace(&ns).await?;
     }
     for i in 0..tenants {
-        env.apply_yaml(&support::f0(
+        env.apply_yaml(&kamaji_e2e::f0(
             &format!("scale-{i}"),
             "demo",
             i32::try_from(replicas)?,

@@ -3,6 +3,8 @@
 //! admission with a message naming the field and nothing is created, and the scale
 //! subresource and `kubectl explain` work.
 
+#![cfg(real_programs)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,0 +1,15 @@
+//! Compiles the real-program suites only where they can run (see kamaji-test-gate).
+
+use kamaji_test_gate::{Needs, gate};
+
+fn main() {
+    gate(&[
+        ("kamaji-e2e/admission", Needs::Programs),
+        ("kamaji-e2e/join", Needs::Programs),
+        ("kamaji-e2e/e2e_main", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/cases", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/lifecycle", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/robustness", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/field_reports", Needs::ProgramsAndRoot),
+    ]);
+}

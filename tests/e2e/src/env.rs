@@ -1,0 +1,188 @@
+//! The environment of an end-to-end test: a local management cluster (etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, the CAPI core manager), a local node that runs the
+//! control-plane pods as processes, a shared TLS etcd registered as the `default` DataStore,
+//! and the kamaji-rs `manager` binary as its own process under the shipped RBAC.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kamaji_api::KamajiControlPlane;
+use kamaji_localnode::LocalNode;
+use kamaji_testenv::pki::CertPair;
+use kamaji_testenv::{Etcd, LocalCluster};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+
+use kamaji_testenv::kubeconfig::config_from_secret;
+
+use crate::datastore::start_datastore;
+use crate::f0;
+use crate::manager::{Identity, Manager};
+
+/// A running environment. Drop order: manager, node, datastore, cluster.
+pub struct Env {
+    pub(crate) manager: Manager,
+    /// The local node running the control-plane pods.
+    pub node: LocalNode,
+    /// The datastore etcd (shared with the source environment for a second management cluster).
+    pub datastore: Arc<Etcd>,
+    /// An admin client certificate of the datastore.
+    pub datastore_client: CertPair,
+    /// The datastore CA (certificate and key).
+    pub datastore_ca: CertPair,
+    /// The datastore's address as pods reach it.
+    pub datastore_for_pods: SocketAddr,
+    /// The management cluster.
+    pub cluster: LocalCluster,
+}
+
+impl Env {
+    /// Starts everything, including the manager.
+    pub async fn start() -> Result<Self> {
+        Self::launch(None).await
+    }
+
+    /// Starts a second management cluster (its own etcd, API server, controllers, CAPI core
+    /// manager, node and manager) whose `default` DataStore is `source`'s datastore etcd, as
+    /// two management clusters that reach one shared datastore (the `clusterctl move` setup).
+    pub async fn start_sharing_datastore(source: &Env) -> Result<Self> {
+        Self::launch(Some(source)).await
+    }
+
+    async fn launch(shared: Option<&Env>) -> Result<Self> {
+        let cluster = LocalCluster::builder()
+            .controllers(true)
+            .service_cidr(&kamaji_localnode::unique_service_cidr())
+            .start()
+            .await?;
+        let node = LocalNode::start(&cluster).await?;
+        let (datastore, datastore_ca, datastore_client, for_pods) = if let Some(source) = shared {
+            (
+                Arc::clone(&source.datastore),
+                source.datastore_ca.clone(),
+                source.datastore_client.clone(),
+                // The source node's address for it: pods of this node reach it through the host.
+                source.datastore_for_pods,
+            )
+        } else {
+            let (etcd, ca, client) = start_datastore(&cluster, node.host_ip()).await?;
+            let for_pods = node.expose_host_port(etcd.port())?;
+            (Arc::new(etcd), ca, client, for_pods)
+        };
+        let identity = Identity::install(&cluster).await?;
+        let mut env = Self {
+            manager: Manager::new(identity),
+            node,
+            datastore,
+            datastore_client,
+            datastore_ca,
+            datastore_for_pods: for_pods,
+            cluster,
+        };
+        env.create_datastore("default", for_pods).await?;
+        env.start_manager()?;
+        Ok(env)
+    }
+
+    /// An administrator's client of the management cluster (`system:masters`).
+    pub fn client(&self) -> Client {
+        self.cluster.client()
+    }
+
+    /// Creates namespace `ns` if missing.
+    pub async fn namespace(&self, ns: &str) -> Result<()> {
+        let obj: Namespace = serde_json::from_value(
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )?;
+        self.cluster.apply(&obj).await?;
+        Ok(())
+    }
+
+    /// Server-side applies one object given as JSON (any kind the API server knows), as an
+    /// administrator.
+    pub async fn apply_value(&self, v: &serde_json::Value) -> Result<()> {
+        self.cluster.apply_value(v).await
+    }
+
+    /// Applies every document of a YAML stream, in order.
+    pub async fn apply_yaml(&self, yaml: &str) -> Result<()> {
+        self.cluster.apply_yaml(yaml).await
+    }
+
+    /// The tenant's client configuration from `<cluster>-kubeconfig` (key `value`).
+    pub async fn tenant_config(&self, ns: &str, cluster: &str) -> Result<kube::Config> {
+        config_from_secret(
+            &self.client(),
+            ns,
+            &format!("{cluster}-kubeconfig"),
+            "value",
+        )
+        .await
+    }
+
+    /// A client for the tenant from `<cluster>-kubeconfig` (key `value`).
+    pub async fn tenant_client(&self, ns: &str, cluster: &str) -> Result<Client> {
+        Ok(Client::try_from(self.tenant_config(ns, cluster).await?)?)
+    }
+}
+
+impl Env {
+    /// Reads Secret `ns/name`.
+    pub async fn secret(&self, ns: &str, name: &str) -> Result<Secret> {
+        Ok(Api::<Secret>::namespaced(self.client(), ns)
+            .get(name)
+            .await?)
+    }
+
+    /// The control-plane Deployment `ns/name`.
+    pub async fn deployment(&self, ns: &str, name: &str) -> Result<Deployment> {
+        Ok(Api::<Deployment>::namespaced(self.client(), ns)
+            .get(name)
+            .await?)
+    }
+
+    /// The args of container `container` of Deployment `ns/name`.
+    pub async fn container_args(
+        &self,
+        ns: &str,
+        name: &str,
+        container: &str,
+    ) -> Result<Vec<String>> {
+        let d = self.deployment(ns, name).await?;
+        let spec = d
+            .spec
+            .and_then(|s| s.template.spec)
+            .context("no pod spec")?;
+        let c = spec
+            .containers
+            .into_iter()
+            .find(|c| c.name == container)
+            .context("no such container")?;
+        Ok(c.args.unwrap_or_default())
+    }
+
+    /// Applies F0 for `ns/name` and waits until the control plane is Available.
+    pub async fn f0_available(
+        &self,
+        ns: &str,
+        name: &str,
+        replicas: i32,
+    ) -> Result<KamajiControlPlane> {
+        self.namespace(ns).await?;
+        self.apply_yaml(&f0(ns, name, replicas)).await?;
+        self.wait_kcp_condition(ns, name, "Available", "True", Duration::from_mins(4))
+            .await
+    }
+
+    /// Merge-patches the KamajiControlPlane `ns/name`.
+    pub async fn patch_kcp(&self, ns: &str, name: &str, patch: serde_json::Value) -> Result<()> {
+        Api::<KamajiControlPlane>::namespaced(self.client(), ns)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+}

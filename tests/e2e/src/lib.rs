@@ -1,0 +1,59 @@
+//! kamaji-e2e: the provider test environment for kamaji-rs's end-to-end tests and examples.
+//!
+//! [`Env::start`] brings up the real chain: a local management cluster with CAPI
+//! (kamaji-testenv), a local node running control-plane pods as processes (kamaji-localnode),
+//! a shared TLS etcd registered as the `default` DataStore, and the kamaji-rs `manager` as its
+//! own process under the RBAC `make release` ships ([`manager`]). The modules, by concern:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`env`] | the environment, its clients, objects and tenant clients |
+//! | [`manager`] | the manager process and its ServiceAccount identity |
+//! | [`datastore`] | the shared datastore and views of it |
+//! | [`fixtures`] | F0 of shared/cases/ and clusterctl's variable substitution |
+//! | [`probes`] | waits for conditions and roll-outs, the `/readyz` probe |
+//! | [`discovery`] | a real `kubeadm join` token discovery against a tenant |
+//! | [`clusterctl`] | the real `clusterctl` and `clusterctl init`'s CRD labels |
+//! | [`standins`] | what another provider would do (the quickstart's OpenStackCluster) |
+//! | [`audit`] | the manager's writes from the audit log |
+//!
+//! Generic helpers that are not about this provider (server-side apply, TLS etcd, kubeconfigs
+//! and ServiceAccount tokens, kubeadm, deadline waits) live in kamaji-testenv.
+
+pub mod audit;
+pub mod clusterctl;
+pub mod datastore;
+pub mod discovery;
+pub mod env;
+pub mod fixtures;
+pub mod manager;
+pub mod probes;
+pub mod standins;
+
+use k8s_openapi::api::core::v1::Secret;
+
+pub use datastore::{datastore_admin, etcd_prefix};
+pub use discovery::kubeadm_discovery;
+pub use env::Env;
+pub use fixtures::{F0, f0, substitute};
+pub use manager::{Identity, manager_binary};
+pub use probes::{ReadyzProbe, condition_message, wait_rolled_out};
+
+/// Serialises the end-to-end tests of one test binary: each starts its own environment, and
+/// two at once would only compete for the machine's two cores.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A Secret's data key as UTF-8.
+#[must_use]
+pub fn secret_text(secret: &Secret, key: &str) -> String {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}

@@ -1,0 +1,213 @@
+//! Waiting for and watching what the chain does: conditions of KamajiControlPlanes and
+//! Clusters, Deployment roll-outs, and a tenant's `/readyz` during a roll.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use k8s_openapi::api::apps::v1::Deployment;
+use kamaji_api::KamajiControlPlane;
+use kamaji_testenv::wait::await_object;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+
+use crate::Env;
+
+impl Env {
+    /// Waits until the KamajiControlPlane has condition `type_` with `status`.
+    pub async fn wait_kcp_condition(
+        &self,
+        ns: &str,
+        name: &str,
+        type_: &str,
+        status: &str,
+        timeout: Duration,
+    ) -> Result<KamajiControlPlane> {
+        let (t, st) = (type_.to_owned(), status.to_owned());
+        self.wait_kcp(ns, name, &format!("{type_}={status}"), timeout, move |k| {
+            k.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == t && c.status == st))
+        })
+        .await
+    }
+
+    /// Waits until the Cluster (read as v1beta2) has condition `type_` = `status`.
+    pub async fn wait_cluster_condition(
+        &self,
+        ns: &str,
+        name: &str,
+        type_: &str,
+        status: &str,
+        timeout: Duration,
+    ) -> Result<DynamicObject> {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "Cluster",
+        ));
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client(), ns, &ar);
+        let (t, st) = (type_.to_owned(), status.to_owned());
+        let ok = move |c: &DynamicObject| {
+            c.data["status"]["conditions"].as_array().is_some_and(|l| {
+                l.iter()
+                    .any(|c| c["type"] == t.as_str() && c["status"] == st.as_str())
+            })
+        };
+        self.wait_for(
+            api,
+            &format!("Cluster {ns}/{name}"),
+            name,
+            &format!("{type_}={status}"),
+            timeout,
+            ok,
+            |c| serde_yaml::to_string(&c.data["status"]).unwrap_or_default(),
+        )
+        .await
+    }
+
+    /// Waits until `ok` holds for object `name` of `api`; on time-out the error carries the
+    /// object's status (rendered by `status`) and the manager's log.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn wait_for<K>(
+        &self,
+        api: Api<K>,
+        label: &str,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(&K) -> bool + Send + 'static,
+        status: impl Fn(&K) -> String,
+    ) -> Result<K>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        if let Some(found) = await_object(&api, name, timeout, ok).await? {
+            return Ok(found);
+        }
+        let now = api
+            .get_opt(name)
+            .await?
+            .map(|k| status(&k))
+            .unwrap_or_default();
+        bail!(
+            "{label}: {what} not reached in {timeout:?}\nstatus:\n{now}\nmanager log:\n{}",
+            self.manager_log()
+        )
+    }
+
+    /// Waits until `ready` holds for the KamajiControlPlane `ns/name`.
+    pub async fn wait_kcp(
+        &self,
+        ns: &str,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        ready: impl Fn(&KamajiControlPlane) -> bool + Send + 'static,
+    ) -> Result<KamajiControlPlane> {
+        let api: Api<KamajiControlPlane> = Api::namespaced(self.client(), ns);
+        self.wait_for(
+            api,
+            &format!("KamajiControlPlane {ns}/{name}"),
+            name,
+            what,
+            timeout,
+            ready,
+            |k| serde_yaml::to_string(&k.status).unwrap_or_default(),
+        )
+        .await
+    }
+}
+
+/// The message of condition `type_` of a KamajiControlPlane (empty when absent).
+#[must_use]
+pub fn condition_message(kcp: &KamajiControlPlane, type_: &str) -> String {
+    kcp.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == type_))
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// Polls `/readyz` of a tenant every 250 ms until stopped, counting answers and failures (a
+/// refused connection, a timeout or anything but `ok`). Every poll opens a new connection, as
+/// a fresh client behind a load balancer would: a kept-alive connection would stay pinned to
+/// one API server, and a terminating API server fails `/readyz` on purpose.
+pub struct ReadyzProbe {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicU32>,
+    failed: Arc<AtomicU32>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReadyzProbe {
+    /// Starts probing with `tenant` (a new client, so a new connection, per poll).
+    pub fn start(tenant: kube::Config) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicU32::new(0));
+        let failed = Arc::new(AtomicU32::new(0));
+        let task = {
+            let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let ready = match Client::try_from(tenant.clone()) {
+                        Ok(c) => kamaji_testenv::readyz(&c).await,
+                        Err(_) => false,
+                    };
+                    if ready {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            })
+        };
+        Self {
+            stop,
+            ok,
+            failed,
+            task,
+        }
+    }
+
+    /// Stops probing; returns `(answers ok, failures)`.
+    pub async fn stop(self) -> (u32, u32) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Waits until Deployment `ns/name` has rolled out completely: the controller saw the current
+/// spec, `replicas` pods exist, all are updated and available, and `done` holds for its spec.
+pub async fn wait_rolled_out(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    timeout: Duration,
+    done: impl Fn(&Deployment) -> bool + Send + 'static,
+) -> Result<Deployment> {
+    let api: Api<Deployment> = Api::namespaced(env.client(), ns);
+    let label = format!("Deployment {ns}/{name}");
+    let want = Some(replicas);
+    let ok = move |d: &Deployment| {
+        let s = d.status.clone().unwrap_or_default();
+        done(d)
+            && s.observed_generation == d.metadata.generation
+            && s.updated_replicas == want
+            && s.available_replicas == want
+            && s.replicas == want
+    };
+    env.wait_for(api, &label, name, "rolled out", timeout, ok, |d| {
+        serde_yaml::to_string(&d.status).unwrap_or_default()
+    })
+    .await
+}

@@ -1,0 +1,31 @@
+//! Stand-ins for what another provider would do: the infrastructure provider marking the CAPI
+//! quickstart's `OpenStackCluster` provisioned (its CRD is kamaji-testenv's stand-in,
+//! [`kamaji_testenv::standins::OPENSTACK_CLUSTER_CRD`]).
+
+use anyhow::Result;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+
+use crate::Env;
+
+impl Env {
+    /// Marks the stand-in OpenStackCluster `ns/name` provisioned (`status.ready` and
+    /// `status.initialization.provisioned`), as the infrastructure provider would; returns the
+    /// API of OpenStackClusters in `ns`.
+    pub async fn mark_openstack_cluster_provisioned(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Api<DynamicObject>> {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "infrastructure.cluster.x-k8s.io",
+            "v1alpha6",
+            "OpenStackCluster",
+        ));
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client(), ns, &ar);
+        let status =
+            serde_json::json!({"status": {"ready": true, "initialization": {"provisioned": true}}});
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+            .await?;
+        Ok(api)
+    }
+}
