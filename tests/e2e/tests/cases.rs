@@ -411,7 +411,7 @@ async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address
     }
     // The provider's own, internal kubeconfig is a different Secret.
     let internal_kc = secret_text(
-        &env.secret("tenant-a", "demo-super-admin-kubeconfig")
+        &env.secret("tenant-a", "demo-super-admin.kubeconfig")
             .await
             .unwrap(),
         "value",
@@ -566,10 +566,7 @@ async fn b10_serving_certificate_covers_fqdn_service_ip_and_endpoint() {
         .await
         .unwrap();
     let (host, _) = endpoint_of(&kcp);
-    let s = env
-        .secret("tenant-a", "demo-apiserver-serving")
-        .await
-        .unwrap();
+    let s = env.secret("tenant-a", "demo-apiserver.tls").await.unwrap();
     let info = CertificateInfo::from_pem(&secret_text(&s, "tls.crt")).unwrap();
     for name in [
         "kubernetes",
@@ -805,9 +802,7 @@ async fn b18_network_comes_from_the_cluster_and_bad_dns_ips_are_refused() {
     assert!(kcm.contains(&"--service-cluster-ip-range=10.100.0.0/16".to_owned()));
     assert!(kcm.contains(&"--cluster-cidr=10.200.0.0/16".to_owned()));
     let info = CertificateInfo::from_pem(&secret_text(
-        &env.secret("tenant-a", "demo-apiserver-serving")
-            .await
-            .unwrap(),
+        &env.secret("tenant-a", "demo-apiserver.tls").await.unwrap(),
         "tls.crt",
     ))
     .unwrap();
