@@ -721,6 +721,17 @@ pub enum CgroupDriver {
     Cgroupfs,
 }
 
+impl CgroupDriver {
+    /// The kubelet's spelling (`KubeletConfiguration.cgroupDriver`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Systemd => "systemd",
+            Self::Cgroupfs => "cgroupfs",
+        }
+    }
+}
+
 /// Kubelet settings (Kamaji `KubeletSpec`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -9,8 +9,12 @@
 //! Modules:
 //! - [`pki`]: key algorithms, certificate authorities, kubeadm-compatible leaf certificates,
 //!   the whole tenant PKI in one call, and the `sha256:` CA hash used by `kubeadm join`;
-//! - [`inspect`]: reading certificates back (x509-parser) and the keep / reissue decision,
-//!   which by construction can never replace a CA;
+//!   [`pki::inspect`] reads certificates back (x509-parser) and makes the keep / reissue
+//!   decision, which by construction can never replace a CA;
+//! - [`controlplane`]: the flags of kube-apiserver, kube-controller-manager and
+//!   kube-scheduler, merged with the user's `extraArgs`, and the file layout of their key
+//!   material;
+//! - [`leaves`]: the leaves of one tenant kept or reissued, as the Secrets that hold them;
 //! - [`kubeconfig`]: kubeconfig rendering (admin, super-admin, controller-manager, scheduler,
 //!   cluster-info);
 //! - [`secrets`]: the Cluster API Secrets (`<cluster>-kubeconfig`, `-ca`, `-sa`, `-proxy`);
@@ -24,10 +28,11 @@
 // CoreDNS, …); backticking every one would hurt readability more than it helps.
 #![allow(clippy::doc_markdown)]
 
+pub mod controlplane;
 pub mod error;
-pub mod inspect;
 pub mod kubeadm;
 pub mod kubeconfig;
+pub mod leaves;
 pub mod network;
 pub mod pki;
 pub mod secrets;

@@ -15,14 +15,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::pki::{CertificateAuthority, LeafCertificate, ServiceAccountKeyPair};
+use kamaji_api::meta::{CLUSTER_NAME_LABEL, CLUSTER_SECRET_TYPE, KUBECONFIG_SECRET_KEY};
 
-/// `cluster.x-k8s.io/secret`.
-pub const CAPI_SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
-/// `cluster.x-k8s.io/cluster-name`.
-pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-/// Key of the kubeconfig in `<cluster>-kubeconfig` (CAPI `KubeconfigDataName`).
-pub const KUBECONFIG_KEY: &str = "value";
+use crate::pki::{CertificateAuthority, LeafCertificate, ServiceAccountKeyPair};
 /// Certificate key of the certificate Secrets.
 pub const TLS_CRT_KEY: &str = "tls.crt";
 /// Private key key of the certificate Secrets.
@@ -50,7 +45,7 @@ fn capi_secret(target: SecretTarget<'_>, data: BTreeMap<String, ByteString>) -> 
             )])),
             ..ObjectMeta::default()
         },
-        type_: Some(CAPI_SECRET_TYPE.into()),
+        type_: Some(CLUSTER_SECRET_TYPE.into()),
         data: Some(data),
         ..Secret::default()
     }
@@ -70,7 +65,7 @@ pub fn kubeconfig_secret(target: SecretTarget<'_>, kubeconfig_yaml: &str) -> Sec
     capi_secret(
         target,
         BTreeMap::from([(
-            KUBECONFIG_KEY.to_owned(),
+            KUBECONFIG_SECRET_KEY.to_owned(),
             ByteString(kubeconfig_yaml.as_bytes().to_vec()),
         )]),
     )

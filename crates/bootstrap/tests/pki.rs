@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
-use kamaji_bootstrap::inspect::{
+use kamaji_bootstrap::pki::inspect::{
     CertificateInfo, LeafDecision, RENEWAL_WINDOW, ReissueReason, decide_leaf, is_signed_by,
     key_matches_certificate,
 };
@@ -379,7 +379,7 @@ fn decide_leaf_keeps_a_fresh_leaf_and_explains_each_reissue() {
     let api = &f.pki.leaves.api_server;
     let m = api.material();
     let d = |existing: Option<&CertAndKey>, spec: &LeafSpec, at: SystemTime| {
-        decide_leaf(existing, spec, ca, at, RENEWAL_WINDOW)
+        decide_leaf(existing, spec, ca.cert_pem(), at, RENEWAL_WINDOW)
     };
     assert_eq!(d(Some(m), &f.api_spec, now()), LeafDecision::Keep);
     assert_eq!(
@@ -441,7 +441,7 @@ fn decide_leaf_keeps_a_fresh_leaf_and_explains_each_reissue() {
     let as_leaf = decide_leaf(
         Some(ca.material()),
         &LeafSpec::admin(),
-        ca,
+        ca.cert_pem(),
         now(),
         RENEWAL_WINDOW,
     );
@@ -572,7 +572,7 @@ proptest! {
         prop_assert_eq!(info.dns_names, want_dns);
         prop_assert_eq!(info.ip_addresses, want_ip);
         prop_assert_eq!(
-            decide_leaf(Some(leaf.material()), &spec, &f.pki.roots.ca, now(), RENEWAL_WINDOW),
+            decide_leaf(Some(leaf.material()), &spec, f.pki.roots.ca.cert_pem(), now(), RENEWAL_WINDOW),
             LeafDecision::Keep
         );
     }
@@ -607,7 +607,7 @@ proptest! {
         let decision = decide_leaf(
             options[pick].as_ref(),
             &spec,
-            ca,
+            ca.cert_pem(),
             at,
             Duration::from_secs(window_days * 86_400),
         );

@@ -66,7 +66,7 @@ fn users_of(
     store
         .state()
         .iter()
-        .filter(|k| crate::spec::datastore_name(k, default) == name)
+        .filter(|k| crate::reconcile::validate::datastore_name(k, default) == name)
         .map(|k| ObjectRef::from_obj(k.as_ref()))
         .collect()
 }

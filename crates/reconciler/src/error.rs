@@ -1,6 +1,24 @@
 //! Reconcile errors, each with a category for metrics and the backoff policy.
 
-use crate::pki::PkiError;
+/// Errors reading key material back.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    /// A root Secret exists but does not hold a usable CA or key: it is never replaced
+    /// automatically (that would cut every client off); a human must repair or delete it.
+    #[error("Secret {name} exists but its key material is unusable: {reason}")]
+    UnusableRoot {
+        /// Secret name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Issuing or rendering failed.
+    #[error(transparent)]
+    Bootstrap(#[from] kamaji_bootstrap::Error),
+    /// The SAN list is invalid.
+    #[error("{0}")]
+    Validation(#[from] kamaji_bootstrap::ValidationError),
+}
 
 /// Why a reconcile pass failed. Invalid specs are not errors: they are reported as the
 /// `SpecValid=False` condition and wait for a change.

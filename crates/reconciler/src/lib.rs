@@ -1,31 +1,21 @@
 //! kamaji-reconciler: the kamaji-rs manager, which turns a Cluster API `Cluster` +
 //! `KamajiControlPlane` into a running tenant control plane (shared/design/ARCHITECTURE.md).
 //!
-//! The reconcile pipeline, one module per step:
-//! - gates and I/O: [`reconcile`] (owner Cluster, paused, finalizer, deletion; observe;
-//!   apply; status written once);
-//! - [`spec`] — validate (pure);
-//! - [`endpoint`], [`plan`], [`pki`], [`args`] — plan (pure, apart from key generation for a
-//!   leaf that must be reissued);
-//! - [`status`] — conditions and contract fields (pure);
-//! - [`tenant`], [`datastore`] — the tenant API and the datastore;
-//! - [`controller`] — watches and backoff; [`server`], [`metrics`] — observability.
+//! - [`reconcile`] — the pipeline, one module per step (gates, validate, observe, plan,
+//!   apply, status, delete); its driver is the only place that writes status;
+//! - [`datastore`], [`tenant`] — I/O with the DataStore and the tenant API;
+//! - [`controller`] — watches and backoff; [`leader`] — leader election; [`server`],
+//!   [`metrics`] — observability; [`context`], [`error`] — shared state and errors.
 
 // Docs name Kubernetes kinds and fields in prose (KamajiControlPlane, DataStore, kubeconfig).
 #![allow(clippy::doc_markdown)]
 
-pub mod args;
 pub mod context;
 pub mod controller;
 pub mod datastore;
-pub mod drift;
-pub mod endpoint;
 pub mod error;
+pub mod leader;
 pub mod metrics;
-pub mod pki;
-pub mod plan;
 pub mod reconcile;
 pub mod server;
-pub mod spec;
-pub mod status;
 pub mod tenant;

@@ -12,7 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kamaji_bootstrap::pki::KeyAlgorithm;
 use kamaji_reconciler::context::{Config, Context};
 use kamaji_reconciler::controller::{self, Scope};
-use kamaji_reconciler::server;
+use kamaji_reconciler::{leader, server};
 use kube::{Api, Client};
 use tracing::{error, info, warn};
 
@@ -125,8 +125,7 @@ async fn main() -> Result<()> {
 
     wait_for_crds(&client).await;
 
-    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
-    if args.leader_elect {
+    let lost = if args.leader_elect {
         let ns = args
             .leader_election_namespace
             .clone()
@@ -137,32 +136,18 @@ async fn main() -> Result<()> {
             .unwrap_or_else(|| "default".into());
         let identity =
             std::env::var("POD_NAME").unwrap_or_else(|_| format!("manager-{}", std::process::id()));
-        let manager =
-            kube_lease_manager::LeaseManagerBuilder::new(client.clone(), "kamaji-rs-manager")
-                .with_namespace(ns.trim())
-                .with_identity(identity)
-                .with_duration(15)
-                .with_grace(5)
-                .build()
-                .await
-                .context("leader election")?;
-        let (mut leading, _task) = manager.watch().await;
-        info!("waiting to become leader");
-        while !*leading.borrow_and_update() {
-            leading.changed().await.context("leader election")?;
-        }
-        info!("became leader");
-        tokio::spawn(async move {
-            while leading.changed().await.is_ok() {
-                if !*leading.borrow() {
-                    break;
-                }
-            }
-            let _ = lost_tx.send(());
-        });
+        Some(leader::acquire(client.clone(), &ns, identity).await?)
     } else {
-        std::mem::forget(lost_tx);
-    }
+        None
+    };
+    let lost_rx = async move {
+        match lost {
+            Some(rx) => {
+                let _ = rx.await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
 
     ready.store(true, Ordering::Relaxed);
     let scope = Scope {
@@ -172,7 +157,7 @@ async fn main() -> Result<()> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => info!("interrupted"),
             () = sigterm() => info!("terminated"),
-            _ = lost_rx => error!("lost leadership"),
+            () = lost_rx => error!("lost leadership"),
         }
     };
     controller::run(ctx, scope, shutdown).await;

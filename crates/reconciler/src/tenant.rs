@@ -11,10 +11,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::error::Error;
-use crate::pki::KUBECONFIG_KEY;
-
-/// Field manager on tenant objects.
-pub const TENANT_FIELD_MANAGER: &str = "kamaji-rs";
+use kamaji_api::meta::{FIELD_MANAGER, KUBECONFIG_SECRET_KEY};
 
 /// A client for the kubeconfig stored under key `value` of `secret`, with short timeouts.
 ///
@@ -24,7 +21,7 @@ pub async fn client_from_secret(secret: &Secret) -> Result<Client, Error> {
     let raw = secret
         .data
         .as_ref()
-        .and_then(|d| d.get(KUBECONFIG_KEY))
+        .and_then(|d| d.get(KUBECONFIG_SECRET_KEY))
         .ok_or_else(|| Error::Tenant("kubeconfig Secret has no `value`".into()))?;
     let kc: Kubeconfig =
         serde_yaml::from_slice(&raw.0).map_err(|e| Error::Tenant(format!("kubeconfig: {e}")))?;
@@ -68,7 +65,7 @@ pub fn objects(artifacts: &TenantArtifacts) -> Result<Vec<DynamicObject>, Error>
 /// # Errors
 /// [`Error::Tenant`] naming the first object the tenant refused.
 pub async fn apply(client: &Client, objects: &[DynamicObject]) -> Result<(), Error> {
-    let pp = PatchParams::apply(TENANT_FIELD_MANAGER).force();
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
     for obj in objects {
         let types = obj
             .types

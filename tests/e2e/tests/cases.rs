@@ -13,7 +13,7 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kamaji_api::KamajiControlPlane;
-use kamaji_bootstrap::inspect::CertificateInfo;
+use kamaji_bootstrap::pki::inspect::CertificateInfo;
 use kamaji_bootstrap::token::{BootstrapToken, TokenSecretOptions, bootstrap_token_secret};
 use kamaji_e2e::{Env, F0, condition_message, secret_text, serial};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};

@@ -16,7 +16,7 @@ pub const NAME: &str = "cluster-info";
 /// `kube-public`.
 pub const NAMESPACE: &str = "kube-public";
 /// The data key holding the kubeconfig.
-pub const KUBECONFIG_KEY: &str = "kubeconfig";
+pub const CLUSTER_INFO_KUBECONFIG_KEY: &str = "kubeconfig";
 /// Name of the Role/RoleBinding for anonymous reads.
 pub const RBAC_NAME: &str = "kubeadm:bootstrap-signer-clusterinfo";
 
@@ -30,7 +30,10 @@ pub fn config_map(server: &str, ca_cert_pem: &str) -> Result<ConfigMap, Error> {
     let kubeconfig = cluster_info_kubeconfig(server, ca_cert_pem).to_yaml()?;
     Ok(ConfigMap {
         metadata: meta(NAME, Some(NAMESPACE)),
-        data: Some(BTreeMap::from([(KUBECONFIG_KEY.to_owned(), kubeconfig)])),
+        data: Some(BTreeMap::from([(
+            CLUSTER_INFO_KUBECONFIG_KEY.to_owned(),
+            kubeconfig,
+        )])),
         ..ConfigMap::default()
     })
 }
@@ -44,7 +47,7 @@ pub fn config_map(server: &str, ca_cert_pem: &str) -> Result<ConfigMap, Error> {
 pub fn sign(config_map: &mut ConfigMap, tokens: &[BootstrapToken]) -> Result<(), Error> {
     let data = config_map.data.get_or_insert_with(BTreeMap::new);
     let kubeconfig = data
-        .get(KUBECONFIG_KEY)
+        .get(CLUSTER_INFO_KUBECONFIG_KEY)
         .cloned()
         .ok_or_else(|| parse_err("cluster-info", "no kubeconfig key"))?;
     data.retain(|k, _| !k.starts_with(JWS_KEY_PREFIX));

@@ -21,8 +21,7 @@ use crate::kubeconfig::server_url;
 use crate::network::{NetworkSpec, TenantNetwork, is_dns_subdomain};
 use crate::version::KubernetesVersion;
 
-/// The default image registry (`registry.k8s.io`).
-pub const DEFAULT_REGISTRY: &str = "registry.k8s.io";
+pub use kamaji_api::kcp::{CgroupDriver, DEFAULT_REGISTRY};
 
 /// Image override of an addon (`spec.addons.coreDNS` / `kubeProxy`: `imageRepository`,
 /// `imageTag`).
@@ -37,8 +36,8 @@ pub struct AddonImage {
 /// Kubelet settings (`spec.kubelet` of the KamajiControlPlane).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct KubeletSpec {
-    /// `systemd` (default when empty) or `cgroupfs`.
-    pub cgroup_driver: String,
+    /// The kubelet cgroup driver; `None` means kubeadm's default, `systemd`.
+    pub cgroup_driver: Option<CgroupDriver>,
     /// RFC 6902 JSON patches applied to the rendered KubeletConfiguration, in order.
     pub configuration_json_patches: json_patch::Patch,
     /// `preferredAddressTypes`: the order in which the API server tries node addresses
@@ -82,27 +81,6 @@ pub struct TenantSpec {
     pub coredns: AddonImage,
     /// kube-proxy image override.
     pub kube_proxy: AddonImage,
-}
-
-/// kubelet cgroup driver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CgroupDriver {
-    /// `systemd` (kubeadm's default).
-    #[default]
-    Systemd,
-    /// `cgroupfs`.
-    Cgroupfs,
-}
-
-impl CgroupDriver {
-    /// The kubelet spelling.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Systemd => "systemd",
-            Self::Cgroupfs => "cgroupfs",
-        }
-    }
 }
 
 /// A validated [`TenantSpec`]; only [`TenantSpec::validate`] builds one.
@@ -193,16 +171,7 @@ impl TenantSpec {
             &version.tag(),
             "addons.kubeProxy",
         )?;
-        let cgroup_driver = match self.kubelet.cgroup_driver.as_str() {
-            "" | "systemd" => CgroupDriver::Systemd,
-            "cgroupfs" => CgroupDriver::Cgroupfs,
-            other => {
-                return Err(ValidationError::new(
-                    "kubelet.cgroupfs",
-                    format!("{other:?} is not systemd or cgroupfs"),
-                ));
-            }
-        };
+        let cgroup_driver = self.kubelet.cgroup_driver.unwrap_or(CgroupDriver::Systemd);
         let mut preferred_address_types = Vec::new();
         for (i, t) in self.kubelet.preferred_address_types.iter().enumerate() {
             let field = format!("kubelet.preferredAddressTypes[{i}]");
@@ -267,6 +236,39 @@ fn image(
 }
 
 impl Tenant {
+    /// The same tenant behind `endpoint_host:endpoint_port`, with `etcd_endpoints` recorded in
+    /// kubeadm-config: the endpoint is known only once the control plane is exposed, while
+    /// everything else is validated before anything is created.
+    ///
+    /// # Errors
+    /// A [`ValidationError`] on `controlPlaneEndpoint.host` / `.port`.
+    pub fn at_endpoint(
+        &self,
+        endpoint_host: &str,
+        endpoint_port: u16,
+        etcd_endpoints: Vec<String>,
+    ) -> Result<Self, ValidationError> {
+        let host = endpoint_host.trim();
+        if host.parse::<std::net::IpAddr>().is_err() && !is_dns_subdomain(host) {
+            return Err(ValidationError::new(
+                "controlPlaneEndpoint.host",
+                format!("{host:?} is neither an IP address nor a DNS name"),
+            ));
+        }
+        if endpoint_port == 0 {
+            return Err(ValidationError::new(
+                "controlPlaneEndpoint.port",
+                "must be 1-65535",
+            ));
+        }
+        Ok(Self {
+            endpoint_host: host.to_owned(),
+            endpoint_port,
+            etcd_endpoints,
+            ..self.clone()
+        })
+    }
+
     /// Cluster name.
     #[must_use]
     pub fn cluster_name(&self) -> &str {

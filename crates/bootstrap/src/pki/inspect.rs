@@ -13,13 +13,14 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::GeneralName;
 use x509_parser::pem::parse_x509_pem;
 
+use super::spec::{CertAndKey, LeafSpec};
 use crate::error::{Error, parse_err};
-use crate::pki::{CertAndKey, CertificateAuthority, LeafSpec};
 
-/// Renew a leaf when less than this is left: CAPI's `ClientCertificateRenewalDuration`
-/// (365 days / 2), the rule CAPI applies to the kubeconfig's client certificate (contract
-/// item 54), applied to every leaf.
-pub const RENEWAL_WINDOW: Duration = Duration::from_hours(365 * 24 / 2);
+/// Leaves are reissued when less than this is left of their validity. kubeadm renews
+/// certificates on upgrade; CAPI renews the kubeconfig's client certificate at half its life.
+/// kamaji-rs reissues a leaf 30 days before it expires (the pod-template hash then rolls the
+/// pods onto it).
+pub const RENEWAL_WINDOW: Duration = Duration::from_hours(30 * 24);
 
 /// What a certificate says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,7 +233,7 @@ pub enum LeafDecision {
 pub fn decide_leaf(
     existing: Option<&CertAndKey>,
     desired: &LeafSpec,
-    ca: &CertificateAuthority,
+    issuer_cert_pem: &str,
     now: SystemTime,
     renewal_window: Duration,
 ) -> LeafDecision {
@@ -248,7 +249,7 @@ pub fn decide_leaf(
         Ok(false) => return Reissue(ReissueReason::KeyMismatch),
         Ok(true) => {}
     }
-    if !is_signed_by(existing.cert_pem(), ca.cert_pem()).unwrap_or(false) {
+    if !is_signed_by(existing.cert_pem(), issuer_cert_pem).unwrap_or(false) {
         return Reissue(ReissueReason::IssuerChanged);
     }
     if info.common_name.as_deref() != Some(desired.common_name())

@@ -1,5 +1,6 @@
 //! The **status** step: conditions and contract fields computed once per pass from what was
-//! observed and applied (pure), then written once — and not at all when nothing changed.
+//! observed and applied (pure); the driver writes the result once — and not at all when
+//! nothing changed.
 //!
 //! Both CAPI contract flavours are filled (capi-contract.md §D and the v1beta1 items):
 //! `initialization.controlPlaneInitialized` / `initialized`, replica counters from the
@@ -207,6 +208,38 @@ pub fn compute(inputs: &StatusInputs<'_>, now: &Time) -> KamajiControlPlaneStatu
         conditions: Some(conditions),
         observed_generation: Some(inputs.generation),
     }
+}
+
+/// The stored status with `conds` merged in, for passes that stop before the spec is valid
+/// (gates, an invalid spec): nothing else changes.
+#[must_use]
+pub fn conditions_only(
+    prev: &KamajiControlPlaneStatus,
+    conds: &[Cond],
+    generation: i64,
+    now: &Time,
+) -> KamajiControlPlaneStatus {
+    let mut next = prev.clone();
+    next.conditions = Some(merge_conditions(
+        prev.conditions.as_deref().unwrap_or_default(),
+        conds,
+        generation,
+        now,
+    ));
+    next.external_managed_control_plane = Some(true);
+    next
+}
+
+/// Whether `next` is the first status that says the control plane is initialized.
+#[must_use]
+pub fn newly_initialized(prev: &KamajiControlPlaneStatus, next: &KamajiControlPlaneStatus) -> bool {
+    let initialized = |s: &KamajiControlPlaneStatus| {
+        s.initialization
+            .as_ref()
+            .and_then(|i| i.control_plane_initialized)
+            .unwrap_or(false)
+    };
+    !initialized(prev) && initialized(next)
 }
 
 /// The CAPI contract conditions: `Initialized`, `Available`, `RollingOut`, `ScalingUp`,

@@ -1,0 +1,303 @@
+//! The control-plane programs as kubeadm runs them in its static pods: the flags of
+//! kube-apiserver, kube-controller-manager and kube-scheduler (kubeadm v1.36's
+//! `cmd/kubeadm/app/phases/controlplane/manifests.go`, adapted to a datastore shared by many
+//! tenants and to Secrets mounted as directories), merged with the user's `extraArgs`
+//! ([`flags`]), and the file tree they read their key material from ([`layout`]).
+//!
+//! Everything here is a pure function of a [`ControlPlaneSpec`]; the reconciler turns the
+//! result into a Deployment, and the real-program tests start the same programs with the same
+//! arguments.
+
+pub mod flags;
+pub mod layout;
+
+use std::net::IpAddr;
+
+pub use flags::{Component, Flag, merge, removed_flag};
+pub use layout::{Layout, PkiVolume};
+
+use crate::network::TenantNetwork;
+
+/// kube-controller-manager's secure port (kubeadm default).
+pub const CONTROLLER_MANAGER_PORT: u16 = 10257;
+/// kube-scheduler's secure port (kubeadm default).
+pub const SCHEDULER_PORT: u16 = 10259;
+
+/// How the API server reaches its datastore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatastoreWiring {
+    /// `--etcd-servers` URLs.
+    pub servers: Vec<String>,
+    /// `--etcd-prefix`, e.g. `/tenant_a_demo_1a2b3c4d`.
+    pub prefix: String,
+    /// Whether the datastore takes a TLS client certificate (mounted as
+    /// [`PkiVolume::Datastore`]).
+    pub tls: bool,
+}
+
+/// Everything the components' default flags depend on, already validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControlPlaneSpec {
+    /// The CAPI Cluster name (`--cluster-name`).
+    pub cluster_name: String,
+    /// kube-apiserver's secure port.
+    pub port: u16,
+    /// The tenant network (service and pod ranges, DNS domain).
+    pub network: TenantNetwork,
+    /// `--enable-admission-plugins`.
+    pub admission_plugins: Vec<String>,
+    /// `--kubelet-preferred-address-types`.
+    pub kubelet_address_types: Vec<String>,
+    /// `--advertise-address`, when the endpoint is an IP address.
+    pub advertise_address: Option<IpAddr>,
+    /// The datastore.
+    pub datastore: DatastoreWiring,
+    /// Where the key material is.
+    pub layout: Layout,
+}
+
+fn join_nets(nets: &[ipnet::IpNet]) -> String {
+    nets.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// kamaji-rs's default flags of `component` (before `extraArgs`), in kubeadm's order.
+#[must_use]
+#[allow(clippy::too_many_lines)] // one flag per line, as kubeadm's static-pod manifests list them
+pub fn default_flags(spec: &ControlPlaneSpec, component: Component) -> Vec<Flag> {
+    let l = &spec.layout;
+    let file = |v: PkiVolume, f: &str| l.file(v, f);
+    match component {
+        Component::ApiServer => {
+            let ds = &spec.datastore;
+            let mut f = vec![
+                Flag::new("allow-privileged", "true"),
+                Flag::new("authorization-mode", "Node,RBAC"),
+                Flag::new("client-ca-file", file(PkiVolume::Ca, "tls.crt")),
+                Flag::new("enable-admission-plugins", spec.admission_plugins.join(",")),
+                Flag::new("enable-bootstrap-token-auth", "true"),
+                Flag::new("etcd-servers", ds.servers.join(",")),
+                Flag::new("etcd-prefix", ds.prefix.clone()),
+            ];
+            if ds.tls {
+                f.push(Flag::new(
+                    "etcd-cafile",
+                    file(PkiVolume::Datastore, "ca.crt"),
+                ));
+                f.push(Flag::new(
+                    "etcd-certfile",
+                    file(PkiVolume::Datastore, "tls.crt"),
+                ));
+                f.push(Flag::new(
+                    "etcd-keyfile",
+                    file(PkiVolume::Datastore, "tls.key"),
+                ));
+            }
+            if let Some(ip) = spec.advertise_address {
+                f.push(Flag::new("advertise-address", ip.to_string()));
+            }
+            f.extend([
+                Flag::new(
+                    "kubelet-client-certificate",
+                    file(PkiVolume::ApiServerKubeletClient, "tls.crt"),
+                ),
+                Flag::new(
+                    "kubelet-client-key",
+                    file(PkiVolume::ApiServerKubeletClient, "tls.key"),
+                ),
+                Flag::new(
+                    "kubelet-preferred-address-types",
+                    spec.kubelet_address_types.join(","),
+                ),
+                Flag::new(
+                    "proxy-client-cert-file",
+                    file(PkiVolume::FrontProxyClient, "tls.crt"),
+                ),
+                Flag::new(
+                    "proxy-client-key-file",
+                    file(PkiVolume::FrontProxyClient, "tls.key"),
+                ),
+                Flag::new("requestheader-allowed-names", "front-proxy-client"),
+                Flag::new(
+                    "requestheader-client-ca-file",
+                    file(PkiVolume::FrontProxyCa, "tls.crt"),
+                ),
+                Flag::new("requestheader-extra-headers-prefix", "X-Remote-Extra-"),
+                Flag::new("requestheader-group-headers", "X-Remote-Group"),
+                Flag::new("requestheader-username-headers", "X-Remote-User"),
+                Flag::new("secure-port", spec.port.to_string()),
+                Flag::new(
+                    "service-account-issuer",
+                    format!(
+                        "https://kubernetes.default.svc.{}",
+                        spec.network.dns_domain()
+                    ),
+                ),
+                Flag::new(
+                    "service-account-key-file",
+                    file(PkiVolume::ServiceAccount, "tls.crt"),
+                ),
+                Flag::new(
+                    "service-account-signing-key-file",
+                    file(PkiVolume::ServiceAccount, "tls.key"),
+                ),
+                Flag::new(
+                    "service-cluster-ip-range",
+                    join_nets(spec.network.service_cidrs()),
+                ),
+                Flag::new("tls-cert-file", file(PkiVolume::ApiServer, "tls.crt")),
+                Flag::new(
+                    "tls-private-key-file",
+                    file(PkiVolume::ApiServer, "tls.key"),
+                ),
+            ]);
+            f
+        }
+        Component::ControllerManager => {
+            let kc = l.kubeconfig(component).unwrap_or_default();
+            let mut f = vec![
+                Flag::new("authentication-kubeconfig", kc.clone()),
+                Flag::new("authorization-kubeconfig", kc.clone()),
+                Flag::new("bind-address", "0.0.0.0"),
+                Flag::new("client-ca-file", file(PkiVolume::Ca, "tls.crt")),
+                Flag::new("cluster-name", spec.cluster_name.clone()),
+                Flag::new("cluster-signing-cert-file", file(PkiVolume::Ca, "tls.crt")),
+                Flag::new("cluster-signing-key-file", file(PkiVolume::Ca, "tls.key")),
+                Flag::new("controllers", "*,bootstrapsigner,tokencleaner"),
+                Flag::new("kubeconfig", kc),
+                Flag::new("leader-elect", "true"),
+                Flag::new(
+                    "requestheader-client-ca-file",
+                    file(PkiVolume::FrontProxyCa, "tls.crt"),
+                ),
+                Flag::new("root-ca-file", file(PkiVolume::Ca, "tls.crt")),
+                Flag::new(
+                    "service-account-private-key-file",
+                    file(PkiVolume::ServiceAccount, "tls.key"),
+                ),
+                Flag::new(
+                    "service-cluster-ip-range",
+                    join_nets(spec.network.service_cidrs()),
+                ),
+                Flag::new("use-service-account-credentials", "true"),
+            ];
+            if !spec.network.pod_cidrs().is_empty() {
+                f.push(Flag::new("allocate-node-cidrs", "true"));
+                f.push(Flag::new(
+                    "cluster-cidr",
+                    join_nets(spec.network.pod_cidrs()),
+                ));
+            }
+            f
+        }
+        Component::Scheduler => {
+            let kc = l.kubeconfig(component).unwrap_or_default();
+            vec![
+                Flag::new("authentication-kubeconfig", kc.clone()),
+                Flag::new("authorization-kubeconfig", kc.clone()),
+                Flag::new("bind-address", "0.0.0.0"),
+                Flag::new("kubeconfig", kc),
+                Flag::new("leader-elect", "true"),
+            ]
+        }
+    }
+}
+
+/// The full argument list of `component`: [`default_flags`] merged with the user's `extra`
+/// flags ([`merge`]).
+#[must_use]
+pub fn component_args(
+    spec: &ControlPlaneSpec,
+    component: Component,
+    extra: &[String],
+) -> Vec<String> {
+    merge(component, &default_flags(spec, component), extra)
+}
+
+/// The container port and the liveness and readiness paths of `component`'s health endpoint
+/// (kubeadm's static-pod probes).
+#[must_use]
+pub fn health_endpoint(
+    spec: &ControlPlaneSpec,
+    component: Component,
+) -> (u16, &'static str, &'static str) {
+    match component {
+        Component::ApiServer => (spec.port, "/livez", "/readyz"),
+        Component::ControllerManager => (CONTROLLER_MANAGER_PORT, "/healthz", "/healthz"),
+        Component::Scheduler => (SCHEDULER_PORT, "/healthz", "/healthz"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::NetworkSpec;
+
+    fn spec(tls: bool) -> ControlPlaneSpec {
+        ControlPlaneSpec {
+            cluster_name: "demo".into(),
+            port: 6443,
+            network: NetworkSpec {
+                service_cidrs: vec!["10.96.0.0/12".into()],
+                pod_cidrs: vec!["10.244.0.0/16".into()],
+                dns_domain: "cluster.local".into(),
+                dns_service_ips: vec![],
+            }
+            .validate()
+            .unwrap(),
+            admission_plugins: vec!["NodeRestriction".into()],
+            kubelet_address_types: vec!["InternalIP".into()],
+            advertise_address: Some("10.0.0.10".parse().unwrap()),
+            datastore: DatastoreWiring {
+                servers: vec!["https://10.0.0.2:2379".into()],
+                prefix: "/tenant_a_demo_1".into(),
+                tls,
+            },
+            layout: Layout::default(),
+        }
+    }
+
+    /// Every file a flag names is in a volume the component mounts.
+    #[test]
+    fn every_flag_path_is_mounted() {
+        for tls in [true, false] {
+            let s = spec(tls);
+            for c in Component::ALL {
+                let mounted: Vec<String> = Layout::mounts(c, tls)
+                    .into_iter()
+                    .map(|v| s.layout.dir(v))
+                    .collect();
+                for f in default_flags(&s, c) {
+                    let Some(v) = f.value.filter(|v| v.starts_with("/etc/kubernetes/")) else {
+                        continue;
+                    };
+                    assert!(
+                        mounted.iter().any(|d| v.starts_with(&format!("{d}/"))),
+                        "{c:?} --{}={v} is not mounted",
+                        f.name
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn datastore_tls_flags_follow_the_wiring() {
+        let with = component_args(&spec(true), Component::ApiServer, &[]);
+        assert!(with.contains(&"--etcd-certfile=/etc/kubernetes/pki/datastore/tls.crt".into()));
+        let without = component_args(&spec(false), Component::ApiServer, &[]);
+        assert!(!without.iter().any(|a| a.starts_with("--etcd-certfile")));
+        assert!(with.contains(&"--advertise-address=10.0.0.10".into()));
+    }
+
+    #[test]
+    fn a_rooted_layout_moves_every_path() {
+        let mut s = spec(true);
+        s.layout = Layout::new("/tmp/t");
+        let args = component_args(&s, Component::ControllerManager, &[]);
+        assert!(args.contains(&"--kubeconfig=/tmp/t/controller-manager/kubeconfig".into()));
+        assert!(args.iter().all(|a| !a.contains("/etc/kubernetes")));
+    }
+}

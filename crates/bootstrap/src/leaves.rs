@@ -1,0 +1,381 @@
+//! The leaves of one tenant, kept or reissued, as the Secrets that hold them.
+//!
+//! Every pass, each leaf (serving certificate, kubelet and front-proxy clients, the
+//! controller-manager and scheduler kubeconfigs, the provider's super-admin kubeconfig and the
+//! CAPI `<cluster>-kubeconfig`) is read back from its Secret and kept, byte for byte, unless
+//! [`decide_leaf`] says it must be reissued (missing, SANs or subject changed, issuer changed,
+//! expiring within [`RENEWAL_WINDOW`]) or its kubeconfig points elsewhere. Randomness (a new key)
+//! happens only for a leaf that is reissued. The roots are inputs: nothing here can replace
+//! one.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::Secret;
+use kamaji_api::meta::KUBECONFIG_SECRET_KEY;
+use kamaji_api::names::{InternalSecret, ObjectNames};
+
+use crate::error::Error;
+use crate::kubeconfig::{self, Kubeconfig};
+use crate::pki::inspect::{LeafDecision, RENEWAL_WINDOW, decide_leaf};
+use crate::pki::{
+    CertAndKey, CertificateAuthority, DatastoreCa, KeyAlgorithm, LeafCertificate, LeafRole,
+    LeafSpec, TenantRoots,
+};
+use crate::secrets::{self, SecretTarget};
+
+/// Every leaf a control plane stores, in apply order.
+pub const LEAVES: [LeafRole; 7] = [
+    LeafRole::ApiServer,
+    LeafRole::ApiServerKubeletClient,
+    LeafRole::FrontProxyClient,
+    LeafRole::ControllerManager,
+    LeafRole::Scheduler,
+    LeafRole::SuperAdmin,
+    LeafRole::Admin,
+];
+
+/// The Secret holding the leaf of `role` (for the roles in [`LEAVES`]; the datastore client is
+/// `<cluster>-apiserver-etcd-client`).
+#[must_use]
+pub fn secret_name(names: &ObjectNames, role: LeafRole) -> String {
+    match role {
+        LeafRole::ApiServer => names.internal_secret(InternalSecret::ApiServer),
+        LeafRole::ApiServerKubeletClient => {
+            names.internal_secret(InternalSecret::ApiServerKubeletClient)
+        }
+        LeafRole::FrontProxyClient => names.internal_secret(InternalSecret::FrontProxyClient),
+        LeafRole::ControllerManager => {
+            names.internal_secret(InternalSecret::ControllerManagerKubeconfig)
+        }
+        LeafRole::Scheduler => names.internal_secret(InternalSecret::SchedulerKubeconfig),
+        LeafRole::SuperAdmin => names.internal_secret(InternalSecret::SuperAdminKubeconfig),
+        LeafRole::Admin => names.kubeconfig_secret(),
+        LeafRole::DatastoreClient | LeafRole::DatastoreServer => {
+            names.apiserver_etcd_client_secret()
+        }
+    }
+}
+
+/// What [`plan`] needs besides the stored Secrets.
+#[derive(Debug, Clone)]
+pub struct LeafInputs<'a> {
+    /// The control plane's object names.
+    pub names: &'a ObjectNames,
+    /// Namespace of the Secrets.
+    pub namespace: &'a str,
+    /// The CAPI Cluster name (label value, kubeconfig cluster name).
+    pub cluster_name: &'a str,
+    /// The roots that sign the leaves.
+    pub roots: &'a TenantRoots,
+    /// The serving certificate's spec (its SANs follow the endpoint and the Service).
+    pub api_server: &'a LeafSpec,
+    /// `https://localhost:<port>`: the controller-manager's and scheduler's server.
+    pub local_url: String,
+    /// The public endpoint URL: the CAPI kubeconfig's server.
+    pub endpoint_url: String,
+    /// The super-admin kubeconfig's server: the management Service, else the endpoint.
+    pub super_admin_url: String,
+    /// Algorithm of new keys.
+    pub algorithm: KeyAlgorithm,
+    /// Now.
+    pub now: SystemTime,
+}
+
+/// A leaf Secret to store and whether its content is new.
+#[derive(Debug, Clone)]
+pub struct LeafSecret {
+    /// Which leaf.
+    pub role: LeafRole,
+    /// The Secret, full content (labels; no owner reference).
+    pub secret: Secret,
+    /// Whether the content differs from what is stored (new or reissued).
+    pub changed: bool,
+}
+
+impl LeafInputs<'_> {
+    /// The kubeconfig server of a kubeconfig leaf; `None` for certificate-only leaves.
+    fn server(&self, role: LeafRole) -> Option<&str> {
+        match role {
+            LeafRole::ControllerManager | LeafRole::Scheduler => Some(&self.local_url),
+            LeafRole::SuperAdmin => Some(&self.super_admin_url),
+            LeafRole::Admin => Some(&self.endpoint_url),
+            _ => None,
+        }
+    }
+
+    /// The spec and issuer of a leaf in [`LEAVES`].
+    fn spec_and_issuer(&self, role: LeafRole) -> (LeafSpec, &CertificateAuthority) {
+        let ca = &self.roots.ca;
+        match role {
+            LeafRole::ApiServer => (self.api_server.clone(), ca),
+            LeafRole::ApiServerKubeletClient => (LeafSpec::api_server_kubelet_client(), ca),
+            LeafRole::FrontProxyClient => {
+                (LeafSpec::front_proxy_client(), &self.roots.front_proxy_ca)
+            }
+            LeafRole::ControllerManager => (LeafSpec::controller_manager(), ca),
+            LeafRole::Scheduler => (LeafSpec::scheduler(), ca),
+            LeafRole::SuperAdmin => (LeafSpec::super_admin(), ca),
+            _ => (LeafSpec::admin(), ca),
+        }
+    }
+}
+
+/// Keeps or reissues every leaf of [`LEAVES`]; `existing` holds the stored Secrets by name.
+/// Returns the Secrets in [`LEAVES`] order; an unchanged one carries the stored bytes exactly.
+///
+/// # Errors
+/// [`Error`] when issuing or rendering fails.
+pub fn plan(
+    inputs: &LeafInputs<'_>,
+    existing: &BTreeMap<String, Secret>,
+) -> Result<Vec<LeafSecret>, Error> {
+    let ca_data = base64::engine::general_purpose::STANDARD.encode(inputs.roots.ca.cert_pem());
+    let mut out = Vec::with_capacity(LEAVES.len());
+    for role in LEAVES {
+        let name = secret_name(inputs.names, role);
+        let target = SecretTarget {
+            name: &name,
+            namespace: inputs.namespace,
+            cluster_name: inputs.cluster_name,
+        };
+        let (spec, issuer) = inputs.spec_and_issuer(role);
+        let server = inputs.server(role);
+        let current = existing.get(&name);
+        let stored = current.and_then(|s| stored_leaf(s, server.is_some()));
+        let server_ok = match (server, current) {
+            (Some(want), Some(s)) => {
+                kubeconfig_of(s).is_some_and(|k| k.server == want && k.ca_data == ca_data)
+            }
+            _ => true,
+        };
+        let decision = decide_leaf(
+            stored.as_ref(),
+            &spec,
+            issuer.cert_pem(),
+            inputs.now,
+            RENEWAL_WINDOW,
+        );
+        let leaf = match (decision, stored) {
+            (LeafDecision::Keep, Some(pair)) => {
+                LeafCertificate::from_pem(spec.role(), pair.cert_pem(), pair.key_pem())
+            }
+            _ => issuer.issue(&spec, inputs.algorithm, inputs.now)?,
+        };
+        let mut secret = match server {
+            None => secrets::leaf_secret(target, &leaf),
+            Some(url) => {
+                let kc = render_kubeconfig(role, inputs.cluster_name, url, &inputs.roots.ca, &leaf);
+                secrets::kubeconfig_secret(target, &kc.to_yaml()?)
+            }
+        };
+        let changed = !matches!(decision, LeafDecision::Keep) || !server_ok || current.is_none();
+        if !changed && let Some(cur) = current {
+            // Keep the stored bytes exactly, so an unchanged leaf is byte-identical.
+            secret.data.clone_from(&cur.data);
+        }
+        out.push(LeafSecret {
+            role,
+            secret,
+            changed,
+        });
+    }
+    Ok(out)
+}
+
+fn render_kubeconfig(
+    role: LeafRole,
+    cluster: &str,
+    server: &str,
+    ca: &CertificateAuthority,
+    leaf: &LeafCertificate,
+) -> Kubeconfig {
+    match role {
+        LeafRole::ControllerManager => {
+            kubeconfig::controller_manager_kubeconfig(cluster, server, ca, leaf)
+        }
+        LeafRole::Scheduler => kubeconfig::scheduler_kubeconfig(cluster, server, ca, leaf),
+        LeafRole::SuperAdmin => kubeconfig::super_admin_kubeconfig(cluster, server, ca, leaf),
+        _ => kubeconfig::capi_admin_kubeconfig(cluster, server, ca, leaf),
+    }
+}
+
+/// The parts of a stored kubeconfig that decide whether it can be kept: server, CA data,
+/// client certificate and key (PEM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredKubeconfig {
+    /// `clusters[0].cluster.server`.
+    pub server: String,
+    /// `clusters[0].cluster.certificate-authority-data` (base64).
+    pub ca_data: String,
+    /// The client certificate and key of `users[0]`.
+    pub client: Option<CertAndKey>,
+}
+
+/// Reads the kubeconfig stored under `value` of a Secret.
+#[must_use]
+pub fn kubeconfig_of(secret: &Secret) -> Option<StoredKubeconfig> {
+    let raw = secret.data.as_ref()?.get(KUBECONFIG_SECRET_KEY)?;
+    let v: serde_yaml::Value = serde_yaml::from_slice(&raw.0).ok()?;
+    let cluster = &v.get("clusters")?.get(0)?.get("cluster")?;
+    let text =
+        |x: Option<&serde_yaml::Value>| x.and_then(serde_yaml::Value::as_str).map(str::to_owned);
+    let user = v
+        .get("users")
+        .and_then(|u| u.get(0))
+        .and_then(|u| u.get("user"));
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let pem = |key: &str| {
+        text(user.and_then(|u| u.get(key)))
+            .and_then(|d| b64.decode(d).ok())
+            .and_then(|b| String::from_utf8(b).ok())
+    };
+    Some(StoredKubeconfig {
+        server: text(cluster.get("server"))?,
+        ca_data: text(cluster.get("certificate-authority-data")).unwrap_or_default(),
+        client: pem("client-certificate-data")
+            .zip(pem("client-key-data"))
+            .map(|(c, k)| CertAndKey::new(c, k)),
+    })
+}
+
+/// The certificate and key stored in a leaf Secret: `tls.crt`/`tls.key`, or the client
+/// certificate of its kubeconfig.
+fn stored_leaf(secret: &Secret, is_kubeconfig: bool) -> Option<CertAndKey> {
+    if is_kubeconfig {
+        kubeconfig_of(secret)?.client
+    } else {
+        let (crt, key) = secrets::tls_pair_of(secret)?;
+        Some(CertAndKey::new(crt, key))
+    }
+}
+
+/// The datastore client certificate of a tenant: kept while valid for `common_name` and
+/// signed by the DataStore CA (`ca_cert_pem` + `ca_key_pem`), otherwise issued anew. Returns the
+/// leaf and whether it is new. The DataStore CA key is only used here, in memory; it is never
+/// written into a tenant Secret.
+///
+/// # Errors
+/// [`Error`] when the CA does not load or issuing fails.
+pub fn datastore_client(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    common_name: &str,
+    existing: Option<&Secret>,
+    algorithm: KeyAlgorithm,
+    now: SystemTime,
+) -> Result<(LeafCertificate, bool), Error> {
+    let spec = LeafSpec::datastore_client(common_name);
+    let stored = existing
+        .and_then(secrets::tls_pair_of)
+        .map(|(c, k)| CertAndKey::new(c, k));
+    if let Some(pair) = &stored
+        && decide_leaf(Some(pair), &spec, ca_cert_pem, now, RENEWAL_WINDOW) == LeafDecision::Keep
+    {
+        return Ok((
+            LeafCertificate::from_pem(spec.role(), pair.cert_pem(), pair.key_pem()),
+            false,
+        ));
+    }
+    let ca = DatastoreCa::from_pem(ca_cert_pem, ca_key_pem)?;
+    Ok((ca.issue_client(common_name, algorithm, now)?, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::NetworkSpec;
+    use crate::pki::{ApiServerNames, LeafRequest, TenantPki};
+
+    fn inputs<'a>(names: &'a ObjectNames, roots: &'a TenantRoots, api: &'a LeafSpec, endpoint: &str) -> LeafInputs<'a> {
+        LeafInputs {
+            names,
+            namespace: "tenant-a",
+            cluster_name: "demo",
+            roots,
+            api_server: api,
+            local_url: "https://localhost:6443".into(),
+            endpoint_url: format!("https://{endpoint}:6443"),
+            super_admin_url: "https://10.0.0.5:6443".into(),
+            algorithm: KeyAlgorithm::default(),
+            now: SystemTime::now(),
+        }
+    }
+
+    fn setup() -> (ObjectNames, TenantRoots, LeafSpec) {
+        let network = NetworkSpec {
+            service_cidrs: vec!["10.96.0.0/12".into()],
+            ..NetworkSpec::default()
+        }
+        .validate()
+        .unwrap();
+        let names = ApiServerNames {
+            endpoint_host: "10.0.0.10".into(),
+            service: None,
+            cert_sans: vec![],
+            external_hosts: vec![],
+        };
+        let api = LeafSpec::api_server(&names, &network).unwrap();
+        let pki = TenantPki::generate(&LeafRequest {
+            algorithm: KeyAlgorithm::default(),
+            now: SystemTime::now(),
+            api_server: &api,
+            datastore: None,
+        })
+        .unwrap();
+        (ObjectNames::new("demo", "demo"), pki.roots, api)
+    }
+
+    fn stored(leaves: &[LeafSecret]) -> BTreeMap<String, Secret> {
+        leaves
+            .iter()
+            .map(|l| (l.secret.metadata.name.clone().unwrap(), l.secret.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn stored_leaves_are_kept_byte_for_byte() {
+        let (names, roots, api) = setup();
+        let first = plan(&inputs(&names, &roots, &api, "10.0.0.10"), &BTreeMap::new()).unwrap();
+        assert_eq!(first.iter().map(|l| l.role).collect::<Vec<_>>(), LEAVES);
+        assert!(first.iter().all(|l| l.changed));
+        let again = plan(&inputs(&names, &roots, &api, "10.0.0.10"), &stored(&first)).unwrap();
+        for (a, b) in first.iter().zip(&again) {
+            assert!(!b.changed, "{:?} reissued", b.role);
+            assert_eq!(a.secret.data, b.secret.data);
+        }
+        assert_eq!(
+            again[6].secret.metadata.name.as_deref(),
+            Some("demo-kubeconfig"),
+            "the admin kubeconfig is the CAPI Secret"
+        );
+        assert_eq!(
+            again[4].secret.metadata.name.as_deref(),
+            Some("demo-scheduler.kubeconfig")
+        );
+    }
+
+    #[test]
+    fn a_kubeconfig_pointing_elsewhere_is_rewritten_and_certificates_are_kept() {
+        let (names, roots, api) = setup();
+        let first = plan(&inputs(&names, &roots, &api, "10.0.0.10"), &BTreeMap::new()).unwrap();
+        let moved = plan(&inputs(&names, &roots, &api, "10.0.0.11"), &stored(&first)).unwrap();
+        let changed: Vec<LeafRole> = moved.iter().filter(|l| l.changed).map(|l| l.role).collect();
+        assert_eq!(changed, vec![LeafRole::Admin], "only the kubeconfig naming the endpoint");
+        let kc = kubeconfig_of(&moved[6].secret).unwrap();
+        assert_eq!(kc.server, "https://10.0.0.11:6443");
+    }
+
+    #[test]
+    fn a_leaf_of_another_ca_is_reissued_but_never_the_ca() {
+        let (names, roots, api) = setup();
+        let (_, other_roots, _) = setup();
+        let theirs = plan(&inputs(&names, &other_roots, &api, "10.0.0.10"), &BTreeMap::new()).unwrap();
+        let ours = plan(&inputs(&names, &roots, &api, "10.0.0.10"), &stored(&theirs)).unwrap();
+        assert!(ours.iter().all(|l| l.changed), "every leaf of the other CA is reissued");
+        let kc = kubeconfig_of(&ours[6].secret).unwrap();
+        let ca = base64::engine::general_purpose::STANDARD.encode(roots.ca.cert_pem());
+        assert_eq!(kc.ca_data, ca, "signed by and pointing to our CA");
+    }
+}

@@ -1,0 +1,554 @@
+//! The **apply** step: the only place that writes what a [`Plan`] holds, in order — the roots
+//! with create-if-absent, the datastore client, the Service, the endpoint into the
+//! KamajiControlPlane (once), the leaves, the Deployment, the removal of v0.1 Secrets, then the
+//! Cluster's endpoint (once) and the tenant's kubeadm artifacts once the tenant answers.
+//!
+//! Every management-cluster object is server-side applied with the field manager
+//! `kamaji-rs` and the desired-hash annotation, and skipped when the live object carries the
+//! same hash and still holds everything kamaji-rs sets ([`drift`]): a pass with nothing to
+//! change writes nothing. An object controlled by another object is never written; the pass
+//! stops with a condition naming both.
+
+pub mod drift;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kamaji_api::KamajiControlPlane;
+use kamaji_api::cluster::v1beta2;
+use kamaji_api::conditions::{reasons, types};
+use kamaji_api::meta::FIELD_MANAGER;
+use kamaji_bootstrap::pki::LeafRole;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{info, warn};
+
+use super::observe::Observed;
+use super::plan::endpoint::Endpoint;
+use super::plan::pki::Root;
+use super::plan::{DESIRED_HASH_ANNOTATION, Plan, TenantObjects, desired_hash};
+use super::status::{Cond, Replicas};
+use super::validate::ValidSpec;
+use super::{Flow, Report, object_key};
+use crate::context::Context;
+use crate::error::{Error, KubeContext};
+use crate::tenant;
+
+/// How long a pass waits before looking again at a state that produces no event for this
+/// control plane (an object another controller owns).
+pub const RECHECK: Duration = Duration::from_mins(1);
+
+/// What the apply step wrote or found.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// The Deployment as stored (`None` while the endpoint is unknown).
+    pub deployment: Option<Deployment>,
+    /// When to look again.
+    pub requeue: Action,
+}
+
+/// What [`apply_owned`] did.
+enum Outcome<K> {
+    /// The object as stored: written now, or already as desired.
+    Stored(K),
+    /// The object exists and another object controls it; nothing was written. The message
+    /// names the object and its controller.
+    Conflict(String),
+}
+
+/// Writes `plan`. Stops (with a condition in `report`) at the first object another object
+/// controls, at a root another writer created first (the next pass uses theirs), and while the
+/// endpoint is unknown.
+///
+/// # Errors
+/// [`Error`] when a write fails.
+pub async fn apply(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &ValidSpec,
+    observed: &Observed,
+    plan: Plan,
+    report: &mut Report,
+) -> Result<Flow<Applied>, Error> {
+    let ns = spec.namespace.as_str();
+    let owner = &plan.owner;
+    if let Some(stop) = roots(ctx, ns, &plan, report).await? {
+        return Ok(Flow::Stop(stop));
+    }
+    let stored = |s: &Secret| observed.secrets.get(&s.name_any());
+    let ds_observed = stored(&plan.datastore_client);
+    if let Outcome::Conflict(msg) =
+        apply_owned(ctx, ns, plan.datastore_client, ds_observed, owner).await?
+    {
+        return Ok(Flow::Stop(conflict(report, types::DATASTORE_READY, msg)));
+    }
+    if let Outcome::Conflict(msg) =
+        apply_owned(ctx, ns, plan.service, observed.service.as_ref(), owner).await?
+    {
+        return Ok(Flow::Stop(conflict(report, types::ENDPOINT_READY, msg)));
+    }
+    let cp = match plan.control_plane {
+        Ok(cp) => cp,
+        Err(waiting) => {
+            report.push(waiting);
+            return Ok(Flow::Stop(Action::await_change()));
+        }
+    };
+    report.push(Cond::yes(
+        types::ENDPOINT_READY,
+        reasons::READY,
+        format!("{}:{}", cp.endpoint.host, cp.endpoint.port),
+    ));
+    set_kcp_endpoint(kcp, ctx, &cp.endpoint).await?;
+    let mut super_admin = None;
+    for leaf in cp.leaves {
+        let role = leaf.role;
+        let current = stored(&leaf.secret);
+        match apply_owned(ctx, ns, leaf.secret, current, owner).await? {
+            Outcome::Stored(s) if role == LeafRole::SuperAdmin => super_admin = Some(s),
+            Outcome::Stored(_) => {}
+            Outcome::Conflict(msg) if role == LeafRole::Admin => {
+                return Ok(Flow::Stop(conflict(
+                    report,
+                    types::KUBECONFIG_AVAILABLE,
+                    msg,
+                )));
+            }
+            Outcome::Conflict(msg) => {
+                return Ok(Flow::Stop(conflict(
+                    report,
+                    types::CERTIFICATES_AVAILABLE,
+                    msg,
+                )));
+            }
+        }
+    }
+    report.push(Cond::yes(
+        types::CERTIFICATES_AVAILABLE,
+        reasons::READY,
+        "CA, service-account key, front-proxy CA and every leaf certificate are present",
+    ));
+    report.push(Cond::yes(
+        types::KUBECONFIG_AVAILABLE,
+        reasons::READY,
+        format!("Secret {}", spec.names.kubeconfig_secret()),
+    ));
+    let deployment =
+        match apply_owned(ctx, ns, cp.deployment, observed.deployment.as_ref(), owner).await? {
+            Outcome::Stored(d) => d,
+            Outcome::Conflict(msg) => {
+                return Ok(Flow::Stop(conflict(report, types::DEPLOYMENT_READY, msg)));
+            }
+        };
+    remove_legacy_secrets(ctx, spec, &cp.legacy, &deployment).await?;
+    let requeue = tenant(
+        kcp,
+        ctx,
+        spec,
+        &cp.endpoint,
+        cp.tenant.as_ref(),
+        super_admin.as_ref(),
+        &deployment,
+        report,
+    )
+    .await?;
+    Ok(Flow::Continue(Applied {
+        deployment: Some(deployment),
+        requeue: Action::requeue(requeue),
+    }))
+}
+
+/// Reports an object another object controls, and stops the pass (a recheck, since its
+/// removal produces no event for this control plane).
+fn conflict(report: &mut Report, type_: &'static str, msg: String) -> Action {
+    report.warn(reasons::OWNED_BY_ANOTHER_OBJECT, &msg);
+    report.push(Cond::no(type_, reasons::OWNED_BY_ANOTHER_OBJECT, msg));
+    Action::requeue(RECHECK)
+}
+
+/// The roots: a stored one must not be controlled by another object; a new one is created if
+/// absent. `Some(action)` stops the pass.
+async fn roots(
+    ctx: &Context,
+    ns: &str,
+    plan: &Plan,
+    report: &mut Report,
+) -> Result<Option<Action>, Error> {
+    for root in &plan.roots.secrets {
+        let theirs = match root {
+            Root::Stored(s) => s.clone(),
+            Root::New(s) => match create_if_absent(ctx, ns, s).await? {
+                None => {
+                    info!(secret = %s.name_any(), "generated key material");
+                    continue;
+                }
+                // Another writer won: the leaves of this plan are signed by a root that was
+                // not stored. The next pass reads theirs (unless another object controls it).
+                Some(theirs) if foreign_controller(&theirs, &plan.owner).is_none() => {
+                    return Ok(Some(Action::requeue(Duration::from_secs(1))));
+                }
+                Some(theirs) => theirs,
+            },
+        };
+        if let Some(msg) = foreign_controller(&theirs, &plan.owner) {
+            return Ok(Some(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
+        }
+    }
+    Ok(None)
+}
+
+/// The tenant side: once its API answered this pass, the Cluster's endpoint (once) and the
+/// kubeadm artifacts; returns when to look again (a back-off while the API does not answer,
+/// since reachability produces no event).
+#[allow(clippy::too_many_arguments)]
+async fn tenant(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &ValidSpec,
+    endpoint: &Endpoint,
+    objects: Option<&TenantObjects>,
+    super_admin: Option<&Secret>,
+    deployment: &Deployment,
+    report: &mut Report,
+) -> Result<Duration, Error> {
+    let key = object_key(kcp);
+    let Some(objects) = objects else {
+        let available = Replicas::of(Some(deployment)).available;
+        report.push(if available == 0 {
+            Cond::no(
+                types::TENANT_BOOTSTRAPPED,
+                reasons::WAITING_FOR_PODS,
+                "waiting for a control-plane pod to become available",
+            )
+        } else {
+            Cond::no(
+                types::TENANT_BOOTSTRAPPED,
+                reasons::WAITING_FOR_API_SERVER,
+                "waiting for the API server to answer /readyz through the endpoint",
+            )
+        });
+        // Pod readiness produces Deployment events; reachability through the endpoint does not.
+        return Ok(if available > 0 {
+            ctx.waiting.next(&key)
+        } else {
+            ctx.config.resync
+        });
+    };
+    ctx.waiting.reset(&key);
+    set_cluster_endpoint(ctx, spec, endpoint).await?;
+    match bootstrap_tenant(kcp, ctx, objects, super_admin).await {
+        Ok(()) => {
+            report.push(Cond::yes(
+                types::TENANT_BOOTSTRAPPED,
+                reasons::READY,
+                "cluster-info, kubeadm-config, kubelet-config, join RBAC, kube-proxy and CoreDNS are applied",
+            ));
+            Ok(ctx.config.resync)
+        }
+        Err(e) => {
+            warn!(kcp = %key, "tenant bootstrap: {e}");
+            report.push(Cond::no(
+                types::TENANT_BOOTSTRAPPED,
+                reasons::WAITING_FOR_API_SERVER,
+                e.to_string(),
+            ));
+            Ok(ctx.waiting.next(&key))
+        }
+    }
+}
+
+/// Creates `secret` unless a Secret of its name exists; returns the existing one then.
+async fn create_if_absent(
+    ctx: &Context,
+    ns: &str,
+    secret: &Secret,
+) -> Result<Option<Secret>, Error> {
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    let name = secret.name_any();
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    match api.create(&params, secret).await {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(e)) if e.code == 409 => api
+            .get(&name)
+            .await
+            .map(Some)
+            .ctx(|| format!("re-read Secret {ns}/{name}")),
+        Err(e) => Err(Error::Kube {
+            action: format!("create Secret {ns}/{name}"),
+            source: e,
+        }),
+    }
+}
+
+/// When `obj` is controlled by an object other than `owner`: a message naming both.
+fn foreign_controller<K: Resource<DynamicType = ()>>(
+    obj: &K,
+    owner: &OwnerReference,
+) -> Option<String> {
+    let other = obj
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.uid != owner.uid)?;
+    Some(format!(
+        "{} {}/{} exists and is controlled by {} {} (uid {}), not by {} {}; kamaji-rs never \
+         overwrites an object another controller owns: remove it, or give this cluster \
+         another name",
+        K::kind(&()),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any(),
+        other.kind,
+        other.name,
+        other.uid,
+        owner.kind,
+        owner.name,
+    ))
+}
+
+/// Server-side applies `desired` (field manager `kamaji-rs`) unless the live object already
+/// carries the same desired hash *and* still holds everything `desired` sets; then nothing is
+/// written. The live object is read first when `observed` is `None`. An object controlled by
+/// another object than `owner` is never written; one without a controller is adopted.
+async fn apply_owned<K>(
+    ctx: &Context,
+    ns: &str,
+    mut desired: K,
+    observed: Option<&K>,
+    owner: &OwnerReference,
+) -> Result<Outcome<K>, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let hash = {
+        let meta = desired.meta_mut();
+        if let Some(a) = meta.annotations.as_mut() {
+            a.remove(DESIRED_HASH_ANNOTATION);
+        }
+        desired_hash(&desired)
+    };
+    desired
+        .meta_mut()
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(DESIRED_HASH_ANNOTATION.into(), hash.clone());
+    let name = desired.name_any();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    let kind = K::kind(&());
+    let fetched = if observed.is_none() {
+        api.get_opt(&name)
+            .await
+            .ctx(|| format!("get {kind} {ns}/{name}"))?
+    } else {
+        None
+    };
+    let current = observed.or(fetched.as_ref());
+    let desired_json = serde_json::to_value(&desired)?;
+    if let Some(cur) = current {
+        if let Some(msg) = foreign_controller(cur, owner) {
+            return Ok(Outcome::Conflict(msg));
+        }
+        if cur.annotations().get(DESIRED_HASH_ANNOTATION) == Some(&hash) {
+            let uid = cur.uid().unwrap_or_default();
+            match drift::drifted(&desired_json, &serde_json::to_value(cur)?) {
+                None => return Ok(Outcome::Stored(cur.clone())),
+                Some(_) if ctx.drift_settled(&uid, &hash) => {
+                    return Ok(Outcome::Stored(cur.clone()));
+                }
+                Some(field) => {
+                    info!(object = %format!("{kind} {ns}/{name}"), field, "the live object no longer holds what kamaji-rs set: applying it again");
+                    ctx.metrics.drift_corrections.inc();
+                }
+            }
+        }
+    }
+    let stored = match server_side_apply(ctx, &api, &desired, current.is_none(), owner).await? {
+        Outcome::Stored(s) => s,
+        Outcome::Conflict(msg) => return Ok(Outcome::Conflict(msg)),
+    };
+    if let Some(field) = drift::drifted(&desired_json, &serde_json::to_value(&stored)?) {
+        // Something rewrites what kamaji-rs sets as it is stored (a mutating webhook):
+        // applying again would only loop. Accept it until the desired object changes.
+        warn!(object = %format!("{kind} {ns}/{name}"), field, "the stored object differs from what kamaji-rs applied; not re-applying it until the desired object changes");
+        ctx.settle_drift(&stored.uid().unwrap_or_default(), &hash);
+    }
+    Ok(Outcome::Stored(stored))
+}
+
+/// Server-side applies `desired`; a field another manager holds is taken back (forced), unless
+/// the object was absent when observed (`was_absent`) and appeared meanwhile under another
+/// controller.
+async fn server_side_apply<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    desired: &K,
+    was_absent: bool,
+    owner: &OwnerReference,
+) -> Result<Outcome<K>, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let name = desired.name_any();
+    let ns = desired.namespace().unwrap_or_default();
+    let kind = K::kind(&());
+    match api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(desired),
+        )
+        .await
+    {
+        Ok(o) => Ok(Outcome::Stored(o)),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            ctx.metrics.ssa_conflicts.inc();
+            if was_absent
+                && let Some(now) = api
+                    .get_opt(&name)
+                    .await
+                    .ctx(|| format!("get {kind} {ns}/{name}"))?
+                && let Some(msg) = foreign_controller(&now, owner)
+            {
+                return Ok(Outcome::Conflict(msg));
+            }
+            api.patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(desired),
+            )
+            .await
+            .map(Outcome::Stored)
+            .ctx(|| format!("apply {kind} {ns}/{name} (forced after a conflict)"))
+        }
+        Err(e) => Err(Error::Kube {
+            action: format!("apply {kind} {ns}/{name}"),
+            source: e,
+        }),
+    }
+}
+
+/// Deletes the v0.1 Secrets once the Deployment has rolled onto the new names (every replica
+/// up to date), so no running pod mounts them any more.
+async fn remove_legacy_secrets(
+    ctx: &Context,
+    spec: &ValidSpec,
+    legacy: &[Secret],
+    deployment: &Deployment,
+) -> Result<(), Error> {
+    let r = Replicas::of(Some(deployment));
+    let rolled_out =
+        r.observed_current && r.up_to_date == spec.replicas && r.replicas == spec.replicas;
+    if legacy.is_empty() || !rolled_out {
+        return Ok(());
+    }
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), &spec.namespace);
+    for old in legacy {
+        let name = old.name_any();
+        let precondition = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: old.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &precondition).await {
+            Ok(_) => info!(secret = %name, "removed a Secret moved to its new name"),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => {
+                return Err(Error::Kube {
+                    action: format!("delete moved Secret {}/{name}", spec.namespace),
+                    source: e,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes the endpoint into `spec.controlPlaneEndpoint` when it differs.
+async fn set_kcp_endpoint(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    endpoint: &Endpoint,
+) -> Result<(), Error> {
+    let current = kcp.spec.control_plane_endpoint.as_ref();
+    if current.and_then(|e| e.host.as_deref()) == Some(endpoint.host.as_str())
+        && current.and_then(|e| e.port) == Some(i32::from(endpoint.port))
+    {
+        return Ok(());
+    }
+    Api::<KamajiControlPlane>::namespaced(ctx.client.clone(), &kcp.namespace().unwrap_or_default())
+        .patch(
+            &kcp.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"controlPlaneEndpoint": {"host": endpoint.host, "port": endpoint.port}}})),
+        )
+        .await
+        .ctx(|| "set spec.controlPlaneEndpoint".into())?;
+    Ok(())
+}
+
+/// Writes the endpoint into the Cluster when it has none, together with initialization
+/// (capi-contract.md item 15); CAPI core would copy it too, but only after it reads our status.
+async fn set_cluster_endpoint(
+    ctx: &Context,
+    spec: &ValidSpec,
+    endpoint: &Endpoint,
+) -> Result<(), Error> {
+    if spec.cluster_endpoint.is_some() {
+        return Ok(());
+    }
+    Api::<v1beta2::Cluster>::namespaced(ctx.client.clone(), &spec.namespace)
+        .patch(
+            &spec.cluster_name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"controlPlaneEndpoint": {"host": endpoint.host, "port": endpoint.port}}})),
+        )
+        .await
+        .ctx(|| format!("set Cluster {}/{} spec.controlPlaneEndpoint", spec.namespace, spec.cluster_name))?;
+    Ok(())
+}
+
+/// Applies the kubeadm join artifacts to the tenant when they changed (or cluster-info is
+/// missing or stale there), with the provider's super-admin identity.
+async fn bootstrap_tenant(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    tenant: &TenantObjects,
+    super_admin: Option<&Secret>,
+) -> Result<(), Error> {
+    let super_admin =
+        super_admin.ok_or_else(|| Error::Tenant("super-admin kubeconfig missing".into()))?;
+    let uid = kcp.uid().unwrap_or_default();
+    let client = tenant::client_from_secret(super_admin).await?;
+    let cached = ctx
+        .bootstrapped
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&uid).cloned());
+    if cached.as_deref() == Some(tenant.hash.as_str())
+        && tenant::cluster_info_kubeconfig(&client).await? == tenant.cluster_info
+    {
+        return Ok(());
+    }
+    tenant::apply(&client, &tenant.objects).await?;
+    info!(kcp = %object_key(kcp), objects = tenant.objects.len(), "applied tenant artifacts");
+    if let Ok(mut m) = ctx.bootstrapped.lock() {
+        m.insert(uid, tenant.hash.clone());
+    }
+    Ok(())
+}

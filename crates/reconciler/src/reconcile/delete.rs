@@ -1,0 +1,203 @@
+//! The **deletion** branch: stop the control plane, remove the tenant's datastore prefix,
+//! remove what kamaji-rs created, then release the finalizer. Completes when parts are already
+//! gone; a control plane deleted by `clusterctl move` only has its finalizer released.
+
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kamaji_api::KamajiControlPlane;
+use kamaji_api::cluster::ClusterView;
+use kamaji_api::conditions::{reasons, types};
+use kamaji_api::meta::{CLUSTER_NAME_LABEL, FINALIZER, KAMAJI_NAME_LABEL};
+use kamaji_api::names::ObjectNames;
+use kamaji_bootstrap::leaves;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
+use kube::runtime::controller::Action;
+use tracing::{info, warn};
+
+use super::plan::pki::datastore_common_name;
+use super::status::Cond;
+use super::validate::{datastore_name, datastore_schema};
+use super::{Report, object_key};
+use crate::context::Context;
+use crate::datastore::{self, Credentials};
+use crate::error::{Error, KubeContext};
+
+/// Deletes the control plane of `kcp` (see the module docs). `Ok(None)` once the finalizer is
+/// released (the object is about to go; no status to write), else when to look again.
+///
+/// # Errors
+/// [`Error`] when a deletion or the datastore cleanup fails (retried with backoff).
+pub async fn delete(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    owner: Option<&ClusterView>,
+    report: &mut Report,
+) -> Result<Option<Action>, Error> {
+    if !kcp.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Some(Action::await_change()));
+    }
+    let ns = kcp.namespace().unwrap_or_default();
+    let cluster_name = owner
+        .map(|o| o.name.clone())
+        .or_else(|| kcp.labels().get(CLUSTER_NAME_LABEL).cloned())
+        .unwrap_or_else(|| kcp.name_any());
+    let names = ObjectNames::new(&cluster_name, &kcp.name_any());
+    report.push(Cond::yes(
+        types::DELETING,
+        reasons::WAITING_FOR_CONTROL_PLANE_DELETION,
+        "stopping the control plane",
+    ));
+    if !stop_control_plane(ctx, &ns, &names).await? {
+        // Pod and Deployment deletions produce events on the owned Deployment only until it is
+        // gone; check again shortly for the pods.
+        return Ok(Some(Action::requeue(Duration::from_secs(2))));
+    }
+    remove_datastore_prefix(kcp, ctx, &ns, &names, report).await?;
+    remove_owned(kcp, ctx, &ns, &names).await?;
+    release_finalizer(kcp, ctx).await?;
+    Ok(None)
+}
+
+/// Removes kamaji-rs's finalizer from the KamajiControlPlane (a no-op when it is absent).
+///
+/// # Errors
+/// [`Error::Kube`] when the patch fails.
+pub async fn release_finalizer(kcp: &KamajiControlPlane, ctx: &Context) -> Result<(), Error> {
+    if !kcp.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(());
+    }
+    let finalizers: Vec<String> = kcp
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    Api::<KamajiControlPlane>::namespaced(ctx.client.clone(), &kcp.namespace().unwrap_or_default())
+        .patch(
+            &kcp.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await
+        .ctx(|| "remove finalizer".into())?;
+    Ok(())
+}
+
+/// Deletes the control-plane Deployment (foreground) and reports whether it and its pods are
+/// gone, so that nothing writes to the datastore prefix any more.
+async fn stop_control_plane(ctx: &Context, ns: &str, names: &ObjectNames) -> Result<bool, Error> {
+    let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), ns);
+    let foreground = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Foreground),
+        ..DeleteParams::default()
+    };
+    match deployments.delete(&names.deployment(), &foreground).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => {
+            return Err(Error::Kube {
+                action: "delete Deployment".into(),
+                source: e,
+            });
+        }
+    }
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .list(
+            &ListParams::default()
+                .labels(&format!("{KAMAJI_NAME_LABEL}={}", names.pod_label_value())),
+        )
+        .await
+        .ctx(|| "list control-plane pods".into())?;
+    let deployment_left = deployments
+        .get_opt(&names.deployment())
+        .await
+        .ctx(|| "get Deployment".into())?
+        .is_some();
+    Ok(pods.items.is_empty() && !deployment_left)
+}
+
+/// Removes the tenant's keys from its datastore with a short-lived client certificate the
+/// manager issues itself from the DataStore CA, in memory: cleanup never depends on the
+/// tenant's `<cluster>-apiserver-etcd-client` Secret, which a namespace deletion may remove
+/// first. When the DataStore is gone the keys cannot be reached and a Warning event says so.
+async fn remove_datastore_prefix(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    ns: &str,
+    names: &ObjectNames,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let schema = datastore_schema(kcp);
+    let ds_name = datastore_name(kcp, &ctx.config.default_datastore);
+    match datastore::resolve(&ctx.client, ds_name).await {
+        Ok(ds) => {
+            let (leaf, _) = leaves::datastore_client(
+                &ds.ca_cert,
+                &ds.ca_key,
+                &datastore_common_name(ns, names),
+                None,
+                ctx.config.key_algorithm,
+                SystemTime::now(),
+            )?;
+            let credentials = Credentials {
+                cert: leaf.cert_pem().to_owned(),
+                key: leaf.key_pem().to_owned(),
+            };
+            let prefix = kamaji_api::names::etcd_prefix(&schema);
+            let deleted = datastore::delete_prefix(&ds, &credentials, &prefix)
+                .await
+                .map_err(Error::Datastore)?;
+            info!(kcp = %object_key(kcp), prefix, deleted, "removed the tenant's datastore keys");
+        }
+        Err(p) => {
+            warn!(kcp = %object_key(kcp), "datastore prefix not removed: {}", p.message());
+            report.warn(
+                reasons::WAITING_FOR_DATASTORE_CLEANUP,
+                &format!(
+                    "the tenant's datastore keys were not removed: {}",
+                    p.message()
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the Service and the Secrets this control plane owns (they would also be
+/// garbage-collected through their owner references) and forgets in-memory state.
+async fn remove_owned(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    ns: &str,
+    names: &ObjectNames,
+) -> Result<(), Error> {
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    let _ = Api::<Service>::namespaced(ctx.client.clone(), ns)
+        .delete(&names.service(), &DeleteParams::default())
+        .await;
+    let owned_secrets = secrets
+        .list(&ListParams::default().labels(&format!(
+            "{CLUSTER_NAME_LABEL}={}",
+            names.cluster_label_value()
+        )))
+        .await
+        .ctx(|| "list Secrets".into())?;
+    let uid = kcp.uid().unwrap_or_default();
+    for s in owned_secrets
+        .items
+        .iter()
+        .filter(|s| s.owner_references().iter().any(|o| o.uid == uid))
+    {
+        let _ = secrets
+            .delete(&s.name_any(), &DeleteParams::default())
+            .await;
+    }
+    if let Ok(mut m) = ctx.bootstrapped.lock() {
+        m.remove(&uid);
+    }
+    ctx.metrics.set_tenant(&object_key(kcp), None);
+    Ok(())
+}

@@ -1,0 +1,332 @@
+//! The reconcile pipeline of one KamajiControlPlane (shared/design/ARCHITECTURE.md §3), one
+//! file per step: [`gates`] → [`validate`] → [`observe`] → [`plan`] → [`apply`] →
+//! [`status`], and [`delete`] for the deletion branch.
+//!
+//! This driver runs the steps and is the only place that writes the status: once per pass,
+//! from the conditions the steps reported (also when a step failed: `Reconciled=False` with
+//! the failure), and not at all when nothing changed.
+
+pub mod apply;
+pub mod delete;
+pub mod gates;
+pub mod observe;
+pub mod plan;
+pub mod status;
+pub mod validate;
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kamaji_api::conditions::{reasons, types};
+use kamaji_api::{KamajiControlPlane, KamajiControlPlaneStatus};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use tracing::warn;
+
+use self::gates::Gate;
+use self::status::{Cond, Replicas, StatusInputs};
+use crate::context::Context;
+use crate::error::Error;
+
+/// What a step tells the driver: go on with a value, or stop the pass here.
+#[derive(Debug)]
+pub enum Flow<T> {
+    /// Go on.
+    Continue(T),
+    /// Stop; look again as the action says.
+    Stop(Action),
+}
+
+/// What a pass found, for the status and events the driver writes at its end.
+#[derive(Debug, Default)]
+pub struct Report {
+    conditions: Vec<Cond>,
+    events: Vec<(EventType, &'static str, String)>,
+    /// Desired replicas, version and the Deployment, once the spec is valid.
+    facts: Option<Facts>,
+}
+
+#[derive(Debug, Clone)]
+struct Facts {
+    desired: i32,
+    version: String,
+    selector: String,
+    deployment: Option<k8s_openapi::api::apps::v1::Deployment>,
+    reachable: bool,
+    kubeconfig_exists: bool,
+}
+
+impl Facts {
+    fn of(spec: &validate::ValidSpec, observed: &observe::Observed) -> Self {
+        let selector = plan::selector_labels(spec)
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        Self {
+            desired: spec.replicas,
+            version: spec.version_tag.clone(),
+            selector,
+            deployment: observed.deployment.clone(),
+            reachable: observed.reachable,
+            kubeconfig_exists: observed.reachable
+                || observed
+                    .secrets
+                    .contains_key(&spec.names.kubeconfig_secret()),
+        }
+    }
+}
+
+impl Report {
+    /// Reports a condition.
+    pub fn push(&mut self, cond: Cond) {
+        self.conditions.push(cond);
+    }
+    /// A Normal event.
+    pub fn note(&mut self, reason: &'static str, message: &str) {
+        self.events
+            .push((EventType::Normal, reason, message.to_owned()));
+    }
+    /// A Warning event.
+    pub fn warn(&mut self, reason: &'static str, message: &str) {
+        self.events
+            .push((EventType::Warning, reason, message.to_owned()));
+    }
+}
+
+/// `namespace/name` of a KamajiControlPlane.
+#[must_use]
+pub fn object_key(kcp: &KamajiControlPlane) -> String {
+    format!("{}/{}", kcp.namespace().unwrap_or_default(), kcp.name_any())
+}
+
+/// The controller owner reference to `kcp`.
+#[must_use]
+pub fn owner_reference(kcp: &KamajiControlPlane) -> OwnerReference {
+    OwnerReference {
+        api_version: KamajiControlPlane::api_version(&()).into_owned(),
+        kind: KamajiControlPlane::kind(&()).into_owned(),
+        name: kcp.name_any(),
+        uid: kcp.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// Reconciles one KamajiControlPlane.
+///
+/// # Errors
+/// [`Error`] for failures worth a retry with backoff; invalid specs and missing inputs are
+/// reported in status and wait for a change instead.
+pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    let mut report = Report::default();
+    let result = Box::pin(steps(&kcp, &ctx, &mut report)).await;
+    let write = match &result {
+        Ok(None) => Ok(()), // finalizer released: the object is going away
+        Ok(Some(_)) => finish(&kcp, &ctx, report).await,
+        Err(e) => {
+            // The status shows what this pass found before it failed, and why it failed;
+            // never a condition of an older pass that every later pass contradicts.
+            report.push(Cond::no(types::RECONCILED, e.reason(), e.to_string()));
+            report.warn("ReconcileFailed", &format!("{}: {e}", e.category()));
+            finish(&kcp, &ctx, report).await
+        }
+    };
+    ctx.metrics
+        .duration
+        .observe(started.elapsed().as_secs_f64());
+    let action = result?;
+    ctx.errors.reset(&object_key(&kcp));
+    write?;
+    Ok(action.unwrap_or_else(Action::await_change))
+}
+
+/// The steps; `Ok(None)` when the object is about to go (no status to write).
+async fn steps(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    report: &mut Report,
+) -> Result<Option<Action>, Error> {
+    let cluster = match gates::check(kcp, ctx, report).await? {
+        Gate::Pipeline(cluster) => cluster,
+        Gate::Stop(action) => return Ok(Some(action)),
+        Gate::Delete(owner) => return delete::delete(kcp, ctx, owner.as_ref(), report).await,
+        Gate::ReleaseForMove => return delete::release_finalizer(kcp, ctx).await.map(|()| None),
+    };
+    let spec = match validate::validate(kcp, &cluster, &ctx.config.default_datastore) {
+        Ok(spec) => spec,
+        Err(errors) => {
+            let refused = validate::refusal(&errors);
+            warn!(kcp = %object_key(kcp), "invalid spec: {}", refused.message);
+            report.warn(reasons::INVALID_SPEC, &refused.message);
+            report.push(refused);
+            return Ok(Some(Action::await_change()));
+        }
+    };
+    report.push(Cond::yes(types::SPEC_VALID, reasons::READY, ""));
+    let observed = observe::observe(kcp, &spec, ctx).await?;
+    report.facts = Some(Facts::of(&spec, &observed));
+    let datastore = match observe::datastore(&spec, ctx).await {
+        Ok((ds, ready)) => {
+            report.push(ready);
+            ds
+        }
+        Err(cond) => {
+            report.push(cond);
+            return Ok(Some(Action::await_change()));
+        }
+    };
+    let settings = plan::Settings {
+        algorithm: ctx.config.key_algorithm,
+        management_domain: ctx.config.management_domain.clone(),
+        now: SystemTime::now(),
+    };
+    let planned = Instant::now();
+    let plan = match plan::plan(
+        &spec,
+        &observed,
+        &datastore,
+        owner_reference(kcp),
+        &settings,
+    )? {
+        Ok(plan) => plan,
+        Err(missing) => {
+            report.warn(missing.reason, &missing.message);
+            report.push(missing);
+            return Ok(Some(Action::requeue(apply::RECHECK)));
+        }
+    };
+    if plan.generates_roots() {
+        let took = planned.elapsed().as_secs_f64();
+        ctx.metrics.pki_generation.observe(took);
+    }
+    match Box::pin(apply::apply(kcp, ctx, &spec, &observed, plan, report)).await? {
+        Flow::Continue(applied) => {
+            if let Some(facts) = report.facts.as_mut() {
+                facts.deployment = applied.deployment;
+            }
+            Ok(Some(applied.requeue))
+        }
+        Flow::Stop(action) => Ok(Some(action)),
+    }
+}
+
+/// Publishes the pass's events and writes its status: the only status write.
+async fn finish(kcp: &KamajiControlPlane, ctx: &Context, mut report: Report) -> Result<(), Error> {
+    for (type_, reason, note) in std::mem::take(&mut report.events) {
+        publish(ctx, kcp, type_, reason, &note).await;
+    }
+    if !report
+        .conditions
+        .iter()
+        .any(|c| c.type_ == types::RECONCILED)
+    {
+        report.push(Cond::yes(
+            types::RECONCILED,
+            reasons::RECONCILE_SUCCEEDED,
+            "",
+        ));
+    }
+    let prev = kcp.status.clone().unwrap_or_default();
+    let now = Time(Timestamp::now());
+    let generation = kcp.metadata.generation.unwrap_or(0);
+    let next = match &report.facts {
+        Some(f) => status::compute(
+            &StatusInputs {
+                previous: &prev,
+                generation,
+                desired: f.desired,
+                replicas: Replicas::of(f.deployment.as_ref()),
+                selector: Some(f.selector.clone()),
+                version: Some(f.version.clone()),
+                api_reachable: f.reachable,
+                kubeconfig_exists: f.kubeconfig_exists,
+                conditions: report.conditions,
+            },
+            &now,
+        ),
+        None => status::conditions_only(&prev, &report.conditions, generation, &now),
+    };
+    if status::newly_initialized(&prev, &next) {
+        if let Some(created) = kcp.metadata.creation_timestamp.as_ref() {
+            ctx.metrics
+                .time_to_initialized
+                .observe(now.0.duration_since(created.0).as_secs_f64());
+        }
+        publish(
+            ctx,
+            kcp,
+            EventType::Normal,
+            reasons::INITIALIZED,
+            "the tenant API server answers through the control-plane endpoint",
+        )
+        .await;
+    }
+    if report.facts.is_some() {
+        ctx.metrics.set_tenant(
+            &object_key(kcp),
+            Some(
+                next.conditions
+                    .iter()
+                    .flatten()
+                    .map(|c| (c.type_.clone(), c.status.clone()))
+                    .collect(),
+            ),
+        );
+    }
+    write_status(kcp, ctx, &prev, &next).await
+}
+
+async fn write_status(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    prev: &KamajiControlPlaneStatus,
+    next: &KamajiControlPlaneStatus,
+) -> Result<(), Error> {
+    if prev == next {
+        return Ok(());
+    }
+    match Api::<KamajiControlPlane>::namespaced(
+        ctx.client.clone(),
+        &kcp.namespace().unwrap_or_default(),
+    )
+    .patch_status(
+        &kcp.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": next})),
+    )
+    .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::Kube {
+            action: "write status".into(),
+            source,
+        }),
+    }
+}
+
+async fn publish(
+    ctx: &Context,
+    kcp: &KamajiControlPlane,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &kcp.object_ref(&())).await {
+        warn!("publishing event: {e}");
+    }
+}

@@ -1,0 +1,151 @@
+//! The **observe** step: what exists for this control plane — its Secrets, Deployment and
+//! Service in the management cluster, its DataStore, whether the status says it was
+//! initialized, and whether its API answers through the endpoint.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kamaji_api::KamajiControlPlane;
+use kamaji_api::conditions::{reasons, types};
+use kamaji_api::meta::CLUSTER_NAME_LABEL;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+
+use super::status::{Cond, Replicas};
+use super::validate::ValidSpec;
+use crate::context::Context;
+use crate::datastore::{self, Problem, Resolved};
+use crate::error::{Error, KubeContext};
+use crate::tenant;
+
+/// What the observe step read.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// The control plane's Secrets, by name: those labelled with its Cluster, and, once
+    /// initialized, its roots looked up by name (a root restored without its labels).
+    pub secrets: BTreeMap<String, Secret>,
+    /// The control-plane Deployment.
+    pub deployment: Option<Deployment>,
+    /// The control-plane Service.
+    pub service: Option<Service>,
+    /// The status says the control plane was initialized (either contract flavour).
+    pub initialized: bool,
+    /// The tenant API answered `/readyz` through the endpoint with `<cluster>-kubeconfig`.
+    pub reachable: bool,
+}
+
+/// Whether the status says the control plane was initialized (either contract flavour).
+#[must_use]
+pub fn is_initialized(kcp: &KamajiControlPlane) -> bool {
+    kcp.status.as_ref().is_some_and(|s| {
+        s.initialization
+            .as_ref()
+            .and_then(|i| i.control_plane_initialized)
+            .unwrap_or(false)
+            || s.initialized.unwrap_or(false)
+    })
+}
+
+/// The DataStore of the control plane with its `DataStoreReady=True` condition; `Err` is the
+/// `DataStoreReady=False` condition when it is missing, unsupported or invalid.
+pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Cond), Cond> {
+    match datastore::resolve(&ctx.client, &spec.datastore_name).await {
+        Ok(ds) => {
+            let ready = Cond::yes(
+                types::DATASTORE_READY,
+                reasons::READY,
+                format!(
+                    "DataStore {} (etcd), prefix /{}",
+                    ds.name, spec.datastore_schema
+                ),
+            );
+            Ok((ds, ready))
+        }
+        Err(problem) => {
+            let reason = match &problem {
+                Problem::NotFound(_) => reasons::DATASTORE_NOT_FOUND,
+                Problem::DriverUnsupported(_) => reasons::DATASTORE_DRIVER_UNSUPPORTED,
+                Problem::Invalid(_) => reasons::INVALID_SPEC,
+            };
+            let mut msg = problem.message();
+            if spec.default_datastore {
+                msg.push_str(
+                    " (spec.dataStoreName is empty, so the manager's default DataStore is used)",
+                );
+            }
+            Err(Cond::no(types::DATASTORE_READY, reason, msg))
+        }
+    }
+}
+
+/// Reads the control plane's objects in the management cluster and probes its API.
+///
+/// # Errors
+/// [`Error::Kube`] when a read fails.
+pub async fn observe(
+    kcp: &KamajiControlPlane,
+    spec: &ValidSpec,
+    ctx: &Context,
+) -> Result<Observed, Error> {
+    let ns = &spec.namespace;
+    let secrets_api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    let lp = ListParams::default().labels(&format!(
+        "{CLUSTER_NAME_LABEL}={}",
+        spec.names.cluster_label_value()
+    ));
+    // A Secret without the label (a kubeconfig written by someone else, case B01) is not
+    // listed here; the apply step reads it by name before it writes.
+    let mut secrets: BTreeMap<String, Secret> = secrets_api
+        .list(&lp)
+        .await
+        .ctx(|| format!("list Secrets of Cluster {ns}/{}", spec.cluster_name))?
+        .items
+        .into_iter()
+        .map(|s| (s.name_any(), s))
+        .collect();
+    let initialized = is_initialized(kcp);
+    if initialized {
+        // A root restored from a backup without its labels is still the root.
+        let n = &spec.names;
+        for name in [
+            n.ca_secret(),
+            n.front_proxy_ca_secret(),
+            n.service_account_secret(),
+        ] {
+            if !secrets.contains_key(&name)
+                && let Some(s) = secrets_api
+                    .get_opt(&name)
+                    .await
+                    .ctx(|| format!("get Secret {ns}/{name}"))?
+            {
+                secrets.insert(name, s);
+            }
+        }
+    }
+    let deployment = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&spec.names.deployment())
+        .await
+        .ctx(|| "get Deployment".into())?;
+    let service = Api::<Service>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&spec.names.service())
+        .await
+        .ctx(|| "get Service".into())?;
+    let mut reachable = false;
+    if Replicas::of(deployment.as_ref()).available > 0
+        && let Some(kubeconfig) = secrets.get(&spec.names.kubeconfig_secret())
+    {
+        // A kubeconfig that does not load is reissued by this pass; the tenant counts as
+        // unreachable until then.
+        if let Ok(client) = tenant::client_from_secret(kubeconfig).await {
+            reachable = tenant::readyz(&client).await;
+        }
+    }
+    Ok(Observed {
+        secrets,
+        deployment,
+        service,
+        initialized,
+        reachable,
+    })
+}

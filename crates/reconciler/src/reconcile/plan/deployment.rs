@@ -1,0 +1,183 @@
+//! The control-plane Deployment (pure): kube-apiserver, kube-controller-manager and
+//! kube-scheduler in one pod template, their arguments and key-material layout from
+//! kamaji-bootstrap's [`controlplane`](kamaji_bootstrap::controlplane), PKI mounted read-only
+//! with mode 0600, probes, the whole `spec.deployment` section, and a pod-template annotation
+//! carrying the hash of the mounted key material so a reissued certificate rolls the pods.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, HTTPGetAction, KeyToPath, PodSpec, PodTemplateSpec, Probe,
+    SecretVolumeSource, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kamaji_api::kcp::{Component, ProbeSpec};
+use kamaji_bootstrap::controlplane::{
+    ControlPlaneSpec, Layout, PkiVolume, component_args, health_endpoint,
+};
+
+use super::{API_SERVER_PORT_NAME, PKI_HASH_ANNOTATION, common_labels, meta, selector_labels};
+use crate::reconcile::validate::ValidSpec;
+
+/// Mode of mounted key files: owner read/write only.
+pub const SECRET_MODE: i32 = 0o600;
+
+fn probe(timings: &ProbeSpec, path: &str, port: u16) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::Int(i32::from(port)),
+            scheme: Some("HTTPS".into()),
+            ..HTTPGetAction::default()
+        }),
+        initial_delay_seconds: timings.initial_delay_seconds,
+        timeout_seconds: timings.timeout_seconds,
+        period_seconds: timings.period_seconds,
+        success_threshold: timings.success_threshold,
+        failure_threshold: timings.failure_threshold,
+        ..Probe::default()
+    }
+}
+
+fn container(spec: &ValidSpec, cp: &ControlPlaneSpec, c: Component) -> Container {
+    let own = spec.component(c);
+    let (port, live, ready) = health_endpoint(cp, c);
+    let mut volume_mounts: Vec<VolumeMount> = Layout::mounts(c, cp.datastore.tls)
+        .into_iter()
+        .map(|v| VolumeMount {
+            name: v.volume_name().into(),
+            mount_path: cp.layout.dir(v),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        })
+        .collect();
+    volume_mounts.extend(own.extra_volume_mounts.iter().cloned());
+    Container {
+        name: c.name().into(),
+        image: Some(format!(
+            "{}/{}:{}",
+            spec.registry, own.image_name, spec.version_tag
+        )),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec![c.name().into()]),
+        args: Some(component_args(cp, c, &own.extra_args)),
+        ports: Some(vec![ContainerPort {
+            name: Some(if c == Component::ApiServer {
+                API_SERVER_PORT_NAME.into()
+            } else {
+                "https".into()
+            }),
+            container_port: i32::from(port),
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        liveness_probe: Some(probe(&own.probes.liveness, live, port)),
+        readiness_probe: Some(probe(&own.probes.readiness, ready, port)),
+        startup_probe: Some(probe(&own.probes.startup, live, port)),
+        resources: own.resources.clone(),
+        volume_mounts: Some(volume_mounts),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Container::default()
+    }
+}
+
+/// The Secret volumes of the key material (the datastore's only for a TLS datastore).
+fn pki_volumes(spec: &ValidSpec, cp: &ControlPlaneSpec) -> Vec<Volume> {
+    PkiVolume::ALL
+        .into_iter()
+        .filter(|v| *v != PkiVolume::Datastore || cp.datastore.tls)
+        .map(|v| Volume {
+            name: v.volume_name().into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(v.secret_name(&spec.names)),
+                default_mode: Some(SECRET_MODE),
+                items: v.items().map(|list| {
+                    list.iter()
+                        .map(|(key, path)| KeyToPath {
+                            key: (*key).into(),
+                            path: (*path).into(),
+                            mode: None,
+                        })
+                        .collect()
+                }),
+                optional: None,
+            }),
+            ..Volume::default()
+        })
+        .collect()
+}
+
+fn merge_into(into: &mut BTreeMap<String, String>, from: &BTreeMap<String, String>) {
+    for (k, v) in from {
+        into.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+}
+
+/// The control-plane Deployment. `pki_hash` is the hash of the mounted Secrets' content.
+#[must_use]
+pub fn deployment(
+    spec: &ValidSpec,
+    cp: &ControlPlaneSpec,
+    owner: &OwnerReference,
+    pki_hash: &str,
+) -> Deployment {
+    let pod = &spec.pod;
+    let mut m = meta(spec, spec.names.deployment(), owner);
+    merge_into(m.labels.get_or_insert_with(BTreeMap::new), &pod.labels);
+    if !pod.annotations.is_empty() {
+        merge_into(
+            m.annotations.get_or_insert_with(BTreeMap::new),
+            &pod.annotations,
+        );
+    }
+    let mut pod_labels = common_labels(spec);
+    merge_into(&mut pod_labels, &pod.pod_labels);
+    let mut pod_annotations =
+        BTreeMap::from([(PKI_HASH_ANNOTATION.to_owned(), pki_hash.to_owned())]);
+    merge_into(&mut pod_annotations, &pod.pod_annotations);
+    let mut volumes = pki_volumes(spec, cp);
+    volumes.extend(pod.extra_volumes.iter().cloned());
+    let mut containers: Vec<Container> = Component::ALL
+        .into_iter()
+        .map(|c| container(spec, cp, c))
+        .collect();
+    containers.extend(pod.extra_containers.iter().cloned());
+    Deployment {
+        metadata: m,
+        spec: Some(DeploymentSpec {
+            replicas: Some(spec.replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(spec)),
+                ..LabelSelector::default()
+            },
+            strategy: Some(pod.strategy.clone()),
+            revision_history_limit: Some(10),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(pod_annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers,
+                    init_containers: Some(pod.extra_init_containers.clone())
+                        .filter(|v| !v.is_empty()),
+                    volumes: Some(volumes),
+                    node_selector: pod.node_selector.clone(),
+                    affinity: pod.affinity.clone(),
+                    tolerations: pod.tolerations.clone(),
+                    topology_spread_constraints: pod.topology_spread_constraints.clone(),
+                    runtime_class_name: pod.runtime_class_name.clone(),
+                    service_account_name: pod.service_account_name.clone(),
+                    automount_service_account_token: Some(false),
+                    enable_service_links: Some(false),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}

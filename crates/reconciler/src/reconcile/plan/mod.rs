@@ -1,0 +1,508 @@
+//! The **plan** step: everything a pass would write, as one value computed from the validated
+//! spec and what was observed (pure; the only randomness is the key of something that must be
+//! made anew: a root before initialization, a leaf that must be reissued).
+//!
+//! - [`pki`]: roots, the datastore client certificate, leaves and kubeconfigs, the v0.1 Secrets
+//!   to move, the mounted-material hash;
+//! - [`service`]: the control-plane Service;
+//! - [`endpoint`]: the endpoint, from the Cluster, the ingress or gateway host, the service
+//!   address or the Service;
+//! - [`deployment`]: the control-plane Deployment;
+//! - the tenant's kubeadm artifacts, once its API answers.
+//!
+//! Until the Service exists with its ClusterIP, the plan holds only the roots, the datastore
+//! client and the Service: the serving certificate names the ClusterIP, and planning it before
+//! would reissue it (and roll the pods) one pass later.
+
+pub mod deployment;
+pub mod endpoint;
+pub mod pki;
+pub mod service;
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kamaji_api::conditions::{reasons, types};
+use kamaji_api::meta::{CLUSTER_NAME_LABEL, KAMAJI_NAME_LABEL};
+use kamaji_bootstrap::controlplane::{ControlPlaneSpec, DatastoreWiring, Layout};
+use kamaji_bootstrap::kubeadm::{Addons, TenantArtifacts};
+use kamaji_bootstrap::leaves::LeafSecret;
+use kamaji_bootstrap::pki::KeyAlgorithm;
+use kube::api::DynamicObject;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use self::endpoint::Endpoint;
+use self::pki::Roots;
+use super::observe::Observed;
+use super::status::Cond;
+use super::validate::ValidSpec;
+use crate::datastore::Resolved;
+use crate::error::Error;
+
+/// Annotation holding the hash of the desired object last applied by kamaji-rs.
+pub const DESIRED_HASH_ANNOTATION: &str = "controlplane.cluster.x-k8s.io/kamaji-rs-desired-hash";
+/// Pod-template annotation holding the hash of the mounted key material and configuration.
+pub const PKI_HASH_ANNOTATION: &str = "controlplane.cluster.x-k8s.io/kamaji-rs-pki-hash";
+/// Name of the API server container and Service port.
+pub const API_SERVER_PORT_NAME: &str = "kube-apiserver";
+
+/// The manager's settings the plan depends on.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Algorithm of new keys.
+    pub algorithm: KeyAlgorithm,
+    /// DNS domain of the management cluster (Service SANs).
+    pub management_domain: String,
+    /// Now.
+    pub now: SystemTime,
+}
+
+/// Everything one pass writes, in the order the apply step writes it.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The owner reference every object carries.
+    pub owner: OwnerReference,
+    /// The roots (stored, or new to be created if absent).
+    pub roots: Roots,
+    /// `<cluster>-apiserver-etcd-client`.
+    pub datastore_client: Secret,
+    /// The control-plane Service.
+    pub service: Service,
+    /// The rest, once the endpoint is known; `Err` says why it is not.
+    pub control_plane: Result<ControlPlane, Cond>,
+}
+
+impl Plan {
+    /// Whether the plan made a root (before initialization, when one was missing).
+    #[must_use]
+    pub fn generates_roots(&self) -> bool {
+        self.roots
+            .secrets
+            .iter()
+            .any(|r| matches!(r, pki::Root::New(_)))
+    }
+}
+
+/// What needs the endpoint.
+#[derive(Debug, Clone)]
+pub struct ControlPlane {
+    /// The endpoint.
+    pub endpoint: Endpoint,
+    /// The leaves and kubeconfigs, in apply order.
+    pub leaves: Vec<LeafSecret>,
+    /// The Deployment.
+    pub deployment: Deployment,
+    /// Secrets under v0.1 names to remove once every replica mounts the new ones.
+    pub legacy: Vec<Secret>,
+    /// The tenant's kubeadm artifacts, when its API answered this pass.
+    pub tenant: Option<TenantObjects>,
+}
+
+/// The kubeadm artifacts to apply in the tenant.
+#[derive(Debug, Clone)]
+pub struct TenantObjects {
+    /// The objects, in apply order.
+    pub objects: Vec<DynamicObject>,
+    /// Their hash (unchanged objects are not applied again).
+    pub hash: String,
+    /// The `cluster-info` kubeconfig the tenant must hold.
+    pub cluster_info: Option<String>,
+}
+
+/// A stable hash of any serialisable value (hex SHA-256 of its JSON), e.g. of a desired object.
+#[must_use]
+pub fn desired_hash<T: Serialize>(value: &T) -> String {
+    let json = serde_json::to_vec(value).unwrap_or_default();
+    hex::encode(Sha256::digest(json))
+}
+
+/// Labels every control-plane object carries.
+#[must_use]
+pub fn common_labels(spec: &ValidSpec) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (KAMAJI_NAME_LABEL.to_owned(), spec.names.pod_label_value()),
+        (
+            CLUSTER_NAME_LABEL.to_owned(),
+            spec.names.cluster_label_value(),
+        ),
+    ])
+}
+
+/// The pod selector of the control-plane Deployment and Service.
+#[must_use]
+pub fn selector_labels(spec: &ValidSpec) -> BTreeMap<String, String> {
+    BTreeMap::from([(KAMAJI_NAME_LABEL.to_owned(), spec.names.pod_label_value())])
+}
+
+fn meta(spec: &ValidSpec, name: String, owner: &OwnerReference) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(spec.namespace.clone()),
+        labels: Some(common_labels(spec)),
+        owner_references: Some(vec![owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+fn owned(mut secret: Secret, owner: &OwnerReference) -> Secret {
+    secret.metadata.owner_references = Some(vec![owner.clone()]);
+    secret
+}
+
+/// The plan of one pass. `Err(cond)` stops the pass with nothing written: a root is missing
+/// after initialization.
+///
+/// # Errors
+/// [`Error`] when stored key material is unusable or issuing fails.
+pub fn plan(
+    spec: &ValidSpec,
+    observed: &Observed,
+    datastore: &Resolved,
+    owner: OwnerReference,
+    settings: &Settings,
+) -> Result<Result<Plan, Cond>, Error> {
+    let (alg, now) = (settings.algorithm, settings.now);
+    let mut roots = match pki::roots(spec, &observed.secrets, observed.initialized, alg, now)? {
+        Ok(r) => r,
+        Err(cond) => return Ok(Err(cond)),
+    };
+    for root in &mut roots.secrets {
+        if let pki::Root::New(s) = root {
+            s.metadata.owner_references = Some(vec![owner.clone()]);
+        }
+    }
+    let datastore_client = owned(
+        pki::datastore_client(spec, datastore, &observed.secrets, alg, now)?,
+        &owner,
+    );
+    let service = service::service(spec, &owner);
+    let service_ip = observed.service.as_ref().and_then(endpoint::cluster_ip);
+    let control_plane = match (
+        service_ip,
+        endpoint::choose(spec, observed.service.as_ref()),
+    ) {
+        (Some(ip), Some(endpoint)) => Ok(control_plane(
+            spec,
+            observed,
+            datastore,
+            &owner,
+            settings,
+            &roots,
+            &datastore_client,
+            endpoint,
+            ip,
+        )?),
+        _ => Err(Cond::no(
+            types::ENDPOINT_READY,
+            reasons::WAITING_FOR_ENDPOINT,
+            endpoint::waiting_message(spec),
+        )),
+    };
+    Ok(Ok(Plan {
+        owner,
+        roots,
+        datastore_client,
+        service,
+        control_plane,
+    }))
+}
+
+/// The datastore and endpoint wiring of the components.
+#[must_use]
+pub fn control_plane_spec(
+    spec: &ValidSpec,
+    datastore: &Resolved,
+    endpoint: &Endpoint,
+) -> ControlPlaneSpec {
+    ControlPlaneSpec {
+        cluster_name: spec.cluster_name.clone(),
+        port: spec.port,
+        network: spec.network.clone(),
+        admission_plugins: spec.admission_plugins.clone(),
+        kubelet_address_types: spec.kubelet_address_types.clone(),
+        // The endpoint chosen before the first Deployment exists, so the flag never changes
+        // later (a later change would roll every pod right after initialization).
+        advertise_address: endpoint.host.parse().ok(),
+        datastore: DatastoreWiring {
+            servers: datastore.server_urls(),
+            prefix: kamaji_api::names::etcd_prefix(&spec.datastore_schema),
+            tls: true,
+        },
+        layout: Layout::default(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn control_plane(
+    spec: &ValidSpec,
+    observed: &Observed,
+    datastore: &Resolved,
+    owner: &OwnerReference,
+    settings: &Settings,
+    roots: &Roots,
+    datastore_client: &Secret,
+    endpoint: Endpoint,
+    service_ip: std::net::IpAddr,
+) -> Result<ControlPlane, Error> {
+    let legacy = pki::legacy_secrets(spec, &observed.secrets, &owner.uid);
+    let leaves: Vec<LeafSecret> = pki::leaves(
+        spec,
+        &roots.material,
+        &endpoint,
+        Some(service_ip),
+        &settings.management_domain,
+        &observed.secrets,
+        &legacy,
+        settings.algorithm,
+        settings.now,
+    )?
+    .into_iter()
+    .map(|mut l| {
+        l.secret = owned(l.secret, owner);
+        l
+    })
+    .collect();
+    let pki_hash = pki::mounted_hash(&leaves, datastore_client, roots);
+    let cp = control_plane_spec(spec, datastore, &endpoint);
+    let deployment = deployment::deployment(spec, &cp, owner, &pki_hash);
+    let tenant = if observed.reachable {
+        Some(tenant_objects(spec, datastore, &roots.material, &endpoint)?)
+    } else {
+        None
+    };
+    Ok(ControlPlane {
+        endpoint,
+        leaves,
+        deployment,
+        legacy: legacy.into_iter().map(|(_, s)| s).collect(),
+        tenant,
+    })
+}
+
+fn tenant_objects(
+    spec: &ValidSpec,
+    datastore: &Resolved,
+    roots: &kamaji_bootstrap::pki::TenantRoots,
+    endpoint: &Endpoint,
+) -> Result<TenantObjects, Error> {
+    let tenant = spec
+        .tenant
+        .at_endpoint(&endpoint.host, endpoint.port, datastore.server_urls())
+        .map_err(|e| Error::Tenant(format!("{}: {}", e.field, e.reason)))?;
+    let artifacts = TenantArtifacts::build(&tenant, roots.ca.cert_pem(), Addons::default())?;
+    let objects = crate::tenant::objects(&artifacts)?;
+    Ok(TenantObjects {
+        hash: desired_hash(&objects),
+        cluster_info: artifacts
+            .cluster_info
+            .data
+            .as_ref()
+            .and_then(|d| {
+                d.get(kamaji_bootstrap::kubeadm::cluster_info::CLUSTER_INFO_KUBECONFIG_KEY)
+            })
+            .cloned(),
+        objects,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::validate::tests::{fixture, valid};
+    use kamaji_bootstrap::pki::CertificateAuthority;
+    use kube::ResourceExt;
+
+    fn owner() -> OwnerReference {
+        OwnerReference {
+            api_version: "controlplane.cluster.x-k8s.io/v1alpha2".into(),
+            kind: "KamajiControlPlane".into(),
+            name: "demo".into(),
+            uid: "f0-uid".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    fn datastore() -> Resolved {
+        let ca = CertificateAuthority::generate(
+            "datastore-ca",
+            KeyAlgorithm::default(),
+            SystemTime::now(),
+        )
+        .unwrap();
+        Resolved {
+            name: "default".into(),
+            endpoints: vec!["10.0.0.2:2379".into()],
+            ca_cert: ca.cert_pem().into(),
+            ca_key: ca.key_pem().into(),
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            algorithm: KeyAlgorithm::default(),
+            management_domain: "cluster.local".into(),
+            now: SystemTime::now(),
+        }
+    }
+
+    /// F0's Service as the API server stores it: ClusterIP allocated, load-balancer address
+    /// `10.0.0.10` (shared/cases/README.md).
+    fn stored_service(spec: &ValidSpec) -> Service {
+        let mut s = service::service(spec, &owner());
+        s.spec.as_mut().unwrap().cluster_ip = Some("10.0.0.5".into());
+        s.status = serde_json::from_value(
+            serde_json::json!({"loadBalancer": {"ingress": [{"ip": "10.0.0.10"}]}}),
+        )
+        .unwrap();
+        s
+    }
+
+    fn observed(secrets: BTreeMap<String, Secret>, service: Option<Service>) -> Observed {
+        Observed {
+            secrets,
+            deployment: None,
+            service,
+            initialized: false,
+            reachable: false,
+        }
+    }
+
+    #[test]
+    fn f0_service_and_deployment() {
+        let spec = valid(&fixture(serde_json::json!({})));
+        let ds = datastore();
+        let endpoint = Endpoint {
+            host: "10.0.0.10".into(),
+            port: 6443,
+        };
+        let cp = control_plane_spec(&spec, &ds, &endpoint);
+        insta::assert_yaml_snapshot!("f0_service", service::service(&spec, &owner()));
+        insta::assert_yaml_snapshot!(
+            "f0_deployment",
+            deployment::deployment(&spec, &cp, &owner(), "<pki-hash>")
+        );
+    }
+
+    #[test]
+    fn identical_inputs_give_an_identical_desired_hash() {
+        let spec = valid(&fixture(serde_json::json!({})));
+        let ds = datastore();
+        let endpoint = Endpoint {
+            host: "10.0.0.10".into(),
+            port: 6443,
+        };
+        let cp = control_plane_spec(&spec, &ds, &endpoint);
+        let a = deployment::deployment(&spec, &cp, &owner(), "h");
+        let b = deployment::deployment(&spec, &cp, &owner(), "h");
+        assert_eq!(desired_hash(&a), desired_hash(&b));
+        let other = deployment::deployment(&spec, &cp, &owner(), "h2");
+        assert_ne!(
+            desired_hash(&a),
+            desired_hash(&other),
+            "the key material rolls the pods"
+        );
+    }
+
+    /// Without the Service's ClusterIP the plan holds only roots, the datastore client and the
+    /// Service; with it, everything; planned again from what the first plan stored, nothing
+    /// changes (no key is regenerated, the Deployment's hash is the same).
+    #[test]
+    fn a_plan_over_its_own_result_changes_nothing() {
+        let spec = valid(&fixture(serde_json::json!({})));
+        let ds = datastore();
+        let first = plan(
+            &spec,
+            &observed(BTreeMap::new(), None),
+            &ds,
+            owner(),
+            &settings(),
+        )
+        .unwrap()
+        .unwrap();
+        assert!(
+            first
+                .roots
+                .secrets
+                .iter()
+                .all(|r| matches!(r, pki::Root::New(_)))
+        );
+        assert_eq!(
+            first.control_plane.as_ref().unwrap_err().reason,
+            reasons::WAITING_FOR_ENDPOINT
+        );
+
+        let mut stored: BTreeMap<String, Secret> = first
+            .roots
+            .secrets
+            .iter()
+            .map(|r| (r.secret().name_any(), r.secret().clone()))
+            .collect();
+        stored.insert(
+            first.datastore_client.name_any(),
+            first.datastore_client.clone(),
+        );
+        let svc = Some(stored_service(&spec));
+        let second = plan(
+            &spec,
+            &observed(stored.clone(), svc.clone()),
+            &ds,
+            owner(),
+            &settings(),
+        )
+        .unwrap()
+        .unwrap();
+        assert!(
+            second
+                .roots
+                .secrets
+                .iter()
+                .all(|r| matches!(r, pki::Root::Stored(_)))
+        );
+        assert_eq!(
+            second.datastore_client.data, first.datastore_client.data,
+            "kept"
+        );
+        let cp = second.control_plane.unwrap();
+        assert_eq!(cp.endpoint.host, "10.0.0.10");
+        assert_eq!(cp.leaves.len(), 7);
+        assert!(cp.leaves.iter().all(|l| l.changed));
+        assert!(
+            cp.leaves
+                .iter()
+                .all(|l| l.secret.owner_references()[0].uid == "f0-uid")
+        );
+
+        for l in &cp.leaves {
+            stored.insert(l.secret.name_any(), l.secret.clone());
+        }
+        let third = plan(&spec, &observed(stored, svc), &ds, owner(), &settings())
+            .unwrap()
+            .unwrap();
+        let again = third.control_plane.unwrap();
+        assert!(again.leaves.iter().all(|l| !l.changed), "every leaf kept");
+        assert_eq!(
+            desired_hash(&again.deployment),
+            desired_hash(&cp.deployment)
+        );
+    }
+
+    #[test]
+    fn a_missing_root_after_initialization_is_never_planned_anew() {
+        let spec = valid(&fixture(serde_json::json!({})));
+        let mut o = observed(BTreeMap::new(), None);
+        o.initialized = true;
+        let stop = plan(&spec, &o, &datastore(), owner(), &settings())
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(stop.reason, reasons::ROOT_KEY_MATERIAL_MISSING);
+        assert!(
+            stop.message
+                .contains("Secret tenant-a/demo-ca (the cluster CA)")
+        );
+    }
+}

@@ -1,0 +1,297 @@
+//! The key material of one pass (pure but for the keys of what must be made anew): the roots
+//! read back or, before initialization, generated once; the datastore client certificate; the
+//! leaves kept or reissued by kamaji-bootstrap; the v0.1 Secrets to move; and the hash of what
+//! the pods mount.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kamaji_api::conditions::{reasons, types};
+use kamaji_api::names::InternalSecret;
+use kamaji_bootstrap::leaves::{self, LeafInputs, LeafSecret};
+use kamaji_bootstrap::pki::{
+    ApiServerNames, CA_COMMON_NAME, CertificateAuthority, FRONT_PROXY_CA_COMMON_NAME, KeyAlgorithm,
+    LeafRole, LeafSpec, ServiceAccountKeyPair, ServiceNames, TenantRoots,
+};
+use kamaji_bootstrap::secrets::{self, SecretTarget};
+
+use super::endpoint::Endpoint;
+use crate::error::Error;
+use crate::reconcile::status::Cond;
+use crate::reconcile::validate::ValidSpec;
+
+/// One root Secret: as stored, or made now to be created with create-if-absent.
+#[derive(Debug, Clone)]
+pub enum Root {
+    /// The stored Secret (never regenerated).
+    Stored(Secret),
+    /// A new Secret; the apply step creates it only if no Secret of that name exists.
+    New(Secret),
+}
+
+impl Root {
+    /// The Secret.
+    #[must_use]
+    pub fn secret(&self) -> &Secret {
+        match self {
+            Self::Stored(s) | Self::New(s) => s,
+        }
+    }
+}
+
+/// The three roots: `<cluster>-ca`, `<cluster>-proxy`, `<cluster>-sa`, in that order.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    /// The Secrets.
+    pub secrets: [Root; 3],
+    /// Their key material.
+    pub material: TenantRoots,
+}
+
+/// Reads the roots back, or makes the missing ones before initialization. After
+/// initialization a missing root is never made again (every joined node, kubeconfig and token
+/// trusts the old one): `Err` carries `CertificatesAvailable=False` saying how to restore it.
+///
+/// # Errors
+/// [`Error::Pki`] when a stored root is unusable or generation fails.
+pub fn roots(
+    spec: &ValidSpec,
+    stored: &BTreeMap<String, Secret>,
+    initialized: bool,
+    algorithm: KeyAlgorithm,
+    now: SystemTime,
+) -> Result<Result<Roots, Cond>, Error> {
+    let n = &spec.names;
+    let ns = spec.namespace.as_str();
+    let target = |name: &'static str, secret: String| (name, secret);
+    let wanted = [
+        target("the cluster CA", n.ca_secret()),
+        target("the front-proxy CA", n.front_proxy_ca_secret()),
+        target(
+            "the service-account signing key",
+            n.service_account_secret(),
+        ),
+    ];
+    let missing: Vec<String> = wanted
+        .iter()
+        .filter(|(_, name)| !stored.contains_key(name))
+        .map(|(what, name)| format!("Secret {ns}/{name} ({what})"))
+        .collect();
+    if initialized && !missing.is_empty() {
+        return Ok(Err(Cond::no(
+            types::CERTIFICATES_AVAILABLE,
+            reasons::ROOT_KEY_MATERIAL_MISSING,
+            format!(
+                "{} missing, and the control plane is initialized: kamaji-rs does not \
+                 generate a new one, because every joined node, issued kubeconfig and \
+                 service-account token trusts the old one. Restore it from a backup (for \
+                 example `kubectl apply` of the saved Secret, keys tls.crt and tls.key) and the \
+                 control plane continues unchanged; nothing is rolled until then. A rotation \
+                 to new key material is not supported yet.",
+                missing.join(" and "),
+            ),
+        )));
+    }
+    let make = |name: &str, i: usize| -> Result<Root, Error> {
+        if let Some(s) = stored.get(name) {
+            return Ok(Root::Stored(s.clone()));
+        }
+        let t = SecretTarget {
+            name,
+            namespace: ns,
+            cluster_name: &spec.cluster_name,
+        };
+        Ok(Root::New(match i {
+            0 => secrets::ca_secret(
+                t,
+                &CertificateAuthority::generate(CA_COMMON_NAME, algorithm, now)?,
+            ),
+            1 => secrets::ca_secret(
+                t,
+                &CertificateAuthority::generate(FRONT_PROXY_CA_COMMON_NAME, algorithm, now)?,
+            ),
+            _ => secrets::service_account_secret(t, &ServiceAccountKeyPair::generate(algorithm)?),
+        }))
+    };
+    let secrets = [
+        make(&wanted[0].1, 0)?,
+        make(&wanted[1].1, 1)?,
+        make(&wanted[2].1, 2)?,
+    ];
+    let material = TenantRoots {
+        ca: ca_of(secrets[0].secret())?,
+        front_proxy_ca: ca_of(secrets[1].secret())?,
+        service_account: sa_of(secrets[2].secret())?,
+    };
+    Ok(Ok(Roots { secrets, material }))
+}
+
+fn unusable(secret: &Secret, reason: impl std::fmt::Display) -> Error {
+    Error::Pki(crate::error::PkiError::UnusableRoot {
+        name: secret.metadata.name.clone().unwrap_or_default(),
+        reason: reason.to_string(),
+    })
+}
+
+/// Reads a CA from its Secret (`tls.crt`, `tls.key`).
+fn ca_of(secret: &Secret) -> Result<CertificateAuthority, Error> {
+    let (crt, key) = secrets::tls_pair_of(secret)
+        .ok_or_else(|| unusable(secret, "tls.crt or tls.key missing"))?;
+    CertificateAuthority::from_pem(&crt, &key).map_err(|e| unusable(secret, e))
+}
+
+/// Reads the service-account key pair from `<cluster>-sa` (`tls.key` = private key).
+fn sa_of(secret: &Secret) -> Result<ServiceAccountKeyPair, Error> {
+    let (_, key) =
+        secrets::tls_pair_of(secret).ok_or_else(|| unusable(secret, "tls.key missing"))?;
+    ServiceAccountKeyPair::from_private_pem(&key).map_err(|e| unusable(secret, e))
+}
+
+/// The tenant's datastore client certificate (issued from the DataStore CA, kept while
+/// valid) as `<cluster>-apiserver-etcd-client`, with the DataStore CA as `ca.crt`.
+///
+/// # Errors
+/// [`Error`] when the DataStore CA does not load or issuing fails.
+pub fn datastore_client(
+    spec: &ValidSpec,
+    ds: &crate::datastore::Resolved,
+    stored: &BTreeMap<String, Secret>,
+    algorithm: KeyAlgorithm,
+    now: SystemTime,
+) -> Result<Secret, Error> {
+    let name = spec.names.apiserver_etcd_client_secret();
+    let (leaf, _) = leaves::datastore_client(
+        &ds.ca_cert,
+        &ds.ca_key,
+        &datastore_common_name(&spec.namespace, &spec.names),
+        stored.get(&name),
+        algorithm,
+        now,
+    )?;
+    let mut secret = secrets::leaf_secret(
+        SecretTarget {
+            name: &name,
+            namespace: &spec.namespace,
+            cluster_name: &spec.cluster_name,
+        },
+        &leaf,
+    );
+    secret
+        .data
+        .get_or_insert_with(BTreeMap::new)
+        .insert("ca.crt".into(), ByteString(ds.ca_cert.clone().into_bytes()));
+    Ok(secret)
+}
+
+/// Common name of the tenant's datastore client certificate (its datastore user name).
+#[must_use]
+pub fn datastore_common_name(namespace: &str, names: &kamaji_api::names::ObjectNames) -> String {
+    kamaji_api::names::datastore_username(namespace, &names.deployment())
+}
+
+/// Internal Secrets this control plane stored under their pre-v0.2 names (see
+/// `ObjectNames::legacy_internal_secret`), with their new names: only those it controls
+/// (`uid`), since an old name may now be another cluster's CAPI Secret.
+#[must_use]
+pub fn legacy_secrets(
+    spec: &ValidSpec,
+    stored: &BTreeMap<String, Secret>,
+    uid: &str,
+) -> Vec<(String, Secret)> {
+    InternalSecret::ALL
+        .iter()
+        .filter_map(|which| {
+            let old = spec.names.legacy_internal_secret(*which)?;
+            let secret = stored.get(&old).filter(|s| {
+                s.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.controller == Some(true) && o.uid == uid)
+            })?;
+            Some((spec.names.internal_secret(*which), secret.clone()))
+        })
+        .collect()
+}
+
+/// The leaves for `endpoint`: kept or reissued (kamaji-bootstrap's decision), a leaf stored
+/// under its v0.1 name counting as stored under the new one.
+///
+/// # Errors
+/// [`Error`] when a SAN is invalid or issuing fails.
+#[allow(clippy::too_many_arguments)]
+pub fn leaves(
+    spec: &ValidSpec,
+    roots: &TenantRoots,
+    endpoint: &Endpoint,
+    service_ip: Option<std::net::IpAddr>,
+    management_domain: &str,
+    stored: &BTreeMap<String, Secret>,
+    legacy: &[(String, Secret)],
+    algorithm: KeyAlgorithm,
+    now: SystemTime,
+) -> Result<Vec<LeafSecret>, Error> {
+    let names = ApiServerNames {
+        endpoint_host: endpoint.host.clone(),
+        service: Some(ServiceNames {
+            name: spec.names.service(),
+            namespace: spec.namespace.clone(),
+            cluster_domain: management_domain.to_owned(),
+            cluster_ip: service_ip,
+        }),
+        cert_sans: spec.exposure.cert_sans.clone(),
+        external_hosts: spec
+            .exposure
+            .external
+            .iter()
+            .map(|(h, _)| h.clone())
+            .collect(),
+    };
+    let api_server = LeafSpec::api_server(&names, &spec.network)
+        .map_err(|e| Error::Pki(crate::error::PkiError::Validation(e)))?;
+    let mut existing = stored.clone();
+    for (new_name, old) in legacy {
+        existing
+            .entry(new_name.clone())
+            .or_insert_with(|| old.clone());
+    }
+    let local = kamaji_bootstrap::kubeconfig::server_url("localhost", spec.port);
+    let inputs = LeafInputs {
+        names: &spec.names,
+        namespace: &spec.namespace,
+        cluster_name: &spec.cluster_name,
+        roots,
+        api_server: &api_server,
+        local_url: local,
+        endpoint_url: endpoint.url(),
+        super_admin_url: service_ip.map_or_else(
+            || endpoint.url(),
+            |ip| kamaji_bootstrap::kubeconfig::server_url(&ip.to_string(), spec.port),
+        ),
+        algorithm,
+        now,
+    };
+    Ok(leaves::plan(&inputs, &existing)?)
+}
+
+/// Hash of every Secret the control-plane pods mount (roots, the leaves but the two
+/// kubeconfigs only the provider and users use, the datastore client), for the pod-template
+/// annotation: a reissued certificate changes it and rolls the pods.
+#[must_use]
+pub fn mounted_hash(leaves: &[LeafSecret], datastore_client: &Secret, roots: &Roots) -> String {
+    let mounted: BTreeMap<&String, &Secret> = leaves
+        .iter()
+        .filter(|l| !matches!(l.role, LeafRole::Admin | LeafRole::SuperAdmin))
+        .filter_map(|l| l.secret.metadata.name.as_ref().map(|n| (n, &l.secret)))
+        .collect();
+    let list = mounted
+        .values()
+        .copied()
+        .chain(std::iter::once(datastore_client))
+        .chain(roots.secrets.iter().map(Root::secret))
+        .map(|s| (&s.metadata.name, &s.data))
+        .collect::<Vec<_>>();
+    super::desired_hash(&list)
+}

@@ -1,0 +1,989 @@
+//! The **validate** step: a KamajiControlPlane and its Cluster become a [`ValidSpec`] of
+//! typed, validated values, or a list of errors that each name the field (pure; no I/O).
+//!
+//! Admission (schema + CEL) rejects most bad input before it is stored; what is checked here
+//! needs the Cluster or the target version, or is refused at admission only since a later
+//! release: the tenant network (service/pod CIDRs from `Cluster.spec.clusterNetwork`,
+//! `dnsServiceIPs` inside the service range, case B18), the supported version range, flags and
+//! admission plugins the target version no longer has (they crash the component at start),
+//! the serving certificate's names (`certSANs`, the ingress or gateway host, the Cluster's
+//! endpoint), the addon images, the kubelet settings and configuration patches (everything the
+//! kubeadm artifacts need but the endpoint). Nothing after this step reads the raw spec.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::apps::v1::{DeploymentStrategy, RollingUpdateDeployment};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ResourceRequirements, ServicePort, Toleration, TopologySpreadConstraint,
+    Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kamaji_api::KamajiControlPlane;
+use kamaji_api::cluster::ClusterView;
+use kamaji_api::conditions::{reasons, types};
+use kamaji_api::kcp::{
+    AdmissionController, Component, ControlPlaneComponent, DEFAULT_REGISTRY, DEFAULT_REPLICAS,
+    KubeletPreferredAddressType, ProbeSet, ProbeSpec, ServiceType,
+};
+use kamaji_api::names::{self, ObjectNames};
+use kamaji_api::validation;
+use kamaji_bootstrap::controlplane::removed_flag;
+use kamaji_bootstrap::kubeadm::{AddonImage, KubeletSpec, Tenant, TenantSpec};
+use kamaji_bootstrap::network::{NetworkSpec, TenantNetwork};
+use kamaji_bootstrap::pki::ApiServerNames;
+use kamaji_bootstrap::version::KubernetesVersion;
+
+use super::status::Cond;
+
+/// One reason a spec cannot be reconciled, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    /// JSON path of the offending field, e.g. `spec.apiServer.extraArgs`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl SpecError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Admission plugins kube-apiserver enables when `spec.admissionControllers` is empty
+/// (kubeadm's choice: the API server defaults plus `NodeRestriction`).
+pub const DEFAULT_ADMISSION_PLUGINS: &[&str] = &["NodeRestriction"];
+
+/// How the control plane is exposed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exposure {
+    /// Service type.
+    pub service_type: ServiceType,
+    /// `network.serviceAddress`.
+    pub service_address: Option<String>,
+    /// Ingress or gateway host and port, which the endpoint takes first.
+    pub external: Option<(String, u16)>,
+    /// Extra serving-certificate names: `network.certSANs`, then the ingress or gateway host.
+    pub cert_sans: Vec<String>,
+    /// `network.serviceLabels` (kamaji-rs's own labels win on a clash).
+    pub service_labels: BTreeMap<String, String>,
+    /// `network.serviceAnnotations`.
+    pub service_annotations: Option<BTreeMap<String, String>>,
+    /// `network.additionalServicePorts`, as Service ports.
+    pub additional_ports: Vec<ServicePort>,
+    /// `network.loadBalancerConfig.loadBalancerSourceRanges` (LoadBalancer only).
+    pub load_balancer_source_ranges: Option<Vec<String>>,
+    /// `network.loadBalancerConfig.loadBalancerClass` (LoadBalancer only).
+    pub load_balancer_class: Option<String>,
+    /// `network.allocateLoadBalancerNodePorts` (LoadBalancer only).
+    pub allocate_load_balancer_node_ports: Option<bool>,
+}
+
+/// Probe timings of one container: each field from the component's `probes`, else
+/// `deployment.probes`, else kubeadm's static-pod default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probes {
+    /// Liveness.
+    pub liveness: ProbeSpec,
+    /// Readiness.
+    pub readiness: ProbeSpec,
+    /// Startup.
+    pub startup: ProbeSpec,
+}
+
+/// One component's customisation (`spec.apiServer`, `spec.controllerManager`,
+/// `spec.scheduler`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComponentSpec {
+    /// `extraArgs`, as written (merged with the defaults by kamaji-bootstrap).
+    pub extra_args: Vec<String>,
+    /// Image name below the registry (default: the binary name).
+    pub image_name: String,
+    /// Compute resources.
+    pub resources: Option<ResourceRequirements>,
+    /// `extraVolumeMounts`.
+    pub extra_volume_mounts: Vec<VolumeMount>,
+    /// Probe timings.
+    pub probes: Probes,
+}
+
+/// The pod-level settings of `spec.deployment`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodSettings {
+    /// `additionalMetadata` of the Deployment.
+    pub labels: BTreeMap<String, String>,
+    /// `additionalMetadata` of the Deployment.
+    pub annotations: BTreeMap<String, String>,
+    /// `podAdditionalMetadata`.
+    pub pod_labels: BTreeMap<String, String>,
+    /// `podAdditionalMetadata`.
+    pub pod_annotations: BTreeMap<String, String>,
+    /// `strategy`, else one extra pod at a time and never one fewer ready (case B14).
+    pub strategy: DeploymentStrategy,
+    /// `nodeSelector`.
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// `runtimeClassName`.
+    pub runtime_class_name: Option<String>,
+    /// `serviceAccountName`.
+    pub service_account_name: Option<String>,
+    /// `affinity`.
+    pub affinity: Option<Affinity>,
+    /// `tolerations`.
+    pub tolerations: Option<Vec<Toleration>>,
+    /// `topologySpreadConstraints`.
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    /// `extraInitContainers`.
+    pub extra_init_containers: Vec<Container>,
+    /// `extraContainers`.
+    pub extra_containers: Vec<Container>,
+    /// `extraVolumes`.
+    pub extra_volumes: Vec<Volume>,
+}
+
+/// Everything the later steps need, validated and with defaults applied; nothing but typed
+/// values (no copy of the resource).
+#[derive(Debug, Clone)]
+pub struct ValidSpec {
+    /// Namespace of the KamajiControlPlane and its Cluster.
+    pub namespace: String,
+    /// Child object names.
+    pub names: ObjectNames,
+    /// The Cluster's name.
+    pub cluster_name: String,
+    /// The Cluster's `spec.controlPlaneEndpoint`, when already set.
+    pub cluster_endpoint: Option<(String, u16)>,
+    /// Target version.
+    pub version: KubernetesVersion,
+    /// Target version as an image tag and `--version` string, `v` prefixed.
+    pub version_tag: String,
+    /// Desired pods.
+    pub replicas: i32,
+    /// Image registry.
+    pub registry: String,
+    /// Tenant network.
+    pub network: TenantNetwork,
+    /// kube-apiserver port: the Service port, the container port and the endpoint port unless
+    /// an ingress or gateway serves elsewhere (`Cluster.spec.clusterNetwork.apiServerPort`).
+    pub port: u16,
+    /// How the control plane is exposed.
+    pub exposure: Exposure,
+    /// `--kubelet-preferred-address-types`.
+    pub kubelet_address_types: Vec<String>,
+    /// Enabled admission plugins.
+    pub admission_plugins: Vec<String>,
+    /// Datastore schema (etcd key prefix without the leading `/`), stable per namespace/name.
+    pub datastore_schema: String,
+    /// DataStore name: `spec.dataStoreName` or the manager's default.
+    pub datastore_name: String,
+    /// Whether `spec.dataStoreName` was empty (the manager's default is used).
+    pub default_datastore: bool,
+    /// The three components, in [`Component::ALL`] order.
+    pub components: [ComponentSpec; 3],
+    /// `spec.deployment`.
+    pub pod: PodSettings,
+    /// The kubeadm artifacts' inputs, validated (the endpoint is set by the plan step).
+    pub tenant: Tenant,
+}
+
+impl ValidSpec {
+    /// A component's customisation.
+    #[must_use]
+    pub fn component(&self, c: Component) -> &ComponentSpec {
+        match c {
+            Component::ApiServer => &self.components[0],
+            Component::ControllerManager => &self.components[1],
+            Component::Scheduler => &self.components[2],
+        }
+    }
+}
+
+/// The `SpecValid=False` condition for `errors`: every error, each naming its field.
+#[must_use]
+pub fn refusal(errors: &[SpecError]) -> Cond {
+    let msg = errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    Cond::no(types::SPEC_VALID, reasons::INVALID_SPEC, msg)
+}
+
+/// Validates `kcp` against its `cluster`; `default_datastore` is the manager's
+/// `--default-datastore`. (One check per block, in field order; the helpers below hold the
+/// longer ones.)
+///
+/// # Errors
+/// Every problem found, each naming its field.
+pub fn validate(
+    kcp: &KamajiControlPlane,
+    cluster: &ClusterView,
+    default_datastore: &str,
+) -> Result<ValidSpec, Vec<SpecError>> {
+    let mut errors = Vec::new();
+    let fields = &kcp.spec.fields;
+    let version = version(kcp, &mut errors);
+    let network_spec = network_spec(kcp, cluster);
+    let network = network(fields, &network_spec, &mut errors);
+    let port = u16::try_from(cluster.api_server_port)
+        .ok()
+        .filter(|p| *p != 0);
+    if port.is_none() {
+        errors.push(SpecError::new(
+            "Cluster.spec.clusterNetwork.apiServerPort",
+            format!("{} is not a TCP port", cluster.api_server_port),
+        ));
+    }
+    if fields
+        .deployment
+        .as_ref()
+        .is_some_and(|d| d.external_cluster_reference.is_some())
+    {
+        errors.push(SpecError::new(
+            "spec.deployment.externalClusterReference",
+            "running the control plane in another cluster is not supported by kamaji-rs",
+        ));
+    }
+    let cluster_endpoint = cluster
+        .control_plane_endpoint
+        .as_ref()
+        .and_then(|(h, p)| Some((h.clone(), u16::try_from(*p).ok().filter(|p| *p != 0)?)));
+    let exposure = exposure(&fields.network.clone().unwrap_or_default());
+    let registry = fields
+        .container_registry
+        .clone()
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| DEFAULT_REGISTRY.to_owned());
+    let kubelet_address_types = kubelet_address_types(fields);
+    let (Some(version), Some(network), Some(port)) = (version, network, port) else {
+        return Err(errors);
+    };
+    errors.extend(serving_names(
+        &exposure,
+        cluster_endpoint.as_ref(),
+        &network,
+    ));
+    let tenant = tenant(
+        kcp,
+        cluster,
+        &version,
+        &network_spec,
+        &registry,
+        &exposure,
+        &kubelet_address_types,
+        port,
+    )
+    .map_err(|e| errors.push(e))
+    .ok();
+    let (Some(tenant), true) = (tenant, errors.is_empty()) else {
+        return Err(errors);
+    };
+    Ok(ValidSpec {
+        namespace: kcp.metadata.namespace.clone().unwrap_or_default(),
+        names: ObjectNames::new(
+            &cluster.name,
+            kcp.metadata.name.as_deref().unwrap_or_default(),
+        ),
+        cluster_name: cluster.name.clone(),
+        cluster_endpoint,
+        version_tag: format!("v{}.{}.{}", version.major, version.minor, version.patch),
+        version,
+        replicas: kcp.spec.replicas.unwrap_or(DEFAULT_REPLICAS),
+        registry,
+        network,
+        port,
+        exposure,
+        kubelet_address_types,
+        admission_plugins: admission_plugins(fields),
+        datastore_schema: datastore_schema(kcp),
+        default_datastore: fields.data_store_name.as_deref().is_none_or(str::is_empty),
+        datastore_name: datastore_name(kcp, default_datastore).to_owned(),
+        components: Component::ALL.map(|c| component(fields, c)),
+        pod: pod_settings(fields),
+        tenant,
+    })
+}
+
+/// `spec.version`: a version, in the supported range, without flags or plugins it removed.
+fn version(kcp: &KamajiControlPlane, errors: &mut Vec<SpecError>) -> Option<KubernetesVersion> {
+    let version = KubernetesVersion::parse(&kcp.spec.version)
+        .map_err(|e| errors.push(SpecError::new("spec.version", e.to_string())))
+        .ok()?;
+    // Admission refuses these; objects stored before those rules existed are caught here.
+    if !validation::is_supported_version(version.major, version.minor) {
+        errors.push(SpecError::new(
+            "spec.version",
+            format!(
+                "{} is not supported: kamaji-rs supports Kubernetes {}",
+                kcp.spec.version,
+                validation::supported_versions()
+            ),
+        ));
+    }
+    errors.extend(removed_in_target(kcp, &version));
+    Some(version)
+}
+
+/// The tenant network, with errors naming where the user set the offending value.
+fn network(
+    fields: &kamaji_api::KamajiControlPlaneFields,
+    spec: &NetworkSpec,
+    errors: &mut Vec<SpecError>,
+) -> Option<TenantNetwork> {
+    // The CoreDNS addresses come from `addons.coreDNS`, else from `network`: name the one set.
+    let dns_from_network = fields
+        .addons
+        .as_ref()
+        .and_then(|a| a.core_dns.as_ref())
+        .and_then(|c| c.dns_service_ips.as_ref())
+        .is_none_or(Vec::is_empty);
+    spec.validate()
+        .map_err(|e| {
+            let mut field = network_field(&e.field);
+            if dns_from_network {
+                field = field.replace(
+                    "spec.addons.coreDNS.dnsServiceIPs",
+                    "spec.network.dnsServiceIPs",
+                );
+            }
+            errors.push(SpecError::new(field, e.reason.clone()));
+        })
+        .ok()
+}
+
+/// The serving certificate's names: `certSANs`, the ingress or gateway host and the
+/// Cluster's endpoint must each be an IP address or a DNS name (the Service names and addresses
+/// are added when the certificate is issued).
+fn serving_names(
+    exposure: &Exposure,
+    cluster_endpoint: Option<&(String, u16)>,
+    network: &TenantNetwork,
+) -> Vec<SpecError> {
+    let endpoint_host = cluster_endpoint.map_or("localhost", |(h, _)| h.as_str());
+    let names = ApiServerNames {
+        endpoint_host: endpoint_host.to_owned(),
+        service: None,
+        cert_sans: exposure.cert_sans.clone(),
+        external_hosts: exposure.external.iter().map(|(h, _)| h.clone()).collect(),
+    };
+    match names.san_lists(network) {
+        Ok(_) => Vec::new(),
+        Err(e) => vec![SpecError::new(
+            match e.field.as_str() {
+                "controlPlaneEndpoint.host" => "Cluster.spec.controlPlaneEndpoint.host".to_owned(),
+                f => format!("spec.{f}"),
+            },
+            e.reason,
+        )],
+    }
+}
+
+/// The kubeadm artifacts' inputs, validated now with a placeholder endpoint (the plan step sets
+/// the real one): addon images, kubelet settings and configuration patches, registry.
+#[allow(clippy::too_many_arguments)]
+fn tenant(
+    kcp: &KamajiControlPlane,
+    cluster: &ClusterView,
+    version: &KubernetesVersion,
+    network: &NetworkSpec,
+    registry: &str,
+    exposure: &Exposure,
+    kubelet_address_types: &[String],
+    port: u16,
+) -> Result<Tenant, SpecError> {
+    let fields = &kcp.spec.fields;
+    let addons = fields.addons.clone().unwrap_or_default();
+    let kubelet = fields.kubelet.clone().unwrap_or_default();
+    let patches: json_patch::Patch = serde_json::to_value(
+        kubelet
+            .configuration_json_patches
+            .clone()
+            .unwrap_or_default(),
+    )
+    .and_then(serde_json::from_value)
+    .map_err(|e| {
+        SpecError::new(
+            "spec.kubelet.configurationJSONPatches",
+            format!("not an RFC 6902 JSON patch: {e}"),
+        )
+    })?;
+    let spec = TenantSpec {
+        cluster_name: cluster.name.clone(),
+        version: format!("v{}.{}.{}", version.major, version.minor, version.patch),
+        endpoint_host: "localhost".into(),
+        endpoint_port: port,
+        network: network.clone(),
+        image_registry: registry.to_owned(),
+        cert_sans: exposure.cert_sans.clone(),
+        etcd_endpoints: Vec::new(),
+        kubelet: KubeletSpec {
+            cgroup_driver: kubelet.cgroupfs,
+            configuration_json_patches: patches,
+            preferred_address_types: kubelet_address_types.to_vec(),
+        },
+        coredns: AddonImage {
+            repository: addons
+                .core_dns
+                .as_ref()
+                .and_then(|c| c.image_repository.clone()),
+            tag: addons.core_dns.as_ref().and_then(|c| c.image_tag.clone()),
+        },
+        kube_proxy: AddonImage {
+            repository: addons
+                .kube_proxy
+                .as_ref()
+                .and_then(|c| c.image_repository.clone()),
+            tag: addons.kube_proxy.as_ref().and_then(|c| c.image_tag.clone()),
+        },
+    };
+    spec.validate()
+        .map_err(|e| SpecError::new(format!("spec.{}", e.field), e.reason))
+}
+
+/// The DataStore a control plane uses: `spec.dataStoreName`, else the manager's default.
+#[must_use]
+pub fn datastore_name<'a>(kcp: &'a KamajiControlPlane, default: &'a str) -> &'a str {
+    kcp.spec
+        .fields
+        .data_store_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(default)
+}
+
+/// The control plane's datastore schema (etcd key prefix without the leading `/`):
+/// `spec.dataStoreSchema`, else derived from namespace and name, stable across provider
+/// upgrades and `clusterctl move` (kamaji-api's naming).
+#[must_use]
+pub fn datastore_schema(kcp: &KamajiControlPlane) -> String {
+    kcp.spec
+        .fields
+        .data_store_schema
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| {
+            names::datastore_schema(
+                kcp.metadata.namespace.as_deref().unwrap_or_default(),
+                kcp.metadata.name.as_deref().unwrap_or_default(),
+            )
+        })
+}
+
+/// Flags and admission plugins that the target version no longer has: the component would exit
+/// at start, so they are refused before any pod rolls.
+fn removed_in_target(kcp: &KamajiControlPlane, v: &KubernetesVersion) -> Vec<SpecError> {
+    let mut errors = Vec::new();
+    let fields = &kcp.spec.fields;
+    for c in Component::ALL {
+        let extra = component_section(fields, c)
+            .and_then(|s| s.extra_args.as_deref())
+            .unwrap_or_default();
+        if let Some((flag, removed)) = removed_flag(c, extra, v.minor) {
+            errors.push(SpecError::new(
+                c.spec_field(),
+                validation::removed_flag_message(c, &flag, removed, &kcp.spec.version),
+            ));
+        }
+    }
+    for plugin in fields.admission_controllers.iter().flatten() {
+        if let Some(removed) = plugin.removed_in_minor()
+            && u64::from(v.minor) >= removed
+        {
+            errors.push(SpecError::new(
+                "spec.admissionControllers",
+                validation::removed_admission_plugin_message(
+                    plugin.as_str(),
+                    removed,
+                    &kcp.spec.version,
+                ),
+            ));
+        }
+    }
+    errors
+}
+
+/// `--enable-admission-plugins`: `spec.admissionControllers`, else [`DEFAULT_ADMISSION_PLUGINS`].
+fn admission_plugins(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<String> {
+    match fields.admission_controllers.as_deref() {
+        Some(list) if !list.is_empty() => list
+            .iter()
+            .map(|p: &AdmissionController| p.as_str().to_owned())
+            .collect(),
+        _ => DEFAULT_ADMISSION_PLUGINS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+    }
+}
+
+/// `--kubelet-preferred-address-types`: `spec.kubelet.preferredAddressTypes`, else the
+/// schema default `InternalIP,ExternalIP,Hostname`.
+fn kubelet_address_types(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<String> {
+    fields
+        .kubelet
+        .as_ref()
+        .and_then(|k| k.preferred_address_types.clone())
+        .unwrap_or_else(|| {
+            vec![
+                KubeletPreferredAddressType::InternalIP,
+                KubeletPreferredAddressType::ExternalIP,
+                KubeletPreferredAddressType::Hostname,
+            ]
+        })
+        .iter()
+        .map(|t| {
+            serde_json::to_value(t)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The tenant network inputs: ranges and domain from the Cluster (defaults applied, case B23),
+/// CoreDNS addresses from `spec.addons.coreDNS.dnsServiceIPs`, else
+/// `spec.network.dnsServiceIPs`.
+fn network_spec(kcp: &KamajiControlPlane, cluster: &ClusterView) -> NetworkSpec {
+    let fields = &kcp.spec.fields;
+    let network_cfg = fields.network.clone().unwrap_or_default();
+    let dns_service_ips = fields
+        .addons
+        .as_ref()
+        .and_then(|a| a.core_dns.as_ref())
+        .and_then(|c| c.dns_service_ips.clone())
+        .filter(|l| !l.is_empty())
+        .or_else(|| network_cfg.dns_service_ips.clone())
+        .unwrap_or_default();
+    NetworkSpec {
+        service_cidrs: cluster.service_cidrs.clone(),
+        pod_cidrs: cluster.pod_cidrs.clone(),
+        dns_domain: cluster.service_domain.clone(),
+        dns_service_ips,
+    }
+}
+
+/// `spec.network` as the Service and the endpoint use it.
+fn exposure(net: &kamaji_api::kcp::NetworkComponent) -> Exposure {
+    // The ingress or gateway host and port (443 unless the gateway names one) comes before any
+    // Service address.
+    let external: Option<(String, u16)> = net
+        .ingress
+        .as_ref()
+        .map(|i| (i.hostname.clone(), 443))
+        .or_else(|| {
+            net.gateway.as_ref().map(|g| {
+                (
+                    g.hostname.clone(),
+                    g.port.and_then(|p| u16::try_from(p).ok()).unwrap_or(443),
+                )
+            })
+        });
+    let cert_sans = net
+        .cert_sans
+        .iter()
+        .flatten()
+        .chain(external.iter().map(|(host, _)| host))
+        .cloned()
+        .collect();
+    let service_type = net.service_type.unwrap_or(ServiceType::LoadBalancer);
+    let lb = service_type == ServiceType::LoadBalancer;
+    let lb_config = net.load_balancer_config.clone().unwrap_or_default();
+    Exposure {
+        service_type,
+        service_address: net.service_address.clone().filter(|a| !a.is_empty()),
+        external,
+        cert_sans,
+        service_labels: net.service_labels.clone().unwrap_or_default(),
+        service_annotations: net.service_annotations.clone(),
+        additional_ports: net
+            .additional_service_ports
+            .iter()
+            .flatten()
+            .map(|p| ServicePort {
+                name: Some(p.name.clone()),
+                port: p.port,
+                target_port: Some(p.target_port.clone()),
+                protocol: Some(
+                    p.protocol
+                        .and_then(|x| serde_json::to_value(x).ok())
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_else(|| "TCP".into()),
+                ),
+                app_protocol: p.app_protocol.clone(),
+                ..ServicePort::default()
+            })
+            .collect(),
+        load_balancer_source_ranges: lb_config.load_balancer_source_ranges.filter(|_| lb),
+        load_balancer_class: lb_config.load_balancer_class.filter(|_| lb),
+        allocate_load_balancer_node_ports: net.allocate_load_balancer_node_ports.filter(|_| lb),
+    }
+}
+
+fn component_section(
+    fields: &kamaji_api::KamajiControlPlaneFields,
+    c: Component,
+) -> Option<&ControlPlaneComponent> {
+    match c {
+        Component::ApiServer => fields.api_server.as_ref(),
+        Component::ControllerManager => fields.controller_manager.as_ref(),
+        Component::Scheduler => fields.scheduler.as_ref(),
+    }
+}
+
+/// kubeadm's static-pod probe timings, with a startup probe that lets the first start take up
+/// to 5 minutes.
+fn default_probe(kind: ProbeKind) -> ProbeSpec {
+    match kind {
+        ProbeKind::Liveness => ProbeSpec {
+            initial_delay_seconds: Some(10),
+            timeout_seconds: Some(15),
+            period_seconds: Some(10),
+            success_threshold: Some(1),
+            failure_threshold: Some(8),
+        },
+        ProbeKind::Readiness => ProbeSpec {
+            initial_delay_seconds: Some(0),
+            timeout_seconds: Some(15),
+            period_seconds: Some(1),
+            success_threshold: Some(1),
+            failure_threshold: Some(3),
+        },
+        ProbeKind::Startup => ProbeSpec {
+            initial_delay_seconds: Some(0),
+            timeout_seconds: Some(15),
+            period_seconds: Some(2),
+            success_threshold: Some(1),
+            failure_threshold: Some(150),
+        },
+    }
+}
+
+#[derive(Clone, Copy)]
+enum ProbeKind {
+    Liveness,
+    Readiness,
+    Startup,
+}
+
+fn pick(kind: ProbeKind, set: Option<&ProbeSet>) -> Option<&ProbeSpec> {
+    let set = set?;
+    match kind {
+        ProbeKind::Liveness => set.liveness.as_ref(),
+        ProbeKind::Readiness => set.readiness.as_ref(),
+        ProbeKind::Startup => set.startup.as_ref(),
+    }
+}
+
+/// One probe: each timing from the component's `probes`, else `deployment.probes`, else the
+/// default (each field on its own).
+fn probe(kind: ProbeKind, own: Option<&ProbeSet>, global: Option<&ProbeSet>) -> ProbeSpec {
+    let (own, global, default) = (pick(kind, own), pick(kind, global), default_probe(kind));
+    let field = |f: fn(&ProbeSpec) -> Option<i32>| {
+        own.and_then(f)
+            .or_else(|| global.and_then(f))
+            .or_else(|| f(&default))
+    };
+    ProbeSpec {
+        initial_delay_seconds: field(|p| p.initial_delay_seconds),
+        timeout_seconds: field(|p| p.timeout_seconds),
+        period_seconds: field(|p| p.period_seconds),
+        success_threshold: field(|p| p.success_threshold),
+        failure_threshold: field(|p| p.failure_threshold),
+    }
+}
+
+fn component(fields: &kamaji_api::KamajiControlPlaneFields, c: Component) -> ComponentSpec {
+    let section = component_section(fields, c);
+    let own = section.and_then(|s| s.probes.as_ref());
+    let global = fields.deployment.as_ref().and_then(|d| d.probes.as_ref());
+    ComponentSpec {
+        extra_args: section
+            .and_then(|s| s.extra_args.clone())
+            .unwrap_or_default(),
+        image_name: section
+            .and_then(|s| s.container_image_name.clone())
+            .unwrap_or_else(|| c.name().to_owned()),
+        resources: section.and_then(|s| s.resources.clone()),
+        extra_volume_mounts: section
+            .and_then(|s| s.extra_volume_mounts.clone())
+            .unwrap_or_default(),
+        probes: Probes {
+            liveness: probe(ProbeKind::Liveness, own, global),
+            readiness: probe(ProbeKind::Readiness, own, global),
+            startup: probe(ProbeKind::Startup, own, global),
+        },
+    }
+}
+
+/// The default rollout: never fewer ready API servers than desired (`maxUnavailable: 0`), one
+/// extra pod at a time (case B14).
+#[must_use]
+pub fn default_strategy() -> DeploymentStrategy {
+    DeploymentStrategy {
+        type_: Some("RollingUpdate".into()),
+        rolling_update: Some(RollingUpdateDeployment {
+            max_unavailable: Some(IntOrString::Int(0)),
+            max_surge: Some(IntOrString::Int(1)),
+        }),
+    }
+}
+
+fn pod_settings(fields: &kamaji_api::KamajiControlPlaneFields) -> PodSettings {
+    let d = fields.deployment.clone().unwrap_or_default();
+    let meta = d.additional_metadata.unwrap_or_default();
+    let pod_meta = d.pod_additional_metadata.unwrap_or_default();
+    PodSettings {
+        labels: meta.labels.unwrap_or_default(),
+        annotations: meta.annotations.unwrap_or_default(),
+        pod_labels: pod_meta.labels.unwrap_or_default(),
+        pod_annotations: pod_meta.annotations.unwrap_or_default(),
+        strategy: d.strategy.unwrap_or_else(default_strategy),
+        node_selector: d.node_selector,
+        runtime_class_name: d.runtime_class_name,
+        service_account_name: d.service_account_name,
+        affinity: d.affinity,
+        tolerations: d.tolerations,
+        topology_spread_constraints: d.topology_spread_constraints,
+        extra_init_containers: d.extra_init_containers.unwrap_or_default(),
+        extra_containers: d.extra_containers.unwrap_or_default(),
+        extra_volumes: d.extra_volumes.unwrap_or_default(),
+    }
+}
+
+/// Maps the bootstrap crate's network field names to where the user sets them.
+fn network_field(field: &str) -> String {
+    if field.starts_with("clusterNetwork.") {
+        format!("Cluster.spec.{field}")
+    } else if field.starts_with("addons.") {
+        format!("spec.{field}")
+    } else {
+        field.to_owned()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn cluster() -> ClusterView {
+        ClusterView {
+            name: "demo".into(),
+            namespace: "tenant-a".into(),
+            api_server_port: 6443,
+            service_cidrs: vec!["10.96.0.0/12".into()],
+            pod_cidrs: vec!["10.244.0.0/16".into()],
+            service_domain: "cluster.local".into(),
+            ..ClusterView::default()
+        }
+    }
+
+    /// F0 (shared/cases/README.md) at the tools' version, with `patch` merged into its spec.
+    pub(crate) fn fixture(patch: serde_json::Value) -> KamajiControlPlane {
+        let mut spec = serde_json::json!({
+            "version": "v1.36.3", "replicas": 2, "dataStoreName": "default",
+            "network": {"serviceType": "LoadBalancer"},
+        });
+        merge(&mut spec, patch);
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1alpha2",
+            "kind": "KamajiControlPlane",
+            "metadata": {"name": "demo", "namespace": "tenant-a", "uid": "f0-uid"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn merge(into: &mut serde_json::Value, patch: serde_json::Value) {
+        match (into, patch) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (slot, v) => *slot = v,
+        }
+    }
+
+    /// The valid spec of `kcp` against F0's Cluster.
+    pub(crate) fn valid(kcp: &KamajiControlPlane) -> ValidSpec {
+        validate(kcp, &cluster(), "default").unwrap()
+    }
+
+    fn errors(patch: serde_json::Value) -> Vec<SpecError> {
+        validate(&fixture(patch), &cluster(), "default")
+            .err()
+            .unwrap_or_default()
+    }
+
+    /// A table of F0 variants and the field each error must name (the message is checked
+    /// where it is part of the contract); every variant that is valid must pass.
+    #[test]
+    fn table_of_fixture_variants() {
+        let refused: Vec<(serde_json::Value, &str, &str)> = vec![
+            (
+                serde_json::json!({"version": "v1.99.0"}),
+                "spec.version",
+                "v1.23.0 to v1.36.x",
+            ),
+            (
+                serde_json::json!({"version": "1.22.17"}),
+                "spec.version",
+                "not supported",
+            ),
+            (
+                serde_json::json!({"version": "latest"}),
+                "spec.version",
+                "not a version",
+            ),
+            (
+                serde_json::json!({"apiServer": {"extraArgs": ["--insecure-port=0"]}}),
+                "spec.apiServer.extraArgs",
+                "--insecure-port was removed from kube-apiserver in v1.24; version v1.36.3 would not start with it",
+            ),
+            (
+                serde_json::json!({"controllerManager": {"extraArgs": ["--pod-eviction-timeout=1m"]}}),
+                "spec.controllerManager.extraArgs",
+                "removed from kube-controller-manager in v1.27",
+            ),
+            (
+                serde_json::json!({"admissionControllers": ["PodSecurityPolicy"]}),
+                "spec.admissionControllers",
+                "admission plugin PodSecurityPolicy was removed in v1.25; version v1.36.3 would not start with it",
+            ),
+            (
+                serde_json::json!({"network": {"dnsServiceIPs": ["10.200.0.10"]}}),
+                "spec.network.dnsServiceIPs",
+                "",
+            ),
+            (
+                serde_json::json!({"addons": {"coreDNS": {"imageTag": "v1/2"}}}),
+                "spec.addons.coreDNS.imageTag",
+                "not an image tag",
+            ),
+            (
+                serde_json::json!({"addons": {"kubeProxy": {"imageRepository": "bad repo"}}}),
+                "spec.addons.kubeProxy.imageRepository",
+                "not an image repository",
+            ),
+            (
+                serde_json::json!({"registry": "bad registry!"}),
+                "spec.registry",
+                "not a registry",
+            ),
+            (
+                serde_json::json!({"kubelet": {"configurationJSONPatches": [
+                    {"op": "remove", "path": "/nonexistent"}]}}),
+                "spec.kubelet.configurationJSONPatches",
+                "",
+            ),
+            (
+                serde_json::json!({"network": {"certSANs": ["api.example.com:6443"]}}),
+                "spec.network.certSANs",
+                "",
+            ),
+            (
+                serde_json::json!({"deployment": {"externalClusterReference": {
+                    "kubeconfigSecretName": "k", "kubeconfigSecretKey": "v"}}}),
+                "spec.deployment.externalClusterReference",
+                "not supported",
+            ),
+        ];
+        for (patch, field, message) in refused {
+            let errors = errors(patch.clone());
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.field.starts_with(field) && e.message.contains(message)),
+                "{patch}: want {field} ({message}), got {errors:?}"
+            );
+        }
+        for patch in [
+            serde_json::json!({}),
+            serde_json::json!({"version": "v1.23.0"}),
+            serde_json::json!({"version": "1.30.2"}),
+            serde_json::json!({"admissionControllers": ["PodSecurityPolicy"], "version": "v1.24.0"}),
+            serde_json::json!({"network": {"ingress": {"hostname": "api.demo.example.com"}}}),
+            serde_json::json!({"kubelet": {"cgroupfs": "cgroupfs", "configurationJSONPatches": [
+                {"op": "add", "path": "/maxPods", "value": 50}]}}),
+            serde_json::json!({"addons": {"coreDNS": {"imageRepository": "mirror.example.com/coredns", "imageTag": "v1.12.1"}}}),
+        ] {
+            assert!(
+                errors(patch.clone()).is_empty(),
+                "{patch}: {:?}",
+                errors(patch.clone())
+            );
+        }
+    }
+
+    #[test]
+    fn the_cluster_network_and_endpoint_are_checked_too() {
+        let mut c = cluster();
+        c.control_plane_endpoint = Some(("api.demo.example.com:443".into(), 443));
+        let errors = validate(&fixture(serde_json::json!({})), &c, "default").unwrap_err();
+        assert_eq!(
+            errors[0].field, "Cluster.spec.controlPlaneEndpoint.host",
+            "{errors:?}"
+        );
+        let mut c = cluster();
+        c.api_server_port = 0;
+        let errors = validate(&fixture(serde_json::json!({})), &c, "default").unwrap_err();
+        assert_eq!(errors[0].field, "Cluster.spec.clusterNetwork.apiServerPort");
+    }
+
+    #[test]
+    fn defaults_and_typed_values() {
+        let s = valid(&fixture(serde_json::json!({"dataStoreName": ""})));
+        assert!(s.default_datastore);
+        assert_eq!(s.datastore_name, "default");
+        assert_eq!(s.version_tag, "v1.36.3");
+        assert_eq!(s.registry, DEFAULT_REGISTRY);
+        assert_eq!(s.admission_plugins, vec!["NodeRestriction".to_owned()]);
+        assert_eq!(
+            s.component(Component::Scheduler).image_name,
+            "kube-scheduler"
+        );
+        assert_eq!(
+            s.component(Component::ApiServer)
+                .probes
+                .readiness
+                .period_seconds,
+            Some(1)
+        );
+        let ing = valid(&fixture(serde_json::json!({"network": {
+            "certSANs": ["extra.example.com"], "ingress": {"hostname": "api.demo.example.com"}}})));
+        assert_eq!(
+            ing.exposure.cert_sans,
+            vec![
+                "extra.example.com".to_owned(),
+                "api.demo.example.com".to_owned()
+            ]
+        );
+        assert_eq!(
+            ing.exposure.external,
+            Some(("api.demo.example.com".into(), 443))
+        );
+        // Per-field probe fallback: component, then deployment, then the default.
+        let p = valid(&fixture(serde_json::json!({
+            "apiServer": {"probes": {"liveness": {"periodSeconds": 3}}},
+            "deployment": {"probes": {"liveness": {"periodSeconds": 5, "failureThreshold": 2}}},
+        })));
+        let live = &p.component(Component::ApiServer).probes.liveness;
+        assert_eq!(
+            (
+                live.period_seconds,
+                live.failure_threshold,
+                live.timeout_seconds
+            ),
+            (Some(3), Some(2), Some(15))
+        );
+    }
+}
