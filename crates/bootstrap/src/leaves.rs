@@ -288,7 +288,12 @@ mod tests {
     use crate::network::NetworkSpec;
     use crate::pki::{ApiServerNames, LeafRequest, TenantPki};
 
-    fn inputs<'a>(names: &'a ObjectNames, roots: &'a TenantRoots, api: &'a LeafSpec, endpoint: &str) -> LeafInputs<'a> {
+    fn inputs<'a>(
+        names: &'a ObjectNames,
+        roots: &'a TenantRoots,
+        api: &'a LeafSpec,
+        endpoint: &str,
+    ) -> LeafInputs<'a> {
         LeafInputs {
             names,
             namespace: "tenant-a",
@@ -362,7 +367,11 @@ mod tests {
         let first = plan(&inputs(&names, &roots, &api, "10.0.0.10"), &BTreeMap::new()).unwrap();
         let moved = plan(&inputs(&names, &roots, &api, "10.0.0.11"), &stored(&first)).unwrap();
         let changed: Vec<LeafRole> = moved.iter().filter(|l| l.changed).map(|l| l.role).collect();
-        assert_eq!(changed, vec![LeafRole::Admin], "only the kubeconfig naming the endpoint");
+        assert_eq!(
+            changed,
+            vec![LeafRole::Admin],
+            "only the kubeconfig naming the endpoint"
+        );
         let kc = kubeconfig_of(&moved[6].secret).unwrap();
         assert_eq!(kc.server, "https://10.0.0.11:6443");
     }
@@ -371,9 +380,16 @@ mod tests {
     fn a_leaf_of_another_ca_is_reissued_but_never_the_ca() {
         let (names, roots, api) = setup();
         let (_, other_roots, _) = setup();
-        let theirs = plan(&inputs(&names, &other_roots, &api, "10.0.0.10"), &BTreeMap::new()).unwrap();
+        let theirs = plan(
+            &inputs(&names, &other_roots, &api, "10.0.0.10"),
+            &BTreeMap::new(),
+        )
+        .unwrap();
         let ours = plan(&inputs(&names, &roots, &api, "10.0.0.10"), &stored(&theirs)).unwrap();
-        assert!(ours.iter().all(|l| l.changed), "every leaf of the other CA is reissued");
+        assert!(
+            ours.iter().all(|l| l.changed),
+            "every leaf of the other CA is reissued"
+        );
         let kc = kubeconfig_of(&ours[6].secret).unwrap();
         let ca = base64::engine::general_purpose::STANDARD.encode(roots.ca.cert_pem());
         assert_eq!(kc.ca_data, ca, "signed by and pointing to our CA");

@@ -6,9 +6,8 @@
 
 use base64::Engine as _;
 use kamaji_bootstrap::kubeadm::{
-    CgroupDriver,
-    AddonImage, Addons, KubeletSpec, Tenant, TenantArtifacts, TenantSpec, cluster_info, config,
-    rbac,
+    AddonImage, Addons, CgroupDriver, KubeletSpec, Tenant, TenantArtifacts, TenantSpec,
+    cluster_info, config, rbac,
 };
 use kamaji_bootstrap::network::NetworkSpec;
 use kamaji_bootstrap::pki::CertificateAuthority;

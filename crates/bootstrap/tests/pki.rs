@@ -11,11 +11,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
+use kamaji_bootstrap::network::{NetworkSpec, TenantNetwork};
 use kamaji_bootstrap::pki::inspect::{
     CertificateInfo, LeafDecision, RENEWAL_WINDOW, ReissueReason, decide_leaf, is_signed_by,
     key_matches_certificate,
 };
-use kamaji_bootstrap::network::{NetworkSpec, TenantNetwork};
 use kamaji_bootstrap::pki::{
     ApiServerNames, CA_VALIDITY, CertAndKey, CertificateAuthority, DatastoreCa, KeyAlgorithm,
     LEAF_VALIDITY, LeafCertificate, LeafRequest, LeafSpec, ServiceNames, TenantPki, ca_cert_hash,
