@@ -1,0 +1,153 @@
+//! The exact, ordered list of writes the reconcile pipeline makes for the base fixture F0 on an
+//! empty management cluster (a real etcd and kube-apiserver, its audit log as the record), and
+//! the empty list on the passes after: a behaviour change in what the provider writes, or in
+//! its order, fails here first.
+
+use std::sync::Arc;
+
+use kamaji_api::KamajiControlPlane;
+use kamaji_reconciler::context::{Config, Context};
+use kamaji_testenv::{AuditEvent, LocalCluster};
+use kube::Api;
+
+const MANAGER: &str = "kamaji-rs-writes";
+
+/// `verb resource/name[/subresource]` of each write of the manager after `from`.
+fn writes(cluster: &LocalCluster, from: usize) -> (Vec<String>, usize) {
+    let events: Vec<AuditEvent> = cluster
+        .audit_events()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.user.username == MANAGER && e.is_write() && e.stage == "ResponseComplete")
+        .collect();
+    let list = events[from..]
+        .iter()
+        .filter_map(|e| {
+            let o = e.object_ref.as_ref()?;
+            // Events are notes for humans, not state.
+            (o.resource != "events").then(|| {
+                let sub = o
+                    .subresource
+                    .as_deref()
+                    .map(|s| format!("/{s}"))
+                    .unwrap_or_default();
+                format!(
+                    "{} {}/{}{sub}",
+                    e.verb,
+                    o.resource,
+                    o.name.as_deref().unwrap_or("?")
+                )
+            })
+        })
+        .collect();
+    (list, events.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_nothing() {
+    let cluster = LocalCluster::builder().capi(false).start().await.unwrap();
+    let ca = kamaji_testenv::pki::TestCa::new("datastore-ca")
+        .unwrap()
+        .pair();
+    let b64 = |s: &str| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    };
+    cluster
+        .apply_value(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant-a"}}))
+        .await
+        .unwrap();
+    cluster
+        .apply_value(&serde_json::json!({
+            "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore",
+            "metadata": {"name": "default"},
+            "spec": {"driver": "etcd", "endpoints": ["127.0.0.1:2379"], "tlsConfig": {
+                "certificateAuthority": {
+                    "certificate": {"content": b64(&ca.cert_pem)},
+                    "privateKey": {"content": b64(&ca.key_pem)}},
+                "clientCertificate": {
+                    "certificate": {"content": b64(&ca.cert_pem)},
+                    "privateKey": {"content": b64(&ca.key_pem)}}}},
+        }))
+        .await
+        .unwrap();
+    // F0 (shared/cases/README.md) with the owner reference Cluster API sets.
+    cluster
+        .apply_value(&serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "demo", "namespace": "tenant-a"},
+            "spec": {"clusterNetwork": {
+                "services": {"cidrBlocks": ["10.96.0.0/12"]},
+                "pods": {"cidrBlocks": ["10.244.0.0/16"]},
+                "serviceDomain": "cluster.local"},
+                "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
+                    "kind": "KamajiControlPlane", "name": "demo"}},
+        }))
+        .await
+        .unwrap();
+    let clusters: Api<kamaji_api::cluster::v1beta2::Cluster> =
+        Api::namespaced(cluster.client(), "tenant-a");
+    let uid = clusters.get("demo").await.unwrap().metadata.uid.unwrap();
+    cluster
+        .apply_value(&serde_json::json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1alpha1", "kind": "KamajiControlPlane",
+            "metadata": {"name": "demo", "namespace": "tenant-a", "ownerReferences": [{
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "demo",
+                "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+            "spec": {"version": kamaji_testenv::KUBERNETES_VERSION, "replicas": 2,
+                "dataStoreName": "default",
+                "network": {"serviceType": "LoadBalancer", "serviceAddress": "10.0.0.10"}},
+        }))
+        .await
+        .unwrap();
+
+    let client = cluster
+        .user_client(MANAGER, &["system:masters"])
+        .await
+        .unwrap();
+    let ctx = Arc::new(Context::new(client, Config::default()));
+    let kcps: Api<KamajiControlPlane> = Api::namespaced(cluster.client(), "tenant-a");
+    let mut mark = 0;
+    let mut passes = Vec::new();
+    for _ in 0..4 {
+        let kcp = Arc::new(kcps.get("demo").await.unwrap());
+        kamaji_reconciler::reconcile::reconcile(kcp, ctx.clone())
+            .await
+            .unwrap();
+        let (list, now) = writes(&cluster, mark);
+        mark = now;
+        passes.push(list);
+    }
+    let expected: Vec<Vec<&str>> = vec![
+        // Gates, roots (create-if-absent), the datastore client, the Service; the endpoint
+        // waits for the Service's ClusterIP (the serving certificate names it).
+        vec![
+            "patch kamajicontrolplanes/demo",
+            "create secrets/demo-ca",
+            "create secrets/demo-proxy",
+            "create secrets/demo-sa",
+            "patch secrets/demo-apiserver-etcd-client",
+            "patch services/demo",
+            "patch kamajicontrolplanes/demo/status",
+        ],
+        // The endpoint, every leaf and kubeconfig, the Deployment.
+        vec![
+            "patch kamajicontrolplanes/demo",
+            "patch secrets/demo-apiserver.tls",
+            "patch secrets/demo-apiserver-kubelet-client.tls",
+            "patch secrets/demo-front-proxy-client.tls",
+            "patch secrets/demo-controller-manager.kubeconfig",
+            "patch secrets/demo-scheduler.kubeconfig",
+            "patch secrets/demo-super-admin.kubeconfig",
+            "patch secrets/demo-kubeconfig",
+            "patch deployments/demo",
+            "patch kamajicontrolplanes/demo/status",
+        ],
+        // The endpoint write raised the generation: the conditions' observedGeneration follows.
+        vec!["patch kamajicontrolplanes/demo/status"],
+        // Nothing to change: nothing written.
+        vec![],
+    ];
+    assert_eq!(passes, expected);
+}
