@@ -1,5 +1,6 @@
-//! Real programs, nothing but this crate's PKI and artifacts: an etcd with TLS whose CA this
-//! crate made, a kube-apiserver started only with this crate's certificates and keys, kubectl
+//! Real programs, nothing but kamaji-bootstrap's PKI, flags and artifacts: an etcd with TLS
+//! whose CA it made, a kube-apiserver started with the product's own flags and key-material
+//! layout (`controlplane`) and only its certificates and keys, kubectl
 //! with the generated kubeconfigs, and a real `kubeadm join phase preflight` doing token
 //! discovery against the artifacts (and failing on a wrong CA pin or an unsigned token).
 
@@ -10,9 +11,12 @@ use std::process::{Command, Output};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
+use kamaji_bootstrap::controlplane::{
+    Component, ControlPlaneSpec, DatastoreWiring, Layout, PkiVolume, component_args,
+};
 use kamaji_bootstrap::kubeadm::{Addons, TenantArtifacts, TenantSpec, cluster_info};
 use kamaji_bootstrap::kubeconfig::{capi_admin_kubeconfig, server_url, super_admin_kubeconfig};
-use kamaji_bootstrap::network::NetworkSpec;
+use kamaji_bootstrap::network::{NetworkSpec, TenantNetwork};
 use kamaji_bootstrap::pki::{
     ApiServerNames, CertificateAuthority, DatastoreCa, KeyAlgorithm, LeafRequest, LeafSpec,
     TenantPki,
@@ -79,7 +83,10 @@ async fn wait_ready(kubectl: &Kubectl, apiserver: &mut Supervised) -> Result<()>
     .await
 }
 
-/// The kube-apiserver command line, using nothing but `pki` (and the datastore CA certificate).
+/// kube-apiserver as the product runs it: the key material of `pki` written into the
+/// product's layout (kamaji-bootstrap's `controlplane::Layout`, rooted in `dir` instead of
+/// `/etc/kubernetes`) and the product's own flags for that layout
+/// (`controlplane::component_args`), with one `extraArgs` entry: listen on loopback only.
 fn apiserver_command(
     tools: &Tools,
     dir: &Path,
@@ -87,82 +94,79 @@ fn apiserver_command(
     pki: &TenantPki,
     datastore_ca: &DatastoreCa,
     etcd_url: &str,
-    service_subnet: &str,
+    network: &TenantNetwork,
 ) -> Command {
     let (r, l) = (&pki.roots, &pki.leaves);
     let etcd_client = l.datastore_client.as_ref().unwrap();
-    let f = |name: &str, content: &str| write(dir, name, content).display().to_string();
-
+    let layout = Layout::new(&dir.join("kubernetes").display().to_string());
+    let files: Vec<(PkiVolume, &str, &str)> = vec![
+        (PkiVolume::Ca, "tls.crt", r.ca.cert_pem()),
+        (PkiVolume::Ca, "tls.key", r.ca.key_pem()),
+        (
+            PkiVolume::ServiceAccount,
+            "tls.crt",
+            r.service_account.public_pem(),
+        ),
+        (
+            PkiVolume::ServiceAccount,
+            "tls.key",
+            r.service_account.private_pem(),
+        ),
+        (
+            PkiVolume::FrontProxyCa,
+            "tls.crt",
+            r.front_proxy_ca.cert_pem(),
+        ),
+        (PkiVolume::ApiServer, "tls.crt", l.api_server.cert_pem()),
+        (PkiVolume::ApiServer, "tls.key", l.api_server.key_pem()),
+        (
+            PkiVolume::ApiServerKubeletClient,
+            "tls.crt",
+            l.api_server_kubelet_client.cert_pem(),
+        ),
+        (
+            PkiVolume::ApiServerKubeletClient,
+            "tls.key",
+            l.api_server_kubelet_client.key_pem(),
+        ),
+        (
+            PkiVolume::FrontProxyClient,
+            "tls.crt",
+            l.front_proxy_client.cert_pem(),
+        ),
+        (
+            PkiVolume::FrontProxyClient,
+            "tls.key",
+            l.front_proxy_client.key_pem(),
+        ),
+        (PkiVolume::Datastore, "ca.crt", datastore_ca.cert_pem()),
+        (PkiVolume::Datastore, "tls.crt", etcd_client.cert_pem()),
+        (PkiVolume::Datastore, "tls.key", etcd_client.key_pem()),
+    ];
+    for (volume, file, content) in files {
+        std::fs::create_dir_all(layout.dir(volume)).unwrap();
+        std::fs::write(layout.file(volume, file), content).unwrap();
+    }
+    let spec = ControlPlaneSpec {
+        cluster_name: "demo".into(),
+        port,
+        network: network.clone(),
+        admission_plugins: vec!["NodeRestriction".into()],
+        kubelet_address_types: vec!["InternalIP".into(), "ExternalIP".into(), "Hostname".into()],
+        advertise_address: Some([127, 0, 0, 1].into()),
+        datastore: DatastoreWiring {
+            servers: vec![etcd_url.to_owned()],
+            prefix: "/tenants/demo".into(),
+            tls: true,
+        },
+        layout,
+    };
     let mut cmd = Command::new(tools.path("kube-apiserver"));
-    cmd.arg("--bind-address=127.0.0.1")
-        .arg("--advertise-address=127.0.0.1")
-        .arg(format!("--secure-port={port}"))
-        .arg(format!("--etcd-servers={etcd_url}"))
-        .arg(format!(
-            "--etcd-cafile={}",
-            f("etcd/ca.crt", datastore_ca.cert_pem())
-        ))
-        .arg(format!(
-            "--etcd-certfile={}",
-            f("apiserver-etcd-client.crt", etcd_client.cert_pem())
-        ))
-        .arg(format!(
-            "--etcd-keyfile={}",
-            f("apiserver-etcd-client.key", etcd_client.key_pem())
-        ))
-        .arg("--etcd-prefix=/tenants/demo")
-        .arg(format!("--client-ca-file={}", f("ca.crt", r.ca.cert_pem())))
-        .arg(format!(
-            "--tls-cert-file={}",
-            f("apiserver.crt", l.api_server.cert_pem())
-        ))
-        .arg(format!(
-            "--tls-private-key-file={}",
-            f("apiserver.key", l.api_server.key_pem())
-        ))
-        .arg(format!(
-            "--kubelet-client-certificate={}",
-            f(
-                "apiserver-kubelet-client.crt",
-                l.api_server_kubelet_client.cert_pem()
-            )
-        ))
-        .arg(format!(
-            "--kubelet-client-key={}",
-            f(
-                "apiserver-kubelet-client.key",
-                l.api_server_kubelet_client.key_pem()
-            )
-        ))
-        .arg(format!(
-            "--requestheader-client-ca-file={}",
-            f("front-proxy-ca.crt", r.front_proxy_ca.cert_pem())
-        ))
-        .arg("--requestheader-allowed-names=front-proxy-client")
-        .arg("--requestheader-username-headers=X-Remote-User")
-        .arg("--requestheader-group-headers=X-Remote-Group")
-        .arg("--requestheader-extra-headers-prefix=X-Remote-Extra-")
-        .arg(format!(
-            "--proxy-client-cert-file={}",
-            f("front-proxy-client.crt", l.front_proxy_client.cert_pem())
-        ))
-        .arg(format!(
-            "--proxy-client-key-file={}",
-            f("front-proxy-client.key", l.front_proxy_client.key_pem())
-        ))
-        .arg(format!(
-            "--service-account-key-file={}",
-            f("sa.pub", r.service_account.public_pem())
-        ))
-        .arg(format!(
-            "--service-account-signing-key-file={}",
-            f("sa.key", r.service_account.private_pem())
-        ))
-        .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
-        .arg(format!("--service-cluster-ip-range={service_subnet}"))
-        .arg("--authorization-mode=Node,RBAC")
-        .arg("--enable-bootstrap-token-auth=true")
-        .arg("--allow-privileged=true");
+    cmd.args(component_args(
+        &spec,
+        Component::ApiServer,
+        &["--bind-address=127.0.0.1".to_owned()],
+    ));
     cmd
 }
 
@@ -310,7 +314,7 @@ async fn real_apiserver_kubectl_and_kubeadm_join_discovery() -> Result<()> {
         &pki,
         &datastore_ca,
         etcd.url(),
-        &tenant.network().service_subnet(),
+        tenant.network(),
     );
     let (r, l) = (&pki.roots, &pki.leaves);
     std::fs::create_dir_all(dir.join("etcd"))?;
