@@ -5,6 +5,7 @@ use kamaji_test_gate::{Needs, gate};
 fn main() {
     gate(&[
         ("kamaji-e2e/admission", Needs::Programs),
+        ("kamaji-e2e/apply_writes", Needs::Programs),
         ("kamaji-e2e/join", Needs::Programs),
         ("kamaji-e2e/e2e_main", Needs::ProgramsAndRoot),
         ("kamaji-e2e/cases", Needs::ProgramsAndRoot),

@@ -249,8 +249,16 @@ fn build_manager() -> Result<PathBuf> {
     let release = profile_dir.file_name().is_some_and(|n| n == "release");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-q", "-p", "kamaji-reconciler", "--bin", "manager"])
-        .current_dir(workspace_root());
+    cmd.args([
+        "build",
+        "-q",
+        "--locked",
+        "-p",
+        "kamaji-reconciler",
+        "--bin",
+        "manager",
+    ])
+    .current_dir(workspace_root());
     if release {
         cmd.arg("--release");
     }

@@ -25,9 +25,9 @@ use common::{cluster_and_node, container_ready, running};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kamaji_testenv::wait::await_object;
 use kamaji_testenv::{Etcd, KUBERNETES_VERSION};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::wait::await_condition;
 
 fn service() -> Service {
     serde_json::from_value(serde_json::json!({
@@ -101,8 +101,8 @@ async fn wait_rolled_out(api: &Api<Deployment>, secs: u64) {
         .metadata
         .generation
         .unwrap();
-    let done = move |d: Option<&Deployment>| {
-        d.and_then(|d| d.status.as_ref()).is_some_and(|s| {
+    let done = move |d: &Deployment| {
+        d.status.as_ref().is_some_and(|s| {
             s.observed_generation.unwrap_or(0) >= generation
                 && s.updated_replicas == Some(2)
                 && s.ready_replicas == Some(2)
@@ -110,12 +110,10 @@ async fn wait_rolled_out(api: &Api<Deployment>, secs: u64) {
                 && s.replicas == Some(2)
         })
     };
-    let r = tokio::time::timeout(
-        Duration::from_secs(secs),
-        await_condition(api.clone(), "tenant", done),
-    )
-    .await;
-    if r.is_err() {
+    let rolled = await_object(api, "tenant", Duration::from_secs(secs), done)
+        .await
+        .unwrap();
+    if rolled.is_none() {
         let d = api.get("tenant").await.unwrap();
         panic!("deployment not rolled out in {secs} s: {:?}", d.status);
     }

@@ -35,8 +35,12 @@ where
         let exited = process.as_mut().is_some_and(|p| p.exited().is_some());
         if exited || tokio::time::Instant::now() > deadline {
             let log = process.map(|p| p.log_tail(30)).unwrap_or_default();
-            let why = if exited { "exited" } else { "timed out" };
-            bail!("{what} ({why} after {timeout:?}):\n{log}");
+            let why = if exited {
+                "the program exited".to_owned()
+            } else {
+                format!("not within {timeout:?}")
+            };
+            bail!("{what} ({why}):\n{log}");
         }
         tokio::time::sleep(every).await;
     }
