@@ -222,10 +222,16 @@ async fn finish(kcp: &KamajiControlPlane, ctx: &Context, mut report: Report) -> 
     for (type_, reason, note) in std::mem::take(&mut report.events) {
         publish(ctx, kcp, type_, reason, &note).await;
     }
-    if !report
+    // A paused pass reconciles nothing: it changes only the Paused condition.
+    let paused = report
         .conditions
         .iter()
-        .any(|c| c.type_ == types::RECONCILED)
+        .any(|c| c.type_ == types::PAUSED && c.status == "True");
+    if !paused
+        && !report
+            .conditions
+            .iter()
+            .any(|c| c.type_ == types::RECONCILED)
     {
         report.push(Cond::yes(
             types::RECONCILED,
