@@ -36,7 +36,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use self::endpoint::Endpoint;
-use self::pki::Roots;
+use self::pki::RootSecrets;
 use super::observe::Observed;
 use super::status::Cond;
 use super::validate::ValidSpec;
@@ -67,7 +67,7 @@ pub struct Plan {
     /// The owner reference every object carries.
     pub owner: OwnerReference,
     /// The roots (stored, or new to be created if absent).
-    pub roots: Roots,
+    pub roots: RootSecrets,
     /// `<cluster>-apiserver-etcd-client`.
     pub datastore_client: Secret,
     /// The control-plane Service.
@@ -243,7 +243,7 @@ fn control_plane(
     datastore: &Resolved,
     owner: &OwnerReference,
     settings: &Settings,
-    roots: &Roots,
+    roots: &RootSecrets,
     datastore_client: &Secret,
     endpoint: Endpoint,
     service_ip: std::net::IpAddr,

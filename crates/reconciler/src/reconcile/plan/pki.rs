@@ -43,7 +43,7 @@ impl Root {
 
 /// The three roots: `<cluster>-ca`, `<cluster>-proxy`, `<cluster>-sa`, in that order.
 #[derive(Debug, Clone)]
-pub struct Roots {
+pub struct RootSecrets {
     /// The Secrets.
     pub secrets: [Root; 3],
     /// Their key material.
@@ -62,7 +62,7 @@ pub fn roots(
     initialized: bool,
     algorithm: KeyAlgorithm,
     now: SystemTime,
-) -> Result<Result<Roots, Cond>, Error> {
+) -> Result<Result<RootSecrets, Cond>, Error> {
     let n = &spec.names;
     let ns = spec.namespace.as_str();
     let target = |name: &'static str, secret: String| (name, secret);
@@ -125,7 +125,7 @@ pub fn roots(
         front_proxy_ca: ca_of(secrets[1].secret())?,
         service_account: sa_of(secrets[2].secret())?,
     };
-    Ok(Ok(Roots { secrets, material }))
+    Ok(Ok(RootSecrets { secrets, material }))
 }
 
 fn unusable(secret: &Secret, reason: impl std::fmt::Display) -> Error {
@@ -280,7 +280,11 @@ pub fn leaves(
 /// kubeconfigs only the provider and users use, the datastore client), for the pod-template
 /// annotation: a reissued certificate changes it and rolls the pods.
 #[must_use]
-pub fn mounted_hash(leaves: &[LeafSecret], datastore_client: &Secret, roots: &Roots) -> String {
+pub fn mounted_hash(
+    leaves: &[LeafSecret],
+    datastore_client: &Secret,
+    roots: &RootSecrets,
+) -> String {
     let mounted: BTreeMap<&String, &Secret> = leaves
         .iter()
         .filter(|l| !matches!(l.role, LeafRole::Admin | LeafRole::SuperAdmin))
