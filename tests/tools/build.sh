@@ -22,15 +22,22 @@ K8S_VERSION=v1.36.3
 K8S_PREV_VERSION=v1.36.1
 ETCD_VERSION=v3.6.16
 CAPI_VERSION=v1.14.2
+# The test machines (shared/reference/real-machines.md): container runtime, CNI, CoreDNS.
+CONTAINERD_VERSION=v2.4.2
+RUNC_VERSION=v1.5.3
+CNI_VERSION=v1.10.0
+# kubeadm v1.36's constants.CoreDNSVersion.
+COREDNS_VERSION=v1.14.2
 
 die() { echo "make tools: $*" >&2; exit 1; }
 
 command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH (install Go >= 1.26 and retry)"
 mkdir -p "$cache" || die "cannot create the tools cache $cache"
 
-hash_of() { cat "$1/go.mod" "$1/go.sum" | sha256sum | cut -c1-12; }
+hash_of() { cat "$1/go.mod" "$1"/go.sum "$1"/*.go 2>/dev/null | sha256sum | cut -c1-12; }
 
 # build GROUP VERSION LDFLAGS OUT=PKG...
+# Static (CGO_ENABLED=0) unless TOOL_CGO=1; TOOL_TAGS are Go build tags.
 build() {
     local group=$1 version=$2 ldflags=$3; shift 3
     local dir="$cache/$group-$version-$(hash_of "$here/$group")"
@@ -41,7 +48,7 @@ build() {
     local start=$SECONDS pair
     : >"$log"
     for pair in "$@"; do
-        if ! (cd "$here/$group" && CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$dir/bin/${pair%%=*}" "${pair#*=}") >>"$log" 2>&1; then
+        if ! (cd "$here/$group" && CGO_ENABLED=${TOOL_CGO:-0} go build -tags "${TOOL_TAGS:-}" -ldflags "$ldflags" -o "$dir/bin/${pair%%=*}" "${pair#*=}") >>"$log" 2>&1; then
             local cause
             # The first line that states a cause (not go's progress lines), else the last line.
             cause=$(grep -v -E '^go: (downloading|finding|extracting)' "$log" | grep -m1 -E 'disabled|cannot find|not found|no such host|connection refused|dial tcp|: 4[0-9][0-9] |error|failed|invalid' \
@@ -55,6 +62,25 @@ build() {
     done
     touch "$dir/.complete"
     echo "built $group $version in $((SECONDS - start))s" >&2
+    echo "$dir"
+}
+
+# debs NAME PACKAGE...: Debian packages fetched with `apt-get download` and unpacked with
+# `dpkg -x` into a cached root; nothing is installed on the machine.
+debs() {
+    local name=$1; shift
+    local dir="$cache/debs-$name-$(echo "$*" | sha256sum | cut -c1-12)"
+    if [ -f "$dir/.complete" ]; then echo "$dir"; return 0; fi
+    rm -rf "$dir" && mkdir -p "$dir/deb" "$dir/root"
+    local log="$cache/debs-$name.log"
+    command -v apt-get >/dev/null 2>&1 || die "no apt-get on PATH (Debian packages $* are needed)"
+    if ! (cd "$dir/deb" && apt-get download "$@") >"$log" 2>&1; then
+        rm -rf "$dir"
+        die "downloading Debian packages $* failed: $(grep -m1 -E '^E:' "$log" || tail -n1 "$log") (run apt-get update once; full log: $log)"
+    fi
+    local deb
+    for deb in "$dir"/deb/*.deb; do dpkg -x "$deb" "$dir/root" || die "unpacking $deb failed"; done
+    touch "$dir/.complete"
     echo "$dir"
 }
 
@@ -77,7 +103,9 @@ k8s_dir=$(build k8s "$K8S_VERSION" "$k8s_ldflags" \
     kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
     kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
     kubeadm=k8s.io/kubernetes/cmd/kubeadm \
-    kubectl=k8s.io/kubernetes/cmd/kubectl) || exit 1
+    kubectl=k8s.io/kubernetes/cmd/kubectl \
+    kubelet=k8s.io/kubernetes/cmd/kubelet \
+    kube-proxy=k8s.io/kubernetes/cmd/kube-proxy) || exit 1
 prev_dir=$(build k8s-prev "$K8S_PREV_VERSION" "$(k8s_ldflags_for "$K8S_PREV_VERSION")" \
     kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
     kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
@@ -88,13 +116,52 @@ capi_dir=$(build capi "$CAPI_VERSION" "$capi_ldflags" \
     capi-kubeadm-bootstrap-manager=sigs.k8s.io/cluster-api/bootstrap/kubeadm \
     clusterctl=sigs.k8s.io/cluster-api/cmd/clusterctl) || exit 1
 
+# The test machines' runtime. containerd and its shim run on the machine itself, so they
+# may link the machine's glibc (btrfs left out: it needs its headers).
+containerd_dir=$(TOOL_CGO=1 TOOL_TAGS=no_btrfs build containerd "$CONTAINERD_VERSION" \
+    "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+    containerd=github.com/containerd/containerd/v2/cmd/containerd \
+    containerd-shim-runc-v2=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+    ctr=github.com/containerd/containerd/v2/cmd/ctr) || exit 1
+# containerd gives every sandbox the RuntimeDefault seccomp profile, so runc needs the
+# seccomp tag: static against libseccomp.a from libseccomp-dev (real-machines.md §5.2).
+seccomp_dir=$(debs libseccomp libseccomp-dev) || exit 1
+seccomp_pc=$(find "$seccomp_dir/root" -name libseccomp.pc | head -n1)
+[ -n "$seccomp_pc" ] || die "libseccomp.pc is missing from the unpacked libseccomp-dev ($seccomp_dir)"
+sed -i "s|^prefix=.*|prefix=$seccomp_dir/root/usr|" "$seccomp_pc"
+runc_dir=$(PKG_CONFIG_PATH=$(dirname "$seccomp_pc") TOOL_CGO=1 TOOL_TAGS=seccomp build runc "$RUNC_VERSION" \
+    "-s -w -X main.version=${RUNC_VERSION#v} -extldflags -static" \
+    runc=github.com/opencontainers/runc) || exit 1
+cni_dir=$(build cni "$CNI_VERSION" "-s -w" \
+    bridge=github.com/containernetworking/plugins/plugins/main/bridge \
+    host-local=github.com/containernetworking/plugins/plugins/ipam/host-local \
+    loopback=github.com/containernetworking/plugins/plugins/main/loopback) || exit 1
+coredns_dir=$(build coredns "$COREDNS_VERSION" "-s -w" coredns=github.com/coredns/coredns) || exit 1
+# A static client for test pods: resolve a name, GET a URL (tests/tools/netcheck).
+netcheck_dir=$(build netcheck v0 "-s -w" netcheck=kamaji-rs.test/tools/netcheck) || exit 1
+# nft and its libraries for the kube-proxy image (nftables mode; real-machines.md §2, §5.4).
+nft_dir=$(debs nft nftables libnftables1 libmnl0 libnftnl11 libjansson4 libxtables12 libgmp10 libedit2 libbsd0 libmd0 libtinfo6) || exit 1
+# The sandbox's pause process: a small static C program.
+pause_dir="$cache/pause-$(sha256sum "$here/pause/pause.c" | cut -c1-12)"
+if [ ! -f "$pause_dir/.complete" ]; then
+    command -v cc >/dev/null 2>&1 || die "no C compiler (cc) on PATH for the pause program"
+    rm -rf "$pause_dir" && mkdir -p "$pause_dir/bin"
+    cc -Os -static -o "$pause_dir/bin/pause" "$here/pause/pause.c" >"$cache/pause.log" 2>&1 \
+        || die "building pause failed: $(head -n1 "$cache/pause.log") (full log: $cache/pause.log)"
+    touch "$pause_dir/.complete"
+fi
+
 # The CAPI CRDs come from the same module version the manager was built from.
 capi_src=$(cd "$here/capi" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api 2>/dev/null) \
     || die "cannot locate sigs.k8s.io/cluster-api $CAPI_VERSION in the module cache"
 
-bin="$cache/bin-$(echo "$etcd_dir $k8s_dir $prev_dir $capi_dir" | sha256sum | cut -c1-12)"
+all_dirs="$etcd_dir $k8s_dir $prev_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $pause_dir $nft_dir $netcheck_dir"
+bin="$cache/bin-$(echo "$all_dirs" | sha256sum | cut -c1-12)"
 rm -rf "$bin.tmp" && mkdir -p "$bin.tmp/crds/capi-core" "$bin.tmp/crds/capi-kubeadm-bootstrap" "$bin.tmp/webhooks"
-for d in "$etcd_dir" "$k8s_dir" "$capi_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
+for d in "$etcd_dir" "$k8s_dir" "$capi_dir" "$containerd_dir" "$runc_dir" "$coredns_dir" "$pause_dir" "$netcheck_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
+# CNI plugins in their own directory (containerd's cni bin_dirs); nft's unpacked root.
+mkdir -p "$bin.tmp/cni" && ln -sf "$cni_dir"/bin/* "$bin.tmp/cni/"
+ln -sfn "$nft_dir/root" "$bin.tmp/nft-root"
 mkdir -p "$bin.tmp/versions/$K8S_PREV_VERSION"
 ln -sf "$prev_dir"/bin/* "$bin.tmp/versions/$K8S_PREV_VERSION/"
 cp "$capi_src"/core/config/crd/bases/*.yaml "$bin.tmp/crds/capi-core/"
