@@ -12,5 +12,6 @@ fn main() {
         ("kamaji-e2e/lifecycle", Needs::ProgramsAndRoot),
         ("kamaji-e2e/robustness", Needs::ProgramsAndRoot),
         ("kamaji-e2e/field_reports", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/workers", Needs::ProgramsAndRoot),
     ]);
 }

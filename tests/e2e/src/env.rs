@@ -21,10 +21,13 @@ use kamaji_testenv::kubeconfig::config_from_secret;
 
 use crate::datastore::start_datastore;
 use crate::f0;
+use crate::machines::{MachineProvider, STANDIN_MACHINE_CRDS};
 use crate::manager::{Identity, Manager};
 
-/// A running environment. Drop order: manager, node, datastore, cluster.
+/// A running environment. Drop order: machines, manager, node, datastore, cluster.
 pub struct Env {
+    /// The stand-in infrastructure provider's machines (only from [`Env::start_with_machines`]).
+    pub machines: Option<MachineProvider>,
     pub(crate) manager: Manager,
     /// The local node running the control-plane pods.
     pub node: LocalNode,
@@ -43,23 +46,40 @@ pub struct Env {
 impl Env {
     /// Starts everything, including the manager.
     pub async fn start() -> Result<Self> {
-        Self::launch(None).await
+        Self::launch(None, false).await
+    }
+
+    /// Starts everything for worker machines: also CABPK, the stand-in infrastructure provider
+    /// for Machines ([`MachineProvider`], `StandInMachine`), and load-balancer addresses on the
+    /// private underlay that machines and their pods reach. Must run inside
+    /// [`kamaji_machine::run_in_private_network`].
+    pub async fn start_with_machines() -> Result<Self> {
+        Self::launch(None, true).await
     }
 
     /// Starts a second management cluster (its own etcd, API server, controllers, CAPI core
     /// manager, node and manager) whose `default` DataStore is `source`'s datastore etcd, as
     /// two management clusters that reach one shared datastore (the `clusterctl move` setup).
     pub async fn start_sharing_datastore(source: &Env) -> Result<Self> {
-        Self::launch(Some(source)).await
+        Self::launch(Some(source), false).await
     }
 
-    async fn launch(shared: Option<&Env>) -> Result<Self> {
+    async fn launch(shared: Option<&Env>, machines: bool) -> Result<Self> {
         let cluster = LocalCluster::builder()
             .controllers(true)
+            .kubeadm_bootstrap(machines)
             .service_cidr(&kamaji_localnode::unique_service_cidr())
             .start()
             .await?;
-        let node = LocalNode::start(&cluster).await?;
+        let node = if machines {
+            cluster.apply_yaml(STANDIN_MACHINE_CRDS).await?;
+            LocalNode::builder()
+                .lb_pool(kamaji_machine::network::LOAD_BALANCER_POOL)
+                .start(&cluster)
+                .await?
+        } else {
+            LocalNode::start(&cluster).await?
+        };
         let (datastore, datastore_ca, datastore_client, for_pods) = if let Some(source) = shared {
             (
                 Arc::clone(&source.datastore),
@@ -74,7 +94,16 @@ impl Env {
             (Arc::new(etcd), ca, client, for_pods)
         };
         let identity = Identity::install(&cluster).await?;
+        let provider = if machines {
+            let tools = kamaji_testenv::Tools::locate()?;
+            let dir = tempfile::tempdir()?.keep();
+            let images = kamaji_machine::images::worker_images(&tools, &dir)?;
+            Some(MachineProvider::start(cluster.client(), tools, images))
+        } else {
+            None
+        };
         let mut env = Self {
+            machines: provider,
             manager: Manager::new(identity),
             node,
             datastore,

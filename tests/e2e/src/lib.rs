@@ -26,6 +26,7 @@ pub mod datastore;
 pub mod discovery;
 pub mod env;
 pub mod fixtures;
+pub mod machines;
 pub mod manager;
 pub mod probes;
 pub mod standins;

@@ -88,8 +88,10 @@ impl Builder {
         self
     }
 
-    /// Load-balancer addresses, a CIDR inside `127.0.0.0/8` (default: a /25 derived from the
-    /// process id, so concurrent agents do not collide).
+    /// Load-balancer addresses: a CIDR inside `127.0.0.0/8`, or one whose every address is
+    /// already assigned in the agent's network namespace (a private test network such as
+    /// kamaji-machine's underlay, whose machines reach them). Default: a loopback /25 derived
+    /// from the process id, so concurrent agents do not collide.
     #[must_use]
     pub fn lb_pool(mut self, cidr: &str) -> Self {
         self.lb_pool = Some(cidr.to_owned());
@@ -261,10 +263,29 @@ impl LocalNode {
             Some(cidr) => {
                 let net: ipnet::Ipv4Net =
                     cidr.parse().with_context(|| format!("LB pool {cidr:?}"))?;
-                if !net.addr().is_loopback() {
-                    bail!("the load-balancer pool must lie in 127.0.0.0/8, got {cidr}");
+                if net.addr().is_loopback() {
+                    net.hosts().collect()
+                } else {
+                    let pool: Vec<Ipv4Addr> = if net.prefix_len() >= 31 {
+                        net.hosts().collect()
+                    } else {
+                        // Every address of a private pool, network and broadcast included.
+                        (u32::from(net.network())..=u32::from(net.broadcast()))
+                            .map(Ipv4Addr::from)
+                            .collect()
+                    };
+                    let local = ledger::run(&["ip", "-o", "-4", "addr", "show"]).await?;
+                    if let Some(missing) = pool
+                        .iter()
+                        .find(|a| !local.contains(&format!("inet {a}/")))
+                    {
+                        bail!(
+                            "the load-balancer pool {cidr} must lie in 127.0.0.0/8 or be assigned \
+                             in this network namespace ({missing} is not)"
+                        );
+                    }
+                    pool
                 }
-                net.hosts().collect()
             }
             None => (128..=254)
                 .map(|d| Ipv4Addr::new(block[0], block[1], block[2], d))

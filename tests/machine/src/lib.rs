@@ -1,5 +1,16 @@
-//! kamaji-machine: real machines for the kamaji-rs tests.
+//! kamaji-machine: real machines for the kamaji-rs tests (shared/reference/real-machines.md).
 //!
 //! - [`image`]: OCI image-layout tars written from static binaries and files, without a
-//!   container engine, for `ctr images import`.
+//!   container engine, for `ctr images import`; [`images`]: the machines' images.
+//! - [`network`]: the test's own network namespace with the machines' underlay bridge and the
+//!   load-balancer stand-in's addresses; the host's network is never changed.
+//! - [`machine`]: a machine (containerd, runc, a kubelet supervised as systemd would) in
+//!   namespaces of its own, undone on drop and after a killed run.
+
 pub mod image;
+pub mod images;
+pub mod machine;
+pub mod network;
+
+pub use machine::{Machine, MachineSpec};
+pub use network::run_in_private_network;

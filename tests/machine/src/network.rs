@@ -26,7 +26,7 @@ pub const UNDERLAY_BRIDGE: &str = "kamaji0";
 /// The test namespace's address on the underlay: the machines' default gateway.
 pub const UNDERLAY_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 200, 0, 1);
 /// Load-balancer addresses handed out by the test's load-balancer stand-in (16 addresses).
-pub const LOAD_BALANCER_POOL: &str = "10.200.0.200/28";
+pub const LOAD_BALANCER_POOL: &str = "10.200.0.208/28";
 
 /// The underlay address of machine `index` (`10.200.0.(10 + index)`).
 ///
@@ -150,7 +150,7 @@ mod tests {
     fn machine_and_load_balancer_addresses_never_overlap() {
         let pool = load_balancer_addresses().unwrap();
         assert_eq!(pool.len(), 16);
-        assert_eq!(pool[0], Ipv4Addr::new(10, 200, 0, 200));
+        assert_eq!(pool[0], Ipv4Addr::new(10, 200, 0, 208));
         let last_machine = machine_address(189).unwrap();
         assert!(last_machine < pool[0]);
         assert!(machine_address(190).is_err());

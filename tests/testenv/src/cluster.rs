@@ -38,11 +38,13 @@ pub struct Builder {
     kamaji_crds: bool,
     crd_dirs: Vec<PathBuf>,
     service_cidr: String,
+    kubeadm_bootstrap: bool,
 }
 
 impl Default for Builder {
     fn default() -> Self {
         Self {
+            kubeadm_bootstrap: false,
             capi: true,
             controllers: false,
             kamaji_crds: true,
@@ -59,6 +61,14 @@ impl Builder {
     #[must_use]
     pub fn capi(mut self, on: bool) -> Self {
         self.capi = on;
+        self
+    }
+
+    /// Also run Cluster API's kubeadm bootstrap provider (CABPK) with its CRDs and webhooks
+    /// (default: off; needs [`Builder::capi`]).
+    #[must_use]
+    pub fn kubeadm_bootstrap(mut self, on: bool) -> Self {
+        self.kubeadm_bootstrap = on;
         self
     }
 
@@ -106,6 +116,7 @@ impl Builder {
 pub struct LocalCluster {
     // Fields drop in declaration order: controllers first, then the API server, then etcd,
     // and the temporary directory last.
+    kubeadm_bootstrap: Option<Supervised>,
     capi: Option<Supervised>,
     scheduler: Option<Supervised>,
     controller_manager: Option<Supervised>,
@@ -198,6 +209,7 @@ impl LocalCluster {
         wait_ready(&client, &mut apiserver).await?;
 
         let mut cluster = Self {
+            kubeadm_bootstrap: None,
             capi: None,
             scheduler: None,
             controller_manager: None,
@@ -270,6 +282,18 @@ impl LocalCluster {
                 capi::set_conversion_webhook(crd, webhook_port, &self.ca.cert_pem())?;
             }
         }
+        let bootstrap_port = free_port()?;
+        if opts.capi && opts.kubeadm_bootstrap {
+            let mut bootstrap = capi::read_crds(&self.tools.capi_bootstrap_crds())?;
+            for crd in &mut bootstrap {
+                capi::set_conversion_webhook(crd, bootstrap_port, &self.ca.cert_pem())?;
+                // The contract labels CABPK's kustomization (config/crd) adds.
+                let labels = crd.metadata.labels.get_or_insert_with(Default::default);
+                labels.insert("cluster.x-k8s.io/v1beta1".into(), "v1beta1".into());
+                labels.insert("cluster.x-k8s.io/v1beta2".into(), "v1beta2".into());
+            }
+            crds.extend(bootstrap);
+        }
         let ours = workspace_root().join("config/crd/bases");
         if opts.kamaji_crds && ours.is_dir() {
             crds.extend(capi::read_crds(&ours)?);
@@ -279,7 +303,26 @@ impl LocalCluster {
         }
         self.apply_crds(&crds).await?;
         if opts.capi {
-            self.start_capi(webhook_port).await?;
+            self.capi = Some(
+                self.start_provider(
+                    "capi-manager",
+                    &["--feature-gates=ClusterTopology=true"],
+                    webhook_port,
+                    &self.tools.capi_core_webhooks(),
+                )
+                .await?,
+            );
+            if opts.kubeadm_bootstrap {
+                self.kubeadm_bootstrap = Some(
+                    self.start_provider(
+                        "capi-kubeadm-bootstrap-manager",
+                        &[],
+                        bootstrap_port,
+                        &self.tools.bin_dir().join("webhooks/capi-kubeadm-bootstrap.yaml"),
+                    )
+                    .await?,
+                );
+            }
         }
         Ok(())
     }
@@ -307,8 +350,16 @@ impl LocalCluster {
         Ok(())
     }
 
-    async fn start_capi(&mut self, webhook_port: u16) -> Result<()> {
-        let d = self.dir.path().join("capi");
+    /// Starts a Cluster API provider manager (`program` from the tools) with its webhooks
+    /// served on loopback `webhook_port` and registered from `webhooks`.
+    async fn start_provider(
+        &self,
+        program: &str,
+        extra: &[&str],
+        webhook_port: u16,
+        webhooks: &Path,
+    ) -> Result<Supervised> {
+        let d = self.dir.path().join(program);
         let certs = d.join("certs");
         std::fs::create_dir_all(&certs)?;
         let serving = self.ca.serving(
@@ -319,7 +370,7 @@ impl LocalCluster {
         std::fs::write(certs.join("tls.crt"), &serving.cert_pem)?;
         std::fs::write(certs.join("tls.key"), &serving.key_pem)?;
         let health = free_port()?;
-        let mut cmd = Command::new(self.tools.path("capi-manager"));
+        let mut cmd = Command::new(self.tools.path(program));
         cmd.env("KUBECONFIG", &self.kubeconfig)
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
             .arg(format!("--webhook-port={webhook_port}"))
@@ -328,30 +379,25 @@ impl LocalCluster {
             .arg(format!("--diagnostics-address=127.0.0.1:{}", free_port()?))
             .arg("--insecure-diagnostics=true")
             .arg("--leader-elect=false")
-            .arg("--feature-gates=ClusterTopology=true");
-        let mut process = Supervised::spawn("capi-manager", cmd, &d.join("capi-manager.log"))?;
+            .args(extra);
+        let mut process = Supervised::spawn(program, cmd, &d.join(format!("{program}.log")))?;
         poll_until(
-            "the CAPI core manager did not become ready",
+            &format!("{program} did not become ready"),
             START_TIMEOUT,
             Duration::from_millis(100),
             Some(&mut process),
             || async { http_status(health, "/readyz").await == Some(200) },
         )
         .await?;
-        self.capi = Some(process);
-        let hooks = capi::read_webhooks(
-            &self.tools.capi_core_webhooks(),
-            webhook_port,
-            &self.ca.cert_pem(),
-            "capi",
-        )?;
+        let hooks =
+            capi::read_webhooks(webhooks, webhook_port, &self.ca.cert_pem(), program)?;
         for m in &hooks.mutating {
             self.apply::<MutatingWebhookConfiguration>(m).await?;
         }
         for v in &hooks.validating {
             self.apply::<ValidatingWebhookConfiguration>(v).await?;
         }
-        Ok(())
+        Ok(process)
     }
 
     /// Server-side applies a cluster-scoped or namespaced object with the test
@@ -447,7 +493,12 @@ impl LocalCluster {
     #[must_use]
     pub fn pids(&self) -> Vec<u32> {
         let mut pids = vec![self.etcd.pid(), self.apiserver.pid()];
-        for p in [&self.controller_manager, &self.scheduler, &self.capi]
+        for p in [
+            &self.controller_manager,
+            &self.scheduler,
+            &self.capi,
+            &self.kubeadm_bootstrap,
+        ]
             .into_iter()
             .flatten()
         {

@@ -1,0 +1,445 @@
+//! **Stand-in infrastructure provider for Machines** (test code, playing the role of CAPD or
+//! CAPO for worker Machines): for each CAPI Machine whose `infrastructureRef` is a
+//! `StandInMachine` and whose bootstrap data Secret CABPK has written, it boots a fresh real
+//! machine (kamaji-machine: containerd, runc, a kubelet supervised as systemd would), applies
+//! the cloud-config exactly as cloud-init would (`write_files`, then `runcmd` — the real
+//! `kubeadm join` with its phases), then reports `spec.providerID`, `status.addresses` and
+//! provisioned, and sets the Node's `spec.providerID` through the tenant API as CAPD does.
+//!
+//! Two things this machine kind needs are the provider's, as a cloud image's would be:
+//! `kubeadm join` runs with `--ignore-preflight-errors=SystemVerification` (kubeadm refuses
+//! cgroup v1 otherwise; the tenant's kubelet-config must also carry `failCgroupV1: false`,
+//! which is a KamajiControlPlane kubelet setting, not something done here), and the cloud's
+//! route controller: every Node's pod CIDR is routed to its machine in the underlay and in
+//! every other machine.
+//!
+//! Deleting a StandInMachine (CAPI does it after draining and deleting the Node) stops and
+//! removes its machine; a finalizer keeps the object until then.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use base64::Engine as _;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kamaji_machine::{Machine, MachineSpec};
+use kamaji_testenv::Tools;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+/// The stand-in's CRDs: `StandInMachine` and `StandInMachineTemplate`
+/// (`infrastructure.cluster.x-k8s.io/v1alpha1`, CAPI contract labels, any content accepted).
+pub const STANDIN_MACHINE_CRDS: &str = r"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: standinmachines.infrastructure.cluster.x-k8s.io
+  labels: {cluster.x-k8s.io/v1beta1: v1alpha1, cluster.x-k8s.io/v1beta2: v1alpha1}
+spec:
+  group: infrastructure.cluster.x-k8s.io
+  names: {kind: StandInMachine, listKind: StandInMachineList, plural: standinmachines, singular: standinmachine}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: standinmachinetemplates.infrastructure.cluster.x-k8s.io
+  labels: {cluster.x-k8s.io/v1beta1: v1alpha1, cluster.x-k8s.io/v1beta2: v1alpha1}
+spec:
+  group: infrastructure.cluster.x-k8s.io
+  names: {kind: StandInMachineTemplate, listKind: StandInMachineTemplateList, plural: standinmachinetemplates, singular: standinmachinetemplate}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+";
+
+const FINALIZER: &str = "standinmachine.infrastructure.cluster.x-k8s.io";
+/// The `providerID` scheme of stand-in machines.
+pub const PROVIDER_ID_PREFIX: &str = "kamaji-machine://";
+
+/// A running stand-in provider; dropping it stops the controller and every machine.
+pub struct MachineProvider {
+    task: tokio::task::JoinHandle<()>,
+    state: Arc<State>,
+}
+
+struct State {
+    client: Client,
+    tools: Tools,
+    images: Vec<PathBuf>,
+    machines: Mutex<BTreeMap<String, Arc<Machine>>>,
+    /// Machine name → its pod CIDR once routed.
+    routes: Mutex<BTreeMap<String, String>>,
+    busy: Mutex<std::collections::BTreeSet<String>>,
+    next_index: std::sync::atomic::AtomicU8,
+    /// The last failure per machine (for test messages).
+    failures: Mutex<BTreeMap<String, String>>,
+}
+
+fn standin_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "infrastructure.cluster.x-k8s.io",
+        "v1alpha1",
+        "StandInMachine",
+    ));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn capi_machines(client: &Client) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "Machine",
+    ));
+    Api::all_with(client.clone(), &ar)
+}
+
+impl MachineProvider {
+    /// Starts the controller. `images` are imported into every machine's containerd.
+    pub fn start(client: Client, tools: Tools, images: Vec<PathBuf>) -> Self {
+        let state = Arc::new(State {
+            client,
+            tools,
+            images,
+            machines: Mutex::default(),
+            routes: Mutex::default(),
+            busy: Mutex::default(),
+            next_index: std::sync::atomic::AtomicU8::new(20),
+            failures: Mutex::default(),
+        });
+        let s = Arc::clone(&state);
+        let task = tokio::spawn(async move {
+            let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+                "infrastructure.cluster.x-k8s.io",
+                "v1alpha1",
+                "StandInMachine",
+            ));
+            let standins: Api<DynamicObject> = Api::all_with(s.client.clone(), &ar);
+            let machine_events = watcher(capi_machines(&s.client), watcher::Config::default());
+            let standin_events = watcher(standins, watcher::Config::default());
+            let mut events = futures::stream::select(machine_events, standin_events).boxed();
+            while let Some(event) = events.next().await {
+                let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event
+                else {
+                    continue;
+                };
+                let s = Arc::clone(&s);
+                tokio::spawn(async move {
+                    if let Err(e) = s.handle(&obj).await {
+                        s.failures
+                            .lock()
+                            .await
+                            .insert(obj.name_any(), format!("{e:#}"));
+                    }
+                });
+            }
+        });
+        Self { task, state }
+    }
+
+    /// The running machine named `name` (the CAPI Machine's name).
+    pub async fn machine(&self, name: &str) -> Option<Arc<Machine>> {
+        self.state.machines.lock().await.get(name).cloned()
+    }
+
+    /// Names of the running machines.
+    pub async fn machine_names(&self) -> Vec<String> {
+        self.state.machines.lock().await.keys().cloned().collect()
+    }
+
+    /// The last provisioning failure of each machine (name → error chain).
+    pub async fn failures(&self) -> BTreeMap<String, String> {
+        self.state.failures.lock().await.clone()
+    }
+}
+
+impl Drop for MachineProvider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl State {
+    async fn handle(self: &Arc<Self>, obj: &DynamicObject) -> Result<()> {
+        let kind = obj.types.as_ref().map(|t| t.kind.as_str()).unwrap_or_default();
+        let ns = obj.namespace().unwrap_or_default();
+        if kind == "StandInMachine" {
+            if obj.metadata.deletion_timestamp.is_some() {
+                return self.delete(&ns, obj).await;
+            }
+            return Ok(());
+        }
+        // A CAPI Machine.
+        let spec = &obj.data["spec"];
+        if spec["infrastructureRef"]["kind"] != "StandInMachine" {
+            return Ok(());
+        }
+        let Some(secret_name) = spec["bootstrap"]["dataSecretName"].as_str() else {
+            return Ok(());
+        };
+        let infra_name = spec["infrastructureRef"]["name"]
+            .as_str()
+            .context("infrastructureRef.name")?
+            .to_owned();
+        let api = standin_api(&self.client, &ns);
+        let Some(infra) = api.get_opt(&infra_name).await? else {
+            return Ok(());
+        };
+        if infra.data["status"]["initialization"]["provisioned"] == true
+            || infra.metadata.deletion_timestamp.is_some()
+        {
+            return Ok(());
+        }
+        let name = obj.name_any();
+        if !self.busy.lock().await.insert(name.clone()) {
+            return Ok(());
+        }
+        let result = self
+            .provision(&ns, &name, &infra_name, secret_name, spec)
+            .await;
+        self.busy.lock().await.remove(&name);
+        result
+    }
+
+    async fn provision(
+        self: &Arc<Self>,
+        ns: &str,
+        name: &str,
+        infra_name: &str,
+        secret_name: &str,
+        spec: &Value,
+    ) -> Result<()> {
+        let api = standin_api(&self.client, ns);
+        api.patch(
+            infra_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [FINALIZER]}})),
+        )
+        .await?;
+        let secret = Api::<Secret>::namespaced(self.client.clone(), ns)
+            .get(secret_name)
+            .await?;
+        let value = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .context("bootstrap data Secret has no `value`")?;
+        let cloud_config = render_jinja(&String::from_utf8_lossy(&value.0), name);
+        let index = self
+            .next_index
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let machine = Arc::new(
+            Machine::start(
+                &self.tools,
+                MachineSpec {
+                    name: name.to_owned(),
+                    index,
+                    images: self.images.clone(),
+                },
+            )
+            .await?,
+        );
+        self.machines
+            .lock()
+            .await
+            .insert(name.to_owned(), Arc::clone(&machine));
+        // Routes to the pod CIDRs of the machines already there.
+        for (other, cidr) in self.routes.lock().await.iter() {
+            if let Some(m) = self.machines.lock().await.get(other) {
+                machine
+                    .exec(&["ip", "route", "replace", cidr, "via", &m.address().to_string()])
+                    .await?;
+            }
+        }
+        apply_cloud_config(&machine, &cloud_config).await?;
+
+        let provider_id = format!("{PROVIDER_ID_PREFIX}{name}");
+        api.patch(
+            infra_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
+        )
+        .await?;
+        api.patch_status(
+            infra_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "ready": true,
+                "initialization": {"provisioned": true},
+                "addresses": [
+                    {"type": "InternalIP", "address": machine.address().to_string()},
+                    {"type": "Hostname", "address": name},
+                ],
+            }})),
+        )
+        .await?;
+        let cluster = spec["clusterName"].as_str().context("spec.clusterName")?;
+        self.adopt_node(ns, cluster, name, &provider_id, &machine)
+            .await
+    }
+
+    /// Sets the Node's providerID (as CAPD does) and routes its pod CIDR, as a cloud's route
+    /// controller would.
+    async fn adopt_node(
+        &self,
+        ns: &str,
+        cluster: &str,
+        name: &str,
+        provider_id: &str,
+        machine: &Machine,
+    ) -> Result<()> {
+        let config = kamaji_testenv::kubeconfig::config_from_secret(
+            &self.client,
+            ns,
+            &format!("{cluster}-kubeconfig"),
+            "value",
+        )
+        .await?;
+        let nodes: Api<Node> = Api::all(Client::try_from(config)?);
+        let deadline = tokio::time::Instant::now() + Duration::from_mins(2);
+        let cidr = loop {
+            if let Some(node) = nodes.get_opt(name).await? {
+                if node.spec.as_ref().and_then(|s| s.provider_id.as_ref()).is_none() {
+                    nodes
+                        .patch(
+                            name,
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
+                        )
+                        .await?;
+                }
+                if let Some(cidr) = node.spec.and_then(|s| s.pod_cidr) {
+                    break cidr;
+                }
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "Node {name} did not register with a pod CIDR in 2 minutes; kubelet log:\n{}",
+                    machine.kubelet_log_tail(30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        kamaji_machine::network::route(&cidr, machine.address())?;
+        for (other_name, other) in self.machines.lock().await.iter() {
+            if other_name != name {
+                other
+                    .exec(&["ip", "route", "replace", &cidr, "via", &machine.address().to_string()])
+                    .await?;
+            }
+        }
+        self.routes.lock().await.insert(name.to_owned(), cidr);
+        Ok(())
+    }
+
+    async fn delete(&self, ns: &str, obj: &DynamicObject) -> Result<()> {
+        let name = obj
+            .metadata
+            .owner_references
+            .as_ref()
+            .and_then(|o| o.iter().find(|r| r.kind == "Machine"))
+            .map_or_else(|| obj.name_any(), |r| r.name.clone());
+        self.machines.lock().await.remove(&name);
+        self.routes.lock().await.remove(&name);
+        let api = standin_api(&self.client, ns);
+        api.patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// What cloud-init renders in CABPK's `## template: jinja` data: the instance's host name.
+fn render_jinja(text: &str, hostname: &str) -> String {
+    let mut out = text.to_owned();
+    for var in [
+        "ds.meta_data.local_hostname",
+        "ds.meta_data.hostname",
+        "v1.local_hostname",
+        "local_hostname",
+    ] {
+        out = out.replace(&format!("{{{{ {var} }}}}"), hostname);
+    }
+    out
+}
+
+/// Applies a cloud-config as cloud-init would: `write_files` (with `encoding` and
+/// `permissions`, `append`), then each `runcmd` entry through `sh -c`, failing on the first
+/// command that fails.
+pub async fn apply_cloud_config(machine: &Machine, cloud_config: &str) -> Result<()> {
+    let doc: Value = serde_yaml::from_str(cloud_config).context("parse the cloud-config")?;
+    for file in doc["write_files"].as_array().into_iter().flatten() {
+        let path = file["path"].as_str().context("write_files[].path")?;
+        let content = file["content"].as_str().unwrap_or_default();
+        let bytes = match file["encoding"].as_str() {
+            None | Some("text/plain") => content.as_bytes().to_vec(),
+            Some("b64" | "base64") => base64::engine::general_purpose::STANDARD
+                .decode(content.trim())
+                .with_context(|| format!("write_files {path}: base64"))?,
+            Some(other) => bail!("write_files {path}: encoding {other} is not supported"),
+        };
+        let mode = file["permissions"]
+            .as_str()
+            .map_or(Ok(0o644), |p| u32::from_str_radix(p.trim_start_matches("0o"), 8))
+            .with_context(|| format!("write_files {path}: permissions"))?;
+        let bytes = if file["append"] == true {
+            let mut old = machine.read_file(path).unwrap_or_default();
+            old.extend(bytes);
+            old
+        } else {
+            bytes
+        };
+        machine.write_file(path, &bytes, mode)?;
+    }
+    for cmd in doc["runcmd"].as_array().into_iter().flatten() {
+        let line = match cmd {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => continue,
+        };
+        // This machine kind runs cgroup v1: kubeadm's SystemVerification must be skipped
+        // (real-machines.md §5.3), as a cloud image for it would.
+        let line = line.replace(
+            "kubeadm join ",
+            "kubeadm join --ignore-preflight-errors=SystemVerification ",
+        );
+        machine
+            .exec(&["sh", "-c", &line])
+            .await
+            .with_context(|| format!("runcmd `{line}`"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jinja_host_names_are_rendered_as_cloud_init_would() {
+        let text = "name: '{{ ds.meta_data.local_hostname }}'\nother: '{{ local_hostname }}'";
+        assert_eq!(render_jinja(text, "md-0-x"), "name: 'md-0-x'\nother: 'md-0-x'");
+    }
+}

@@ -1,0 +1,82 @@
+//! The images the machines run, built from the programs `make tools` built, under the names
+//! kubeadm and the product reference (real-machines.md §2).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use kamaji_testenv::{KUBERNETES_VERSION, Tools};
+
+use crate::image::ImageBuilder;
+use crate::machine::PAUSE_IMAGE;
+
+/// kubeadm v1.36's CoreDNS image (`constants.CoreDNSVersion` under `coredns/coredns`).
+pub const COREDNS_IMAGE: &str = "registry.k8s.io/coredns/coredns:v1.14.2";
+/// The test client image (`netcheck`, see `tests/tools/netcheck`).
+pub const NETCHECK_IMAGE: &str = "kamaji-rs.test/netcheck:v0";
+
+/// The kube-proxy image kubeadm's addon names for `version` (`registry.k8s.io/kube-proxy:<v>`).
+#[must_use]
+pub fn kube_proxy_image(version: &str) -> String {
+    format!("registry.k8s.io/kube-proxy:{version}")
+}
+
+/// Writes the worker images into `dir` and returns their tars: pause, kube-proxy (with `nft`,
+/// its libraries, the loader and `/etc/protocols`), CoreDNS and the netcheck client.
+///
+/// # Errors
+/// When a program or library is missing or a tar cannot be written.
+pub fn worker_images(tools: &Tools, dir: &Path) -> Result<Vec<PathBuf>> {
+    let images = [
+        ImageBuilder::new(PAUSE_IMAGE)?
+            .file("/pause", tools.path("pause"), 0o755)
+            .entrypoint(["/pause"]),
+        kube_proxy(tools)?,
+        ImageBuilder::new(COREDNS_IMAGE)?
+            .file("/coredns", tools.path("coredns"), 0o755)
+            .entrypoint(["/coredns"])
+            .user("65532"),
+        ImageBuilder::new(NETCHECK_IMAGE)?
+            .file("/netcheck", tools.path("netcheck"), 0o755)
+            .entrypoint(["/netcheck"])
+            .user("65532"),
+    ];
+    images
+        .iter()
+        .enumerate()
+        .map(|(i, image)| Ok(image.write(&dir.join(format!("image-{i}.tar")))?.path))
+        .collect()
+}
+
+/// kube-proxy in nftables mode execs `nft`: the image carries it with its shared libraries,
+/// glibc's `libc.so.6` and loader, and `/etc/protocols` + `/etc/services` (without them `nft`
+/// prints protocol numbers and kube-proxy's resync deletes every service: real-machines.md §5.4).
+fn kube_proxy(tools: &Tools) -> Result<ImageBuilder> {
+    let nft_root = tools.bin_dir().join("nft-root");
+    let mut image = ImageBuilder::new(&kube_proxy_image(KUBERNETES_VERSION))?
+        .file("/usr/local/bin/kube-proxy", tools.path("kube-proxy"), 0o755)
+        .file("/usr/sbin/nft", nft_root.join("usr/sbin/nft"), 0o755)
+        .file("/etc/protocols", "/etc/protocols", 0o644)
+        .file("/etc/services", "/etc/services", 0o644)
+        .file("/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6", 0o755)
+        .file("/lib64/ld-linux-x86-64.so.2", "/lib64/ld-linux-x86-64.so.2", 0o755)
+        .env("LD_LIBRARY_PATH", "/lib/x86_64-linux-gnu")
+        .entrypoint(["/usr/local/bin/kube-proxy"]);
+    for lib_dir in ["usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu"] {
+        let Ok(entries) = std::fs::read_dir(nft_root.join(lib_dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.contains(".so.") {
+                image = image.file(
+                    &format!("/lib/x86_64-linux-gnu/{name}"),
+                    entry.path(),
+                    0o755,
+                );
+            }
+        }
+    }
+    std::fs::metadata(nft_root.join("usr/sbin/nft"))
+        .context("nft is missing from the tools (run `make tools`)")?;
+    Ok(image)
+}
