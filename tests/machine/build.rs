@@ -3,5 +3,5 @@
 use kamaji_test_gate::{Needs, gate};
 
 fn main() {
-    gate(&[]);
+    gate(&[("kamaji-machine/machine", Needs::ProgramsAndRoot)]);
 }

@@ -291,7 +291,7 @@ pub struct AddonsSpec {
     pub core_dns: Option<CoreDnsAddonSpec>,
     /// kube-proxy DaemonSet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kube_proxy: Option<AddonSpec>,
+    pub kube_proxy: Option<KubeProxyAddonSpec>,
     /// konnectivity server (a sidecar of the API server) and agent (in the tenant), needed when
     /// worker nodes cannot reach the management cluster's pod network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -311,6 +311,35 @@ pub struct AddonSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
     pub image_tag: Option<String>,
+}
+
+/// kube-proxy addon: Kamaji's image override, plus (a kamaji-rs extension, optional, so
+/// Kamaji manifests apply unchanged) JSON patches for its configuration.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeProxyAddonSpec {
+    /// Registry and repository path to pull the kube-proxy image from; empty means the kubeadm
+    /// default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub image_repository: Option<String>,
+    /// Image tag; empty means the tenant's Kubernetes version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub image_tag: Option<String>,
+    /// RFC 6902 JSON patches applied to the generated `KubeProxyConfiguration`
+    /// (`kubeproxy.config.k8s.io/v1alpha1`) before it is published in the tenant's
+    /// `kube-system/kube-proxy` ConfigMap, e.g. `mode: nftables` or `conntrack.maxPerCore: 0`
+    /// (leave the kernel's conntrack limit alone, as on nodes whose network namespace cannot
+    /// change it). A patch that does not apply, or that changes `apiVersion`/`kind`, is refused
+    /// in `SpecValid=False` naming this field.
+    #[serde(
+        rename = "configurationJSONPatches",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 64))]
+    pub configuration_json_patches: Option<Vec<JsonPatch>>,
 }
 
 /// CoreDNS addon: an image override plus the cluster DNS Service IPs.

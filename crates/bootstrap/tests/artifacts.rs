@@ -35,6 +35,7 @@ fn f0(version: &str) -> TenantSpec {
         kubelet: KubeletSpec::default(),
         coredns: AddonImage::default(),
         kube_proxy: AddonImage::default(),
+        kube_proxy_patches: json_patch::Patch::default(),
     }
 }
 

@@ -134,8 +134,7 @@ impl MachineProvider {
             let standin_events = watcher(standins, watcher::Config::default());
             let mut events = futures::stream::select(machine_events, standin_events).boxed();
             while let Some(event) = events.next().await {
-                let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event
-                else {
+                let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event else {
                     continue;
                 };
                 let s = Arc::clone(&s);
@@ -176,7 +175,11 @@ impl Drop for MachineProvider {
 
 impl State {
     async fn handle(self: &Arc<Self>, obj: &DynamicObject) -> Result<()> {
-        let kind = obj.types.as_ref().map(|t| t.kind.as_str()).unwrap_or_default();
+        let kind = obj
+            .types
+            .as_ref()
+            .map(|t| t.kind.as_str())
+            .unwrap_or_default();
         let ns = obj.namespace().unwrap_or_default();
         if kind == "StandInMachine" {
             if obj.metadata.deletion_timestamp.is_some() {
@@ -262,7 +265,14 @@ impl State {
         for (other, cidr) in self.routes.lock().await.iter() {
             if let Some(m) = self.machines.lock().await.get(other) {
                 machine
-                    .exec(&["ip", "route", "replace", cidr, "via", &m.address().to_string()])
+                    .exec(&[
+                        "ip",
+                        "route",
+                        "replace",
+                        cidr,
+                        "via",
+                        &m.address().to_string(),
+                    ])
                     .await?;
             }
         }
@@ -314,7 +324,12 @@ impl State {
         let deadline = tokio::time::Instant::now() + Duration::from_mins(2);
         let cidr = loop {
             if let Some(node) = nodes.get_opt(name).await? {
-                if node.spec.as_ref().and_then(|s| s.provider_id.as_ref()).is_none() {
+                if node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_ref())
+                    .is_none()
+                {
                     nodes
                         .patch(
                             name,
@@ -339,7 +354,14 @@ impl State {
         for (other_name, other) in self.machines.lock().await.iter() {
             if other_name != name {
                 other
-                    .exec(&["ip", "route", "replace", &cidr, "via", &machine.address().to_string()])
+                    .exec(&[
+                        "ip",
+                        "route",
+                        "replace",
+                        &cidr,
+                        "via",
+                        &machine.address().to_string(),
+                    ])
                     .await?;
             }
         }
@@ -398,7 +420,9 @@ pub async fn apply_cloud_config(machine: &Machine, cloud_config: &str) -> Result
         };
         let mode = file["permissions"]
             .as_str()
-            .map_or(Ok(0o644), |p| u32::from_str_radix(p.trim_start_matches("0o"), 8))
+            .map_or(Ok(0o644), |p| {
+                u32::from_str_radix(p.trim_start_matches("0o"), 8)
+            })
             .with_context(|| format!("write_files {path}: permissions"))?;
         let bytes = if file["append"] == true {
             let mut old = machine.read_file(path).unwrap_or_default();
@@ -440,6 +464,9 @@ mod tests {
     #[test]
     fn jinja_host_names_are_rendered_as_cloud_init_would() {
         let text = "name: '{{ ds.meta_data.local_hostname }}'\nother: '{{ local_hostname }}'";
-        assert_eq!(render_jinja(text, "md-0-x"), "name: 'md-0-x'\nother: 'md-0-x'");
+        assert_eq!(
+            render_jinja(text, "md-0-x"),
+            "name: 'md-0-x'\nother: 'md-0-x'"
+        );
     }
 }

@@ -15,12 +15,20 @@ use kube::runtime::wait::await_condition;
 
 const MINUTE: Duration = Duration::from_mins(1);
 
-/// The tenant kubelet setting this machine kind needs (cgroup v1): kubelet 1.36 refuses to
-/// start on cgroup v1 unless `failCgroupV1: false`, and the machines use the cgroupfs driver.
-const KUBELET_FOR_CGROUP_V1: &str = "  kubelet:
+/// The tenant settings this machine kind needs, as a user would write them: the kubelet
+/// refuses cgroup v1 unless `failCgroupV1: false` and the machines use the cgroupfs driver;
+/// kube-proxy runs in nftables mode (its image carries `nft`) and leaves the kernel's conntrack
+/// limit alone (`nf_conntrack_max` is read-only outside the host's network namespace).
+const SETTINGS_FOR_THIS_MACHINE_KIND: &str = "  kubelet:
     cgroupfs: cgroupfs
     configurationJSONPatches:
     - {op: add, path: /failCgroupV1, value: false}
+  addons:
+    coreDNS: {}
+    kubeProxy:
+      configurationJSONPatches:
+      - {op: replace, path: /mode, value: nftables}
+      - {op: add, path: /conntrack, value: {maxPerCore: 0}}
 ";
 
 /// A MachineDeployment of `replicas` stand-in machines bootstrapped by CABPK from the
@@ -91,7 +99,7 @@ fn a_worker_joins_through_cabpk_bootstrap_data_until_its_node_is_ready_and_runs_
         let env = Env::start_with_machines().await?;
         let (ns, name) = ("workers", "demo");
         env.namespace(ns).await?;
-        env.apply_yaml(&F0::new(ns, name).replicas(1).spec(KUBELET_FOR_CGROUP_V1).yaml())
+        env.apply_yaml(&F0::new(ns, name).replicas(1).spec(SETTINGS_FOR_THIS_MACHINE_KIND).yaml())
             .await?;
         env.wait_kcp_condition(ns, name, "Available", "True", 4 * MINUTE)
             .await?;
@@ -176,8 +184,19 @@ fn a_worker_joins_through_cabpk_bootstrap_data_until_its_node_is_ready_and_runs_
                 break;
             }
             if tokio::time::Instant::now() > deadline {
+                let mut logs = String::new();
+                for p in &pods.items {
+                    let n = p.metadata.name.clone().unwrap_or_default();
+                    let lp = LogParams { tail_lines: Some(15), ..LogParams::default() };
+                    let now = system.logs(&n, &lp).await.unwrap_or_default();
+                    let prev = system
+                        .logs(&n, &LogParams { previous: true, ..lp })
+                        .await
+                        .unwrap_or_default();
+                    logs.push_str(&format!("--- {n}:\n{prev}\n{now}\n"));
+                }
                 anyhow::bail!(
-                    "kube-proxy and CoreDNS not Ready on {node_name} in 3 minutes: {:#?}",
+                    "{logs}\nkube-proxy and CoreDNS not Ready on {node_name} in 3 minutes: {:#?}",
                     pods.items
                         .iter()
                         .map(|p| {

@@ -275,9 +275,8 @@ impl LocalNode {
                             .collect()
                     };
                     let local = ledger::run(&["ip", "-o", "-4", "addr", "show"]).await?;
-                    if let Some(missing) = pool
-                        .iter()
-                        .find(|a| !local.contains(&format!("inet {a}/")))
+                    if let Some(missing) =
+                        pool.iter().find(|a| !local.contains(&format!("inet {a}/")))
                     {
                         bail!(
                             "the load-balancer pool {cidr} must lie in 127.0.0.0/8 or be assigned \

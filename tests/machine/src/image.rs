@@ -215,9 +215,15 @@ impl ImageBuilder {
             .build()?;
         let index_json = serde_json::to_vec(&index)?;
 
-        let file = std::fs::File::create(out).with_context(|| format!("create {}", out.display()))?;
+        let file =
+            std::fs::File::create(out).with_context(|| format!("create {}", out.display()))?;
         let mut tar = tar::Builder::new(std::io::BufWriter::new(file));
-        append(&mut tar, "oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#, 0o644)?;
+        append(
+            &mut tar,
+            "oci-layout",
+            br#"{"imageLayoutVersion":"1.0.0"}"#,
+            0o644,
+        )?;
         append(&mut tar, "index.json", &index_json, 0o644)?;
         for (digest, blob) in [
             (&layer_digest, &layer),
@@ -352,7 +358,10 @@ mod tests {
         digest: &str,
     ) -> &'a [u8] {
         let path = format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"));
-        &outer.get(&path).unwrap_or_else(|| panic!("no blob {path}")).0
+        &outer
+            .get(&path)
+            .unwrap_or_else(|| panic!("no blob {path}"))
+            .0
     }
 
     #[test]
@@ -438,7 +447,10 @@ mod tests {
                 .write(&dir.path().join(out))
                 .unwrap()
         };
-        assert_eq!(build("a.tar").manifest_digest, build("b.tar").manifest_digest);
+        assert_eq!(
+            build("a.tar").manifest_digest,
+            build("b.tar").manifest_digest
+        );
         assert!(ImageBuilder::new("registry.k8s.io/pause").is_err());
         assert!(ImageBuilder::new("localhost:5000/pause").is_err());
         assert_eq!(tag_of("localhost:5000/pause:3.10").unwrap(), "3.10");

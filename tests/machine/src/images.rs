@@ -57,8 +57,16 @@ fn kube_proxy(tools: &Tools) -> Result<ImageBuilder> {
         .file("/usr/sbin/nft", nft_root.join("usr/sbin/nft"), 0o755)
         .file("/etc/protocols", "/etc/protocols", 0o644)
         .file("/etc/services", "/etc/services", 0o644)
-        .file("/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6", 0o755)
-        .file("/lib64/ld-linux-x86-64.so.2", "/lib64/ld-linux-x86-64.so.2", 0o755)
+        .file(
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            0o755,
+        )
+        .file(
+            "/lib64/ld-linux-x86-64.so.2",
+            "/lib64/ld-linux-x86-64.so.2",
+            0o755,
+        )
         .env("LD_LIBRARY_PATH", "/lib/x86_64-linux-gnu")
         .entrypoint(["/usr/local/bin/kube-proxy"]);
     for lib_dir in ["usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu"] {

@@ -101,7 +101,15 @@ impl Machine {
             .prefix(&format!("kamaji-machine-{}-", spec.name))
             .tempdir()?;
         let holder = Command::new("unshare")
-            .args(["-m", "-n", "-u", "--propagation", "slave", "sleep", "infinity"])
+            .args([
+                "-m",
+                "-n",
+                "-u",
+                "--propagation",
+                "slave",
+                "sleep",
+                "infinity",
+            ])
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .spawn()
@@ -138,7 +146,10 @@ impl Machine {
             .exec_script(&machine.setup_script())
             .await
             .context("set up the machine's mounts, sysctls and host name")?;
-        machine.connect().await.context("connect the machine to the underlay")?;
+        machine
+            .connect()
+            .await
+            .context("connect the machine to the underlay")?;
         create_cgroup_root(&machine.record.cgroup_root)?;
         machine.start_daemons().await?;
         for image in &spec.images {
@@ -207,7 +218,8 @@ impl Machine {
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        std::fs::write(&target, contents).with_context(|| format!("write {path} on {}", self.name))?;
+        std::fs::write(&target, contents)
+            .with_context(|| format!("write {path} on {}", self.name))?;
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))?;
         Ok(())
     }
@@ -254,7 +266,15 @@ impl Machine {
     /// The supervisor, the `systemctl` stand-in, containerd's config and the CNI template.
     fn write_work_files(&self, tools: &Tools) -> Result<()> {
         let dir = self.dir.path();
-        for sub in ["bin", "upper", "work", "containerd", "kubelet", "sysctl", "cni"] {
+        for sub in [
+            "bin",
+            "upper",
+            "work",
+            "containerd",
+            "kubelet",
+            "sysctl",
+            "cni",
+        ] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
         for (name, body) in [
@@ -350,7 +370,11 @@ impl Machine {
             Ok(std::fs::File::create(w.join(format!("{name}.log")))?)
         };
         let containerd = self
-            .command(&["containerd", "--config", &w.join("containerd.toml").display().to_string()])
+            .command(&[
+                "containerd",
+                "--config",
+                &w.join("containerd.toml").display().to_string(),
+            ])
             .stdout(log("containerd")?)
             .stderr(log("containerd-stderr")?)
             .spawn()

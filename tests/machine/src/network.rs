@@ -111,7 +111,9 @@ pub fn load_balancer_addresses() -> Result<Vec<Ipv4Addr>> {
     let base: Ipv4Addr = base.parse()?;
     let len: u32 = len.parse()?;
     let count = 1u32 << (32 - len);
-    Ok((0..count).map(|i| Ipv4Addr::from(u32::from(base) + i)).collect())
+    Ok((0..count)
+        .map(|i| Ipv4Addr::from(u32::from(base) + i))
+        .collect())
 }
 
 /// Adds (or replaces) the route `cidr via gateway` in the test's namespace.

@@ -1,9 +1,9 @@
 //! A machine on its own: containerd answers, the images are imported under the names
 //! kubeadm uses, a container runs under the seccomp-enabled runc, and nothing is left behind.
+#![cfg(real_programs_as_root)]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::os::unix::fs::MetadataExt;
-
 
 use anyhow::Result;
 use kamaji_machine::images::{COREDNS_IMAGE, NETCHECK_IMAGE, kube_proxy_image, worker_images};
@@ -14,7 +14,10 @@ use kamaji_testenv::{KUBERNETES_VERSION, Tools};
 #[test]
 fn a_machine_runs_containers_from_imported_images_and_leaves_nothing_behind() -> Result<()> {
     let host_net = std::fs::metadata("/proc/self/ns/net")?.ino();
-    let host_routes = std::process::Command::new("ip").args(["route"]).output()?.stdout;
+    let host_routes = std::process::Command::new("ip")
+        .args(["route"])
+        .output()?
+        .stdout;
     run_in_private_network(move || async move {
         let tools = Tools::locate()?;
         let images = tempfile::tempdir()?;
@@ -28,7 +31,9 @@ fn a_machine_runs_containers_from_imported_images_and_leaves_nothing_behind() ->
             },
         )
         .await?;
-        let listed = machine.exec(&["ctr", "-n", "k8s.io", "images", "ls", "-q"]).await?;
+        let listed = machine
+            .exec(&["ctr", "-n", "k8s.io", "images", "ls", "-q"])
+            .await?;
         for name in [
             PAUSE_IMAGE,
             COREDNS_IMAGE,
@@ -41,12 +46,25 @@ fn a_machine_runs_containers_from_imported_images_and_leaves_nothing_behind() ->
         // reaches the underlay gateway, where nothing listens on port 1.
         let out = machine
             .exec(&[
-                "ctr", "-n", "k8s.io", "run", "--rm", "--net-host", "--seccomp",
-                NETCHECK_IMAGE, "smoke", "/netcheck", "-get", "http://10.200.0.1:1/",
+                "ctr",
+                "-n",
+                "k8s.io",
+                "run",
+                "--rm",
+                "--net-host",
+                "--seccomp",
+                NETCHECK_IMAGE,
+                "smoke",
+                "/netcheck",
+                "-get",
+                "http://10.200.0.1:1/",
             ])
             .await;
         let text = format!("{out:?}");
-        assert!(text.contains("connection refused"), "netcheck did not run: {text}");
+        assert!(
+            text.contains("connection refused"),
+            "netcheck did not run: {text}"
+        );
         assert_eq!(machine.exec(&["hostname"]).await?.trim(), "m-smoke");
         let hosts = String::from_utf8(machine.read_file("/etc/hosts")?)?;
         assert!(hosts.contains("10.200.0.11 m-smoke"), "{hosts}");
@@ -63,7 +81,10 @@ fn a_machine_runs_containers_from_imported_images_and_leaves_nothing_behind() ->
         Ok(())
     })?;
     assert_eq!(std::fs::metadata("/proc/self/ns/net")?.ino(), host_net);
-    let after = std::process::Command::new("ip").args(["route"]).output()?.stdout;
+    let after = std::process::Command::new("ip")
+        .args(["route"])
+        .output()?
+        .stdout;
     assert_eq!(host_routes, after, "the host's routes changed");
     Ok(())
 }

@@ -318,7 +318,10 @@ impl LocalCluster {
                         "capi-kubeadm-bootstrap-manager",
                         &[],
                         bootstrap_port,
-                        &self.tools.bin_dir().join("webhooks/capi-kubeadm-bootstrap.yaml"),
+                        &self
+                            .tools
+                            .bin_dir()
+                            .join("webhooks/capi-kubeadm-bootstrap.yaml"),
                     )
                     .await?,
                 );
@@ -389,8 +392,7 @@ impl LocalCluster {
             || async { http_status(health, "/readyz").await == Some(200) },
         )
         .await?;
-        let hooks =
-            capi::read_webhooks(webhooks, webhook_port, &self.ca.cert_pem(), program)?;
+        let hooks = capi::read_webhooks(webhooks, webhook_port, &self.ca.cert_pem(), program)?;
         for m in &hooks.mutating {
             self.apply::<MutatingWebhookConfiguration>(m).await?;
         }
@@ -499,8 +501,8 @@ impl LocalCluster {
             &self.capi,
             &self.kubeadm_bootstrap,
         ]
-            .into_iter()
-            .flatten()
+        .into_iter()
+        .flatten()
         {
             pids.push(p.pid());
         }

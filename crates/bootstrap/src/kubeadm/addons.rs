@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, Subject};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::rbac::{cluster_role_binding, configmap_reader, group};
 use super::{Tenant, from_template, labels, meta, to_yaml};
-use crate::error::Error;
+use crate::error::{Error, ValidationError};
 use crate::kubeconfig::kube_proxy_kubeconfig;
 use crate::token::NODE_BOOTSTRAP_TOKEN_GROUP;
 
@@ -98,6 +98,36 @@ spec:
       nodeSelector: {kubernetes.io/os: linux}
 ";
 
+/// The KubeProxyConfiguration kubeadm publishes (`bindAddress: 0.0.0.0`, the kubeconfig in
+/// `/var/lib/kube-proxy`, `clusterCIDR` = the pod CIDRs, `mode: ""` = the platform default),
+/// with `addons.kubeProxy.configurationJSONPatches` applied in order.
+///
+/// # Errors
+/// [`ValidationError`] on `addons.kubeProxy.configurationJSONPatches` if a patch fails or the
+/// result changes `apiVersion`/`kind`.
+pub fn kube_proxy_configuration(tenant: &Tenant) -> Result<Value, ValidationError> {
+    let mut config = json!({
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "bindAddress": "0.0.0.0",
+        "clientConnection": {"kubeconfig": "/var/lib/kube-proxy/kubeconfig.conf"},
+        "clusterCIDR": tenant.network().pod_subnet(),
+        "mode": "",
+    });
+    let field = "addons.kubeProxy.configurationJSONPatches";
+    json_patch::patch(&mut config, tenant.kube_proxy_patches())
+        .map_err(|e| ValidationError::new(field, e.to_string()))?;
+    if config.get("apiVersion").and_then(Value::as_str) != Some("kubeproxy.config.k8s.io/v1alpha1")
+        || config.get("kind").and_then(Value::as_str) != Some("KubeProxyConfiguration")
+    {
+        return Err(ValidationError::new(
+            field,
+            "the patched configuration must keep apiVersion kubeproxy.config.k8s.io/v1alpha1 and kind KubeProxyConfiguration",
+        ));
+    }
+    Ok(config)
+}
+
 /// kube-proxy as kubeadm deploys it: ServiceAccount, `kubeadm:node-proxier` binding, the
 /// `kube-proxy` Role/RoleBinding for the bootstrap token group, the ConfigMap (label
 /// `app: kube-proxy`; `config.conf` = a KubeProxyConfiguration with `clusterCIDR` = the pod
@@ -108,14 +138,7 @@ spec:
 /// [`Error::Render`], [`Error::Template`].
 pub fn kube_proxy(tenant: &Tenant) -> Result<KubeProxyObjects, Error> {
     let ns = Some("kube-system");
-    let config = json!({
-        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
-        "kind": "KubeProxyConfiguration",
-        "bindAddress": "0.0.0.0",
-        "clientConnection": {"kubeconfig": "/var/lib/kube-proxy/kubeconfig.conf"},
-        "clusterCIDR": tenant.network().pod_subnet(),
-        "mode": "",
-    });
+    let config = kube_proxy_configuration(tenant)?;
     let mut config_map = ConfigMap {
         metadata: meta("kube-proxy", ns),
         data: Some(BTreeMap::from([

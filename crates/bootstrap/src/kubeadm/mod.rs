@@ -81,6 +81,8 @@ pub struct TenantSpec {
     pub coredns: AddonImage,
     /// kube-proxy image override.
     pub kube_proxy: AddonImage,
+    /// RFC 6902 JSON patches applied to the rendered KubeProxyConfiguration, in order.
+    pub kube_proxy_patches: json_patch::Patch,
 }
 
 /// A validated [`TenantSpec`]; only [`TenantSpec::validate`] builds one.
@@ -99,6 +101,7 @@ pub struct Tenant {
     preferred_address_types: Vec<String>,
     coredns_image: String,
     kube_proxy_image: String,
+    kube_proxy_patches: json_patch::Patch,
 }
 
 fn is_image_ref(s: &str) -> bool {
@@ -116,8 +119,9 @@ impl TenantSpec {
     /// `controlPlaneEndpoint.host` / `.port`, the network fields of [`NetworkSpec::validate`],
     /// `registry`, `addons.coreDNS.imageRepository|imageTag`,
     /// `addons.kubeProxy.imageRepository|imageTag`, `kubelet.cgroupfs`,
-    /// `kubelet.preferredAddressTypes[i]`, `kubelet.configurationJSONPatches` (a patch that does not apply, or that removes
-    /// `apiVersion`/`kind`).
+    /// `kubelet.preferredAddressTypes[i]`, `kubelet.configurationJSONPatches` and
+    /// `addons.kubeProxy.configurationJSONPatches` (a patch that does not apply, or that
+    /// changes `apiVersion`/`kind`).
     pub fn validate(&self) -> Result<Tenant, ValidationError> {
         if self.cluster_name.is_empty() || !is_dns_subdomain(&self.cluster_name) {
             return Err(ValidationError::new(
@@ -206,8 +210,10 @@ impl TenantSpec {
             preferred_address_types,
             coredns_image,
             kube_proxy_image,
+            kube_proxy_patches: self.kube_proxy_patches.clone(),
         };
         config::kubelet_configuration(&tenant)?;
+        addons::kube_proxy_configuration(&tenant)?;
         Ok(tenant)
     }
 }
@@ -308,6 +314,13 @@ impl Tenant {
     pub fn coredns_image(&self) -> &str {
         &self.coredns_image
     }
+    /// The JSON patches for the KubeProxyConfiguration
+    /// (`addons.kubeProxy.configurationJSONPatches`).
+    #[must_use]
+    pub fn kube_proxy_patches(&self) -> &json_patch::Patch {
+        &self.kube_proxy_patches
+    }
+
     /// The kube-proxy image (`<repo>:<tag>`).
     #[must_use]
     pub fn kube_proxy_image(&self) -> &str {

@@ -403,19 +403,10 @@ fn tenant(
     let fields = &kcp.spec.fields;
     let addons = fields.addons.clone().unwrap_or_default();
     let kubelet = fields.kubelet.clone().unwrap_or_default();
-    let patches: json_patch::Patch = serde_json::to_value(
-        kubelet
-            .configuration_json_patches
-            .clone()
-            .unwrap_or_default(),
-    )
-    .and_then(serde_json::from_value)
-    .map_err(|e| {
-        SpecError::new(
-            "spec.kubelet.configurationJSONPatches",
-            format!("not an RFC 6902 JSON patch: {e}"),
-        )
-    })?;
+    let patches = json_patches(
+        kubelet.configuration_json_patches.clone(),
+        "spec.kubelet.configurationJSONPatches",
+    )?;
     let spec = TenantSpec {
         cluster_name: cluster.name.clone(),
         version: format!("v{}.{}.{}", version.major, version.minor, version.patch),
@@ -444,9 +435,26 @@ fn tenant(
                 .and_then(|c| c.image_repository.clone()),
             tag: addons.kube_proxy.as_ref().and_then(|c| c.image_tag.clone()),
         },
+        kube_proxy_patches: json_patches(
+            addons
+                .kube_proxy
+                .as_ref()
+                .and_then(|k| k.configuration_json_patches.clone()),
+            "spec.addons.kubeProxy.configurationJSONPatches",
+        )?,
     };
     spec.validate()
         .map_err(|e| SpecError::new(format!("spec.{}", e.field), e.reason))
+}
+
+/// The API's JSON patches as an RFC 6902 patch; an error names `field`.
+fn json_patches(
+    patches: Option<Vec<kamaji_api::kcp::JsonPatch>>,
+    field: &str,
+) -> Result<json_patch::Patch, SpecError> {
+    serde_json::to_value(patches.unwrap_or_default())
+        .and_then(serde_json::from_value)
+        .map_err(|e| SpecError::new(field, format!("not an RFC 6902 JSON patch: {e}")))
 }
 
 /// The DataStore a control plane uses: `spec.dataStoreName`, else the manager's default.
