@@ -222,6 +222,56 @@ fn b06_kubelet_config_name_and_body() {
 }
 
 #[test]
+fn kube_proxy_json_patches_are_applied_to_the_published_configuration_and_checked() {
+    let mut spec = f0("v1.36.3");
+    spec.kube_proxy_patches = serde_json::from_str(
+        r#"[{"op":"replace","path":"/mode","value":"nftables"},
+            {"op":"add","path":"/conntrack","value":{"maxPerCore":0}}]"#,
+    )
+    .unwrap();
+    let (tenant, a) = artifacts(&spec);
+    let config = a
+        .kube_proxy
+        .as_ref()
+        .unwrap()
+        .config_map
+        .data
+        .as_ref()
+        .unwrap()["config.conf"]
+        .clone();
+    let config: Value = serde_yaml::from_str(&config).unwrap();
+    assert_eq!(config["mode"], Value::from("nftables"));
+    assert_eq!(config["conntrack"]["maxPerCore"], Value::from(0));
+    assert_eq!(config["clusterCIDR"], Value::from("10.244.0.0/16"));
+    assert_eq!(tenant.kube_proxy_patches().0.len(), 2);
+    // Without patches: kubeadm's configuration, platform-default mode.
+    let (_, plain) = artifacts(&f0("v1.36.3"));
+    let plain = plain
+        .kube_proxy
+        .as_ref()
+        .unwrap()
+        .config_map
+        .data
+        .as_ref()
+        .unwrap()["config.conf"]
+        .clone();
+    let plain: Value = serde_yaml::from_str(&plain).unwrap();
+    assert_eq!(plain["mode"], Value::from(""));
+    assert!(plain.get("conntrack").is_none());
+    for bad in [
+        r#"[{"op":"remove","path":"/doesNotExist"}]"#,
+        r#"[{"op":"replace","path":"/kind","value":"KubeletConfiguration"}]"#,
+    ] {
+        spec.kube_proxy_patches = serde_json::from_str(bad).unwrap();
+        assert_eq!(
+            spec.validate().unwrap_err().field,
+            "addons.kubeProxy.configurationJSONPatches",
+            "{bad}"
+        );
+    }
+}
+
+#[test]
 fn kubelet_json_patches_are_applied_and_checked() {
     let mut spec = f0("v1.36.3");
     spec.kubelet = KubeletSpec {

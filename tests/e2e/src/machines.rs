@@ -111,6 +111,7 @@ fn capi_machines(client: &Client) -> Api<DynamicObject> {
 
 impl MachineProvider {
     /// Starts the controller. `images` are imported into every machine's containerd.
+    #[must_use]
     pub fn start(client: Client, tools: Tools, images: Vec<PathBuf>) -> Self {
         let state = Arc::new(State {
             client,

@@ -4,13 +4,16 @@
 
 #![cfg(real_programs_as_root)]
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kamaji_e2e::{Env, F0};
 use kamaji_machine::images::NETCHECK_IMAGE;
 use kamaji_machine::run_in_private_network;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, LogParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, LogParams, PostParams,
+};
 use kube::runtime::wait::await_condition;
 
 const MINUTE: Duration = Duration::from_mins(1);
@@ -128,7 +131,7 @@ fn a_worker_joins_through_cabpk_bootstrap_data_until_its_node_is_ready_and_runs_
                 let mut logs = String::new();
                 for n in provider.machine_names().await {
                     if let Some(m) = provider.machine(&n).await {
-                        logs.push_str(&format!("kubelet on {n}:\n{}\n", m.kubelet_log_tail(40)));
+                        let _ = writeln!(logs, "kubelet on {n}:\n{}", m.kubelet_log_tail(40));
                     }
                 }
                 anyhow::bail!(
@@ -193,7 +196,7 @@ fn a_worker_joins_through_cabpk_bootstrap_data_until_its_node_is_ready_and_runs_
                         .logs(&n, &LogParams { previous: true, ..lp })
                         .await
                         .unwrap_or_default();
-                    logs.push_str(&format!("--- {n}:\n{prev}\n{now}\n"));
+                    let _ = writeln!(logs, "--- {n}:\n{prev}\n{now}");
                 }
                 anyhow::bail!(
                     "{logs}\nkube-proxy and CoreDNS not Ready on {node_name} in 3 minutes: {:#?}",
@@ -233,7 +236,7 @@ fn a_worker_joins_through_cabpk_bootstrap_data_until_its_node_is_ready_and_runs_
                 }],
             },
         }))?;
-        pods.create(&Default::default(), &pod).await?;
+        pods.create(&PostParams::default(), &pod).await?;
         let done = tokio::time::timeout(
             2 * MINUTE,
             await_condition(pods.clone(), "netcheck", |p: Option<&Pod>| {

@@ -9,7 +9,7 @@ use kamaji_testenv::{KUBERNETES_VERSION, Tools};
 use crate::image::ImageBuilder;
 use crate::machine::PAUSE_IMAGE;
 
-/// kubeadm v1.36's CoreDNS image (`constants.CoreDNSVersion` under `coredns/coredns`).
+/// kubeadm v1.36's `CoreDNS` image (`constants.CoreDNSVersion` under `coredns/coredns`).
 pub const COREDNS_IMAGE: &str = "registry.k8s.io/coredns/coredns:v1.14.2";
 /// The test client image (`netcheck`, see `tests/tools/netcheck`).
 pub const NETCHECK_IMAGE: &str = "kamaji-rs.test/netcheck:v0";
@@ -21,7 +21,7 @@ pub fn kube_proxy_image(version: &str) -> String {
 }
 
 /// Writes the worker images into `dir` and returns their tars: pause, kube-proxy (with `nft`,
-/// its libraries, the loader and `/etc/protocols`), CoreDNS and the netcheck client.
+/// its libraries, the loader and `/etc/protocols`), `CoreDNS` and the netcheck client.
 ///
 /// # Errors
 /// When a program or library is missing or a tar cannot be written.

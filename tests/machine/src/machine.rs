@@ -29,6 +29,7 @@
 //! cgroup directories removed. A ledger under [`STATE_DIR`] lets the next run do the same for a
 //! run that was killed.
 
+use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -176,7 +177,7 @@ impl Machine {
         &self.name
     }
 
-    /// The machine's underlay address (its Node's InternalIP).
+    /// The machine's underlay address (its Node's `InternalIP`).
     #[must_use]
     pub fn address(&self) -> Ipv4Addr {
         self.address
@@ -307,25 +308,28 @@ impl Machine {
         let cgroup_root = &self.record.cgroup_root;
         let mut s = String::from("mount --make-rshared /\n");
         for d in ["etc", "var", "run", "opt"] {
-            s.push_str(&format!(
+            let _ = write!(
+                s,
                 "mkdir -p {w}/upper/{d} {w}/work/{d} /{d}\n\
                  mount -t overlay overlay -o lowerdir=/{d},upperdir={w}/upper/{d},workdir={w}/work/{d} /{d}\n"
-            ));
+            );
         }
         // What a fresh machine image has: none of the host's kubeadm, kubelet or CNI state.
         s.push_str(
             "rm -rf /etc/kubernetes /etc/cni /var/lib/etcd /etc/default/kubelet /run/containerd /run/kubelet.pid\n\
              mkdir -p /var/lib/containerd /var/lib/kubelet /etc/default /etc/cni/net.d\n",
         );
-        s.push_str(&format!(
+        let _ = write!(
+            s,
             "mount --bind {w}/containerd /var/lib/containerd\n\
              mount --bind {w}/kubelet /var/lib/kubelet\n"
-        ));
+        );
         for (sysctl, _) in SYSCTLS {
             let proc_path = format!("/proc/sys/{}", sysctl.replace('.', "/"));
-            s.push_str(&format!("mount --bind {w}/sysctl/{sysctl} {proc_path}\n"));
+            let _ = writeln!(s, "mount --bind {w}/sysctl/{sysctl} {proc_path}");
         }
-        s.push_str(&format!(
+        let _ = write!(
+            s,
             "hostname {name}\n\
              ip link set lo up\n\
              sysctl -q -w net.ipv4.ip_forward=1\n\
@@ -334,7 +338,7 @@ impl Machine {
              rm -f /etc/resolv.conf\n\
              printf 'nameserver {UNDERLAY_GATEWAY}\\n' > /etc/resolv.conf\n\
              printf 'KUBELET_EXTRA_ARGS=\"--cgroup-root=/{cgroup_root} --node-ip={address}\"\\n' > /etc/default/kubelet\n"
-        ));
+        );
         s
     }
 
@@ -468,10 +472,10 @@ async fn wait_for_new_mount_namespace(pid: u32) -> Result<u64> {
     let ours = std::fs::metadata("/proc/self/ns/mnt")?.ino();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        if let Ok(meta) = std::fs::metadata(format!("/proc/{pid}/ns/mnt")) {
-            if meta.ino() != ours {
-                return Ok(meta.ino());
-            }
+        if let Ok(meta) = std::fs::metadata(format!("/proc/{pid}/ns/mnt"))
+            && meta.ino() != ours
+        {
+            return Ok(meta.ino());
         }
         if Instant::now() > deadline {
             bail!("the namespace holder (pid {pid}) did not enter a new mount namespace");

@@ -32,6 +32,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Options for [`LocalCluster`]; obtain with [`LocalCluster::builder`].
 #[derive(Debug, Clone)]
+#[allow(clippy::struct_excessive_bools)] // independent on/off switches of a builder
 pub struct Builder {
     capi: bool,
     controllers: bool,

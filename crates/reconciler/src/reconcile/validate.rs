@@ -894,6 +894,12 @@ pub(crate) mod tests {
                 "",
             ),
             (
+                serde_json::json!({"addons": {"kubeProxy": {"configurationJSONPatches": [
+                    {"op": "remove", "path": "/kind"}]}}}),
+                "spec.addons.kubeProxy.configurationJSONPatches",
+                "must keep apiVersion",
+            ),
+            (
                 serde_json::json!({"network": {"certSANs": ["api.example.com:6443"]}}),
                 "spec.network.certSANs",
                 "",
