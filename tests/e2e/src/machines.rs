@@ -140,11 +140,18 @@ impl MachineProvider {
                 };
                 let s = Arc::clone(&s);
                 tokio::spawn(async move {
-                    if let Err(e) = s.handle(&obj).await {
-                        s.failures
-                            .lock()
-                            .await
-                            .insert(obj.name_any(), format!("{e:#}"));
+                    // A failed boot is retried (as a cloud retries an instance), three times.
+                    for _ in 0..3 {
+                        match s.handle(&obj).await {
+                            Ok(()) => return,
+                            Err(e) => {
+                                s.failures
+                                    .lock()
+                                    .await
+                                    .insert(obj.name_any(), format!("{e:#}"));
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_secs(5)).await;
                     }
                 });
             }
@@ -244,6 +251,8 @@ impl State {
             .and_then(|d| d.get("value"))
             .context("bootstrap data Secret has no `value`")?;
         let cloud_config = render_jinja(&String::from_utf8_lossy(&value.0), name);
+        // A retry boots a fresh instance: the failed one goes first.
+        self.machines.lock().await.remove(name);
         let index = self
             .next_index
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);

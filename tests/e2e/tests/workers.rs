@@ -7,12 +7,17 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kamaji_e2e::{Env, F0};
+use kamaji_e2e::{Env, F0, wait_rolled_out};
 use kamaji_machine::images::NETCHECK_IMAGE;
 use kamaji_machine::run_in_private_network;
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, LogParams, PostParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, LogParams, Patch, PatchParams,
+    PostParams,
 };
 use kube::runtime::wait::await_condition;
 
@@ -95,136 +100,222 @@ fn pod_phase(p: &Pod) -> &str {
         .unwrap_or_default()
 }
 
+/// The CAPI Machines of `ns`.
+fn capi_machines(env: &Env, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        env.client(),
+        ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "Machine",
+        )),
+    )
+}
+
+/// Waits until exactly `n` CAPI Machines of `ns` are `Running` with a `nodeRef`; returns
+/// their node names, sorted. On time-out the error carries the Machines' status, the stand-in
+/// provider's failures and each machine's kubelet log.
+async fn wait_machines_running(
+    env: &Env,
+    ns: &str,
+    n: usize,
+    timeout: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let machines = capi_machines(env, ns);
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let list = machines.list(&ListParams::default()).await?;
+        let mut running: Vec<String> = list
+            .items
+            .iter()
+            .filter(|m| m.data["status"]["phase"] == "Running")
+            .filter_map(|m| {
+                m.data["status"]["nodeRef"]["name"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect();
+        running.sort();
+        if running.len() == n && list.items.len() == n {
+            return Ok(running);
+        }
+        if tokio::time::Instant::now() > deadline {
+            let provider = env.machines.as_ref().unwrap();
+            let mut logs = String::new();
+            for m in provider.machine_names().await {
+                if let Some(machine) = provider.machine(&m).await {
+                    let _ = writeln!(logs, "kubelet on {m}:\n{}", machine.kubelet_log_tail(30));
+                }
+            }
+            anyhow::bail!(
+                "{n} Machines Running with a nodeRef not reached in {timeout:?}: {:#?}\nprovider failures: {:#?}\n{logs}",
+                list.items
+                    .iter()
+                    .map(|m| (&m.metadata.name, &m.data["status"]["phase"]))
+                    .collect::<Vec<_>>(),
+                provider.failures().await
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Waits until kube-proxy is Running and Ready on every one of `nodes` and every CoreDNS
+/// replica is Running and Ready on one of them.
+async fn wait_addons_on(
+    system: &Api<Pod>,
+    nodes: &[String],
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let pods = system.list(&ListParams::default()).await?;
+        let ready_on = |p: &Pod| {
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            pod_phase(p) == "Running"
+                && nodes.contains(&node)
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        };
+        let named = |prefix: &'static str| {
+            pods.items.iter().filter(move |p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .unwrap_or_default()
+                    .starts_with(prefix)
+            })
+        };
+        let proxies_ok = nodes.iter().all(|n| {
+            named("kube-proxy").any(|p| {
+                ready_on(p)
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n.as_str())
+            })
+        });
+        let dns_ok = named("coredns").count() > 0 && named("coredns").all(ready_on);
+        if proxies_ok && dns_ok {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            let mut logs = String::new();
+            for p in &pods.items {
+                let n = p.metadata.name.clone().unwrap_or_default();
+                let lp = LogParams {
+                    tail_lines: Some(15),
+                    ..LogParams::default()
+                };
+                let now = system.logs(&n, &lp).await.unwrap_or_default();
+                let _ = writeln!(logs, "--- {n} ({}):\n{now}", pod_phase(p));
+            }
+            anyhow::bail!("kube-proxy and CoreDNS not Ready on {nodes:?} in {timeout:?}:\n{logs}");
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Each Node's Ready condition as `(status, lastTransitionTime)`.
+async fn ready_transitions(
+    nodes: &Api<Node>,
+) -> anyhow::Result<BTreeMap<String, (String, String)>> {
+    Ok(nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| {
+            let name = n.metadata.name.clone()?;
+            let c = n
+                .status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "Ready")?;
+            Some((name, (c.status, format!("{:?}", c.last_transition_time))))
+        })
+        .collect())
+}
+
 #[test]
-fn a_worker_joins_through_cabpk_bootstrap_data_until_its_node_is_ready_and_runs_dns_and_proxy() {
+fn two_workers_join_through_cabpk_run_dns_and_proxy_stay_ready_across_control_plane_changes_and_scale_down_drains()
+ {
     let _serial = kamaji_e2e::serial();
     run_in_private_network(|| async {
         let env = Env::start_with_machines().await?;
         let (ns, name) = ("workers", "demo");
         env.namespace(ns).await?;
-        env.apply_yaml(&F0::new(ns, name).replicas(1).spec(SETTINGS_FOR_THIS_MACHINE_KIND).yaml())
+        env.apply_yaml(&F0::new(ns, name).replicas(2).spec(SETTINGS_FOR_THIS_MACHINE_KIND).yaml())
             .await?;
         env.wait_kcp_condition(ns, name, "Available", "True", 4 * MINUTE)
             .await?;
-        env.apply_yaml(&machine_deployment(ns, name, "md-0", 1)).await?;
+        let joined_at = std::time::Instant::now();
+        env.apply_yaml(&machine_deployment(ns, name, "md-0", 2)).await?;
 
-        // The CAPI Machine runs with a nodeRef, through CABPK's data and a real kubeadm join.
-        let machines: Api<DynamicObject> = Api::namespaced_with(
-            env.client(),
-            ns,
-            &ApiResource::from_gvk(&GroupVersionKind::gvk(
-                "cluster.x-k8s.io",
-                "v1beta2",
-                "Machine",
-            )),
-        );
-        let deadline = tokio::time::Instant::now() + 4 * MINUTE;
-        let machine = loop {
-            let list = machines.list(&ListParams::default()).await?;
-            if let Some(m) = list.items.iter().find(|m| {
-                m.data["status"]["phase"] == "Running" && m.data["status"]["nodeRef"]["name"].is_string()
-            }) {
-                break m.clone();
-            }
-            if tokio::time::Instant::now() > deadline {
-                let provider = env.machines.as_ref().unwrap();
-                let mut logs = String::new();
-                for n in provider.machine_names().await {
-                    if let Some(m) = provider.machine(&n).await {
-                        let _ = writeln!(logs, "kubelet on {n}:\n{}", m.kubelet_log_tail(40));
-                    }
-                }
-                anyhow::bail!(
-                    "no Machine Running with a nodeRef in 4 minutes: {:#?}\nprovider failures: {:#?}\n{logs}",
-                    list.items.iter().map(|m| &m.data["status"]).collect::<Vec<_>>(),
-                    provider.failures().await
-                );
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        };
-        let node_name = machine.data["status"]["nodeRef"]["name"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        assert_eq!(node_name, machine.metadata.name.clone().unwrap());
-
-        // The Node is Ready in the tenant, with the stand-in's providerID.
-        let tenant = env.tenant_client(ns, name).await?;
-        let nodes: Api<Node> = Api::all(tenant.clone());
-        let node = tokio::time::timeout(
-            2 * MINUTE,
-            await_condition(nodes.clone(), &node_name, |n: Option<&Node>| {
-                n.is_some_and(node_ready)
-            }),
-        )
-        .await??
-        .unwrap();
-        assert_eq!(
-            node.spec.as_ref().and_then(|s| s.provider_id.clone()),
-            Some(format!("kamaji-machine://{node_name}"))
-        );
-
-        // kube-proxy and CoreDNS, installed by the provider, run on the worker.
-        let system: Api<Pod> = Api::namespaced(tenant.clone(), "kube-system");
-        let deadline = tokio::time::Instant::now() + 3 * MINUTE;
-        loop {
-            let pods = system.list(&ListParams::default()).await?;
-            let running = |prefix: &str| {
-                pods.items.iter().any(|p| {
-                    p.metadata.name.as_deref().unwrap_or_default().starts_with(prefix)
-                        && pod_phase(p) == "Running"
-                        && p.spec.as_ref().and_then(|s| s.node_name.as_deref())
-                            == Some(node_name.as_str())
-                        && p.status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|c| {
-                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            })
-                })
-            };
-            if running("kube-proxy") && running("coredns") {
-                break;
-            }
-            if tokio::time::Instant::now() > deadline {
-                let mut logs = String::new();
-                for p in &pods.items {
-                    let n = p.metadata.name.clone().unwrap_or_default();
-                    let lp = LogParams { tail_lines: Some(15), ..LogParams::default() };
-                    let now = system.logs(&n, &lp).await.unwrap_or_default();
-                    let prev = system
-                        .logs(&n, &LogParams { previous: true, ..lp })
-                        .await
-                        .unwrap_or_default();
-                    let _ = writeln!(logs, "--- {n}:\n{prev}\n{now}");
-                }
-                anyhow::bail!(
-                    "{logs}\nkube-proxy and CoreDNS not Ready on {node_name} in 3 minutes: {:#?}",
-                    pods.items
-                        .iter()
-                        .map(|p| {
-                            let s = p.status.clone().unwrap_or_default();
-                            (
-                                p.metadata.name.clone(),
-                                s.phase,
-                                serde_json::to_string(&s.container_statuses).unwrap_or_default(),
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                );
-            }
-            tokio::time::sleep(Duration::from_secs(2)).await;
+        // Both CAPI Machines run with a nodeRef, through CABPK's data and a real kubeadm join.
+        let workers = wait_machines_running(&env, ns, 2, 4 * MINUTE).await?;
+        eprintln!("2 workers joined and Running {:?} after the MachineDeployment", joined_at.elapsed());
+        for w in &workers {
+            assert!(w.starts_with("md-0-"), "{w}");
         }
 
-        // A pod on the worker resolves the API through CoreDNS and gets 200 from it through
-        // the `kubernetes` Service's ClusterIP (kube-proxy).
+        // Both Nodes are Ready in the tenant, with the stand-in's providerID.
+        let tenant = env.tenant_client(ns, name).await?;
+        let nodes: Api<Node> = Api::all(tenant.clone());
+        for w in &workers {
+            let node = tokio::time::timeout(
+                2 * MINUTE,
+                await_condition(nodes.clone(), w, |n: Option<&Node>| n.is_some_and(node_ready)),
+            )
+            .await??
+            .unwrap();
+            assert_eq!(
+                node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+                Some(format!("kamaji-machine://{w}"))
+            );
+        }
+
+        // The kubelets' TLS bootstrap as kubeadm documents it: each client CSR from a
+        // bootstrap token, approved by the controller manager (kubeadm's auto-approval
+        // bindings); the serving certificate is self-signed (serverTLSBootstrap off), so no
+        // kubelet-serving CSR waits for an approver.
+        let csrs: Api<CertificateSigningRequest> = Api::all(tenant.clone());
+        let csrs = csrs.list(&ListParams::default()).await?.items;
+        let approved_client = csrs
+            .iter()
+            .filter(|c| c.spec.signer_name == "kubernetes.io/kube-apiserver-client-kubelet")
+            .filter(|c| c.spec.username.as_deref().is_some_and(|u| u.starts_with("system:bootstrap:")))
+            .filter(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Approved" && c.status == "True"))
+            })
+            .count();
+        assert_eq!(approved_client, 2, "{csrs:#?}");
+        assert!(
+            !csrs.iter().any(|c| c.spec.signer_name == "kubernetes.io/kubelet-serving"),
+            "{csrs:#?}"
+        );
+
+        // kube-proxy and CoreDNS, installed by the provider, run on the workers.
+        let system: Api<Pod> = Api::namespaced(tenant.clone(), "kube-system");
+        wait_addons_on(&system, &workers, 3 * MINUTE).await?;
+
+        // A pod on a worker resolves the API through CoreDNS and gets 200 from it through the
+        // `kubernetes` Service's ClusterIP (kube-proxy); its log comes through the tenant API
+        // from the kubelet.
         let pods: Api<Pod> = Api::namespaced(tenant.clone(), "default");
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "netcheck"},
             "spec": {
                 "restartPolicy": "Never",
-                "nodeName": node_name,
+                "nodeName": workers[0],
                 "containers": [{
                     "name": "netcheck", "image": NETCHECK_IMAGE, "imagePullPolicy": "Never",
                     "args": [
@@ -249,6 +340,113 @@ fn a_worker_joins_through_cabpk_bootstrap_data_until_its_node_is_ready_and_runs_
         assert_eq!(pod_phase(&done), "Succeeded", "netcheck failed: {log}");
         assert!(log.contains("resolved kubernetes.default.svc.cluster.local 10.96.0.1"), "{log}");
         assert!(log.contains("200 https://kubernetes.default.svc.cluster.local/readyz ok"), "{log}");
+
+        // `kubectl logs` and `kubectl exec` from the tenant reach a worker's pod.
+        let kubeconfig = tempfile::NamedTempFile::new()?;
+        let secret = env.secret(ns, &format!("{name}-kubeconfig")).await?;
+        std::fs::write(kubeconfig.path(), kamaji_e2e::secret_text(&secret, "value"))?;
+        let kubectl = |args: &[&str]| {
+            let out = std::process::Command::new(kamaji_testenv::Tools::locate().unwrap().path("kubectl"))
+                .arg(format!("--kubeconfig={}", kubeconfig.path().display()))
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        assert!(kubectl(&["logs", "netcheck"]).contains("200 https://"));
+        let proxy = system
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|p| {
+                p.metadata.name.as_deref().unwrap_or_default().starts_with("kube-proxy")
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(workers[1].as_str())
+            })
+            .and_then(|p| p.metadata.name)
+            .unwrap();
+        let version = kubectl(&["exec", "-n", "kube-system", &proxy, "--", "/usr/local/bin/kube-proxy", "--version"]);
+        assert!(version.contains(kamaji_testenv::KUBERNETES_VERSION), "{version}");
+
+        // The workers stay Ready, without a Ready transition, across an extraArgs roll of the
+        // control plane and `kubectl scale` of the KamajiControlPlane 2 → 3 → 1.
+        let before = ready_transitions(&nodes).await?;
+        let provider = env.machines.as_ref().unwrap();
+        let mut log_marks = BTreeMap::new();
+        for w in &workers {
+            let lines = provider.machine(w).await.unwrap().kubelet_log_tail(1_000_000).lines().count();
+            log_marks.insert(w.clone(), lines);
+        }
+        assert_eq!(before.len(), 2, "{before:?}");
+        env.patch_kcp(ns, name, serde_json::json!({"spec": {"apiServer": {"extraArgs": ["--max-mutating-requests-inflight=400"]}}}))
+            .await?;
+        wait_rolled_out(&env, ns, name, 2, 4 * MINUTE, |d: &Deployment| {
+            d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).is_some_and(|p| {
+                p.containers.iter().any(|c| {
+                    c.args.as_ref().is_some_and(|a| a.iter().any(|a| a == "--max-mutating-requests-inflight=400"))
+                })
+            })
+        })
+        .await?;
+        for replicas in [3, 1] {
+            env.patch_kcp(ns, name, serde_json::json!({"spec": {"replicas": replicas}})).await?;
+            wait_rolled_out(&env, ns, name, replicas, 4 * MINUTE, |_| true).await?;
+        }
+        // Give the kubelets one status update after the last change.
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let after = ready_transitions(&nodes).await?;
+        assert_eq!(before, after, "a worker's Ready condition changed");
+        for w in &workers {
+            let log = provider.machine(w).await.unwrap().kubelet_log_tail(1_000_000);
+            let errors: Vec<&str> = log
+                .lines()
+                .skip(log_marks[w])
+                .filter(|l| l.contains("Error updating node status"))
+                .collect();
+            assert!(errors.is_empty(), "kubelet on {w}:\n{}", errors.join("\n"));
+        }
+
+        // Scaling the MachineDeployment down drains the Node (cordoned through the tenant API)
+        // and removes it; its machine stops.
+        let cordoned = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+        let seen = std::sync::Arc::clone(&cordoned);
+        let watch_nodes = nodes.clone();
+        let watching = tokio::spawn(async move {
+            use futures::StreamExt as _;
+            let mut events = kube::runtime::watcher(watch_nodes, kube::runtime::watcher::Config::default()).boxed();
+            while let Some(event) = events.next().await {
+                if let Ok(
+                    kube::runtime::watcher::Event::Apply(n)
+                    | kube::runtime::watcher::Event::InitApply(n),
+                ) = event
+                    && n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+                {
+                    seen.lock()
+                        .unwrap()
+                        .insert(n.metadata.name.clone().unwrap_or_default());
+                }
+            }
+        });
+        let mds: Api<DynamicObject> = Api::namespaced_with(
+            env.client(),
+            ns,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachineDeployment")),
+        );
+        mds.patch("md-0", &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"replicas": 1}})))
+            .await?;
+        let remaining = wait_machines_running(&env, ns, 1, 4 * MINUTE).await?;
+        let removed: Vec<&String> = workers.iter().filter(|w| !remaining.contains(w)).collect();
+        assert_eq!(removed.len(), 1);
+        let removed = removed[0].clone();
+        let deadline = tokio::time::Instant::now() + 2 * MINUTE;
+        while nodes.get_opt(&removed).await?.is_some() || provider.machine(&removed).await.is_some() {
+            assert!(tokio::time::Instant::now() < deadline, "Node or machine {removed} still there");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        watching.abort();
+        assert!(cordoned.lock().unwrap().contains(&removed), "{removed} was not drained (cordoned) before removal");
+        assert!(nodes.get_opt(&remaining[0]).await?.as_ref().is_some_and(node_ready));
         Ok(())
     })
     .unwrap();

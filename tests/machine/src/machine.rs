@@ -314,10 +314,12 @@ impl Machine {
                  mount -t overlay overlay -o lowerdir=/{d},upperdir={w}/upper/{d},workdir={w}/work/{d} /{d}\n"
             );
         }
-        // What a fresh machine image has: none of the host's kubeadm, kubelet or CNI state.
+        // What a fresh machine image has: none of the host's kubeadm, kubelet or CNI state,
+        // and the static-pod directory the kubelet package creates.
         s.push_str(
             "rm -rf /etc/kubernetes /etc/cni /var/lib/etcd /etc/default/kubelet /run/containerd /run/kubelet.pid\n\
-             mkdir -p /var/lib/containerd /var/lib/kubelet /etc/default /etc/cni/net.d\n",
+             mkdir -p /var/lib/containerd /var/lib/kubelet /etc/default /etc/cni/net.d\n\
+             mkdir -p /etc/kubernetes/manifests\n",
         );
         let _ = write!(
             s,
@@ -344,7 +346,9 @@ impl Machine {
 
     /// A veth pair between the test's namespace (on the bridge) and the machine (`eth0`).
     async fn connect(&self) -> Result<()> {
-        let outside = format!("km-{}", truncate(&self.name, 11));
+        // Named by the address (unique in the test's namespace), not the host name: names
+        // longer than 15 bytes are cut, and two cut names may collide.
+        let outside = format!("km-{}", self.address.octets()[3]);
         network::run(&[
             "ip",
             "link",
@@ -561,10 +565,6 @@ fn create_cgroup_root(name: &str) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn truncate(s: &str, n: usize) -> &str {
-    s.get(..n).unwrap_or(s)
 }
 
 fn tail(path: &Path, lines: usize) -> String {
