@@ -42,7 +42,8 @@ crds-check: crds
 	git diff --exit-code -- config/crd
 
 ## demo: a local management cluster + CAPI + kamaji-rs + a tenant control plane that answers
-## and accepts a kubeadm join discovery (root needed for the local node). KEEP=1 keeps it up.
+## accepts a kubeadm join discovery and a worker joined through a MachineDeployment (root
+## needed for the machines). KEEP=1 keeps it up.
 demo: tools
 	$(CARGO) build -q --locked -p kamaji-reconciler --bin manager
 	$(CARGO) run -q --locked -p kamaji-e2e --example demo

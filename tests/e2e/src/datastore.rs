@@ -11,8 +11,9 @@ use kamaji_testenv::{Etcd, LocalCluster};
 
 use crate::Env;
 
-/// Starts the TLS etcd that plays the shared datastore, serving for loopback and the node's
-/// host address; returns it with its CA and an admin client certificate.
+/// Starts the TLS etcd that plays the shared datastore, serving on loopback and on
+/// `host_ip` (where the machines' pods reach it); returns it with its CA and an admin client
+/// certificate.
 pub(crate) async fn start_datastore(
     cluster: &LocalCluster,
     host_ip: Ipv4Addr,
@@ -23,12 +24,13 @@ pub(crate) async fn start_datastore(
         &["localhost"],
         &[IpAddr::from([127, 0, 0, 1]), IpAddr::V4(host_ip)],
     )?;
-    let etcd = Etcd::start_tls(
+    let etcd = Etcd::start_tls_also_on(
         cluster.tools(),
         &cluster.dir().join("datastore"),
         &server.cert_pem,
         &server.key_pem,
         &ca.cert_pem(),
+        Some(IpAddr::V4(host_ip)),
     )
     .await?;
     let client = ca.client("datastore-admin", &[])?;
@@ -62,6 +64,7 @@ impl Env {
 }
 
 /// The datastore as the manager resolves it, with the environment's admin client certificate.
+#[must_use]
 pub fn datastore_admin(env: &Env) -> (Resolved, Credentials) {
     (
         Resolved {

@@ -1,7 +1,9 @@
 //! The environment of an end-to-end test: a local management cluster (etcd, kube-apiserver,
-//! kube-controller-manager, kube-scheduler, the CAPI core manager), a local node that runs the
-//! control-plane pods as processes, a shared TLS etcd registered as the `default` DataStore,
-//! and the kamaji-rs `manager` binary as its own process under the shipped RBAC.
+//! kube-controller-manager, kube-scheduler, the CAPI core manager) whose pods — the tenants'
+//! control planes — run as containers on real machines (kubelet, containerd, runc,
+//! kube-proxy) behind the load-balancer stand-in, a shared TLS etcd registered as the
+//! `default` DataStore, and the kamaji-rs `manager` binary as its own process under the
+//! shipped RBAC. Everything runs in the test's private network ([`crate::test`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,7 +13,9 @@ use anyhow::{Context as _, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kamaji_api::KamajiControlPlane;
-use kamaji_localnode::LocalNode;
+use kamaji_machine::ManagementMachines;
+use kamaji_machine::management::MANAGEMENT_CLUSTER_CIDR;
+use kamaji_machine::network::UNDERLAY_GATEWAY;
 use kamaji_testenv::pki::CertPair;
 use kamaji_testenv::{Etcd, LocalCluster};
 use kube::Client;
@@ -24,13 +28,15 @@ use crate::f0;
 use crate::machines::{MachineProvider, STANDIN_MACHINE_CRDS};
 use crate::manager::{Identity, Manager};
 
-/// A running environment. Drop order: machines, manager, node, datastore, cluster.
+/// A running environment. Drop order: worker machines, manager, management machines,
+/// datastore, cluster.
 pub struct Env {
     /// The stand-in infrastructure provider's machines (only from [`Env::start_with_machines`]).
     pub machines: Option<MachineProvider>,
     pub(crate) manager: Manager,
-    /// The local node running the control-plane pods.
-    pub node: LocalNode,
+    /// The management cluster's machines running the control-plane pods, and the
+    /// load-balancer stand-in in front of them.
+    pub management: ManagementMachines,
     /// The datastore etcd (shared with the source environment for a second management cluster).
     pub datastore: Arc<Etcd>,
     /// An admin client certificate of the datastore.
@@ -43,10 +49,64 @@ pub struct Env {
     pub cluster: LocalCluster,
 }
 
+/// Options for [`Env`]; obtain with [`Env::builder`].
+#[derive(Debug, Clone)]
+pub struct EnvBuilder {
+    management_machines: usize,
+    versions: Vec<String>,
+    workers: bool,
+}
+
+impl Default for EnvBuilder {
+    fn default() -> Self {
+        Self {
+            management_machines: 1,
+            versions: Vec::new(),
+            workers: false,
+        }
+    }
+}
+
+impl EnvBuilder {
+    /// Management machines running the control-plane pods (1 to 3, default 1).
+    #[must_use]
+    pub fn management_machines(mut self, n: usize) -> Self {
+        self.management_machines = n;
+        self
+    }
+
+    /// Also make the control-plane images of the built `version` available on the
+    /// management machines (default: only the tools' own version's).
+    #[must_use]
+    pub fn version(mut self, version: &str) -> Self {
+        self.versions.push(version.to_owned());
+        self
+    }
+
+    /// Also run CABPK, the stand-in infrastructure provider for worker Machines
+    /// ([`MachineProvider`], `StandInMachine`), and load-balancer addresses workers reach.
+    #[must_use]
+    pub fn workers(mut self, on: bool) -> Self {
+        self.workers = on;
+        self
+    }
+
+    /// Starts the environment.
+    pub async fn start(self) -> Result<Env> {
+        Env::launch(self, None).await
+    }
+}
+
 impl Env {
-    /// Starts everything, including the manager.
+    /// Starts everything, including the manager, with one management machine.
     pub async fn start() -> Result<Self> {
-        Self::launch(None, false).await
+        Self::builder().start().await
+    }
+
+    /// Options: management machines, control-plane versions, worker machines.
+    #[must_use]
+    pub fn builder() -> EnvBuilder {
+        EnvBuilder::default()
     }
 
     /// Starts everything for worker machines: also CABPK, the stand-in infrastructure provider
@@ -54,43 +114,44 @@ impl Env {
     /// private underlay that machines and their pods reach. Must run inside
     /// [`kamaji_machine::run_in_private_network`].
     pub async fn start_with_machines() -> Result<Self> {
-        Self::launch(None, true).await
+        Self::builder().workers(true).start().await
     }
 
     /// Starts a second management cluster (its own etcd, API server, controllers, CAPI core
     /// manager, node and manager) whose `default` DataStore is `source`'s datastore etcd, as
     /// two management clusters that reach one shared datastore (the `clusterctl move` setup).
     pub async fn start_sharing_datastore(source: &Env) -> Result<Self> {
-        Self::launch(Some(source), false).await
+        Self::launch(EnvBuilder::default(), Some(source)).await
     }
 
-    async fn launch(shared: Option<&Env>, machines: bool) -> Result<Self> {
+    async fn launch(opts: EnvBuilder, shared: Option<&Env>) -> Result<Self> {
+        let machines = opts.workers;
         let cluster = LocalCluster::builder()
             .controllers(true)
             .kubeadm_bootstrap(machines)
-            .service_cidr(&kamaji_localnode::unique_service_cidr())
+            .advertise_address(UNDERLAY_GATEWAY)
+            .cluster_cidr(MANAGEMENT_CLUSTER_CIDR)
             .start()
             .await?;
-        let node = if machines {
+        if machines {
             cluster.apply_yaml(STANDIN_MACHINE_CRDS).await?;
-            LocalNode::builder()
-                .lb_pool(kamaji_machine::network::LOAD_BALANCER_POOL)
-                .start(&cluster)
-                .await?
-        } else {
-            LocalNode::start(&cluster).await?
-        };
+        }
+        let mut management = ManagementMachines::builder().machines(opts.management_machines);
+        for v in &opts.versions {
+            management = management.with_version(v);
+        }
+        let management = management.start(&cluster).await?;
         let (datastore, datastore_ca, datastore_client, for_pods) = if let Some(source) = shared {
             (
                 Arc::clone(&source.datastore),
                 source.datastore_ca.clone(),
                 source.datastore_client.clone(),
-                // The source node's address for it: pods of this node reach it through the host.
                 source.datastore_for_pods,
             )
         } else {
-            let (etcd, ca, client) = start_datastore(&cluster, node.host_ip()).await?;
-            let for_pods = node.expose_host_port(etcd.port())?;
+            let (etcd, ca, client) = start_datastore(&cluster, UNDERLAY_GATEWAY).await?;
+            // On the underlay gateway, where every machine's pods reach it.
+            let for_pods = SocketAddr::new(UNDERLAY_GATEWAY.into(), etcd.port());
             (Arc::new(etcd), ca, client, for_pods)
         };
         let identity = Identity::install(&cluster).await?;
@@ -105,7 +166,7 @@ impl Env {
         let mut env = Self {
             machines: provider,
             manager: Manager::new(identity),
-            node,
+            management,
             datastore,
             datastore_client,
             datastore_ca,
@@ -118,6 +179,7 @@ impl Env {
     }
 
     /// An administrator's client of the management cluster (`system:masters`).
+    #[must_use]
     pub fn client(&self) -> Client {
         self.cluster.client()
     }

@@ -1,9 +1,11 @@
 //! kamaji-e2e: the provider test environment for kamaji-rs's end-to-end tests and examples.
 //!
 //! [`Env::start`] brings up the real chain: a local management cluster with CAPI
-//! (kamaji-testenv), a local node running control-plane pods as processes (kamaji-localnode),
-//! a shared TLS etcd registered as the `default` DataStore, and the kamaji-rs `manager` as its
-//! own process under the RBAC `make release` ships ([`manager`]). The modules, by concern:
+//! (kamaji-testenv) whose pods run on real management machines (kamaji-machine: kubelet,
+//! containerd, runc, kube-proxy, and the load-balancer stand-in), a shared TLS etcd
+//! registered as the `default` DataStore, and the kamaji-rs `manager` as its own process
+//! under the RBAC `make release` ships ([`manager`]). Every suite that starts one runs in a
+//! private network namespace ([`test`], [`run_test`]). The modules, by concern:
 //!
 //! | module | what |
 //! |---|---|
@@ -15,6 +17,7 @@
 //! | [`discovery`] | a real `kubeadm join` token discovery against a tenant |
 //! | [`clusterctl`] | the real `clusterctl` and `clusterctl init`'s CRD labels |
 //! | [`standins`] | what another provider would do (the quickstart's OpenStackCluster) |
+//! | [`machines`] | the stand-in infrastructure provider for worker Machines |
 //! | [`audit`] | the manager's writes from the audit log |
 //!
 //! Generic helpers that are not about this provider (server-side apply, TLS etcd, kubeconfigs
@@ -35,10 +38,28 @@ use k8s_openapi::api::core::v1::Secret;
 
 pub use datastore::{datastore_admin, etcd_prefix};
 pub use discovery::kubeadm_discovery;
-pub use env::Env;
+pub use env::{Env, EnvBuilder};
 pub use fixtures::{F0, f0, substitute};
+pub use kamaji_e2e_macros::test;
 pub use manager::{Identity, manager_binary};
 pub use probes::{ReadyzProbe, condition_message, wait_rolled_out};
+
+/// Runs an end-to-end test body in the test's private network (kamaji-machine's
+/// [`run_in_private_network`](kamaji_machine::run_in_private_network): a fresh network
+/// namespace holding the underlay bridge and the load-balancer addresses, and a two-worker
+/// tokio runtime), returning what the body returns; what `#[kamaji_e2e::test]` expands to.
+///
+/// # Panics
+/// When the namespace cannot be set up (not root), or when the body panics (resumed here, so
+/// the test fails with the body's message).
+pub fn run_test<T, Fut>(body: impl FnOnce() -> Fut + Send + 'static) -> T
+where
+    T: Send + 'static,
+    Fut: std::future::Future<Output = T>,
+{
+    kamaji_machine::run_in_private_network(move || async move { Ok(body().await) })
+        .expect("set up the test's private network")
+}
 
 /// Serialises the end-to-end tests of one test binary: each starts its own environment, and
 /// two at once would only compete for the machine's two cores.

@@ -13,6 +13,13 @@
 //! route controller: every Node's pod CIDR is routed to its machine in the underlay and in
 //! every other machine.
 //!
+//! An instance's user data is the bootstrap data as it was when the instance was created (the
+//! first time the provider saw the Machine with its data Secret), as clouds keep it: an
+//! instance that boots late (see [`MachineProvider::hold`]) runs a token that may have expired
+//! meanwhile. With `cloud-provider: external` the stand-in also plays the cloud controller
+//! manager's node controller: it removes the `uninitialized` taint once the Node has its
+//! `providerID`.
+//!
 //! Deleting a StandInMachine (CAPI does it after draining and deleting the Node) stops and
 //! removes its machine; a finalizer keeps the object until then.
 
@@ -68,6 +75,8 @@ spec:
     schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
 ";
 
+/// The taint a kubelet with `--cloud-provider=external` registers its Node with.
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 const FINALIZER: &str = "standinmachine.infrastructure.cluster.x-k8s.io";
 /// The `providerID` scheme of stand-in machines.
 pub const PROVIDER_ID_PREFIX: &str = "kamaji-machine://";
@@ -89,6 +98,13 @@ struct State {
     next_index: std::sync::atomic::AtomicU8,
     /// The last failure per machine (for test messages).
     failures: Mutex<BTreeMap<String, String>>,
+    /// While set, Machines ready to boot wait (a cloud whose capacity is delayed).
+    held: std::sync::atomic::AtomicBool,
+    /// CAPI Machines that arrived while held.
+    pending: Mutex<Vec<DynamicObject>>,
+    /// Each instance's user data (the bootstrap data), captured when the instance is created,
+    /// as a cloud does: a late boot runs what was captured, whatever CABPK writes later.
+    user_data: Mutex<BTreeMap<String, String>>,
 }
 
 fn standin_api(client: &Client, ns: &str) -> Api<DynamicObject> {
@@ -122,6 +138,9 @@ impl MachineProvider {
             busy: Mutex::default(),
             next_index: std::sync::atomic::AtomicU8::new(20),
             failures: Mutex::default(),
+            held: std::sync::atomic::AtomicBool::new(false),
+            pending: Mutex::default(),
+            user_data: Mutex::default(),
         });
         let s = Arc::clone(&state);
         let task = tokio::spawn(async move {
@@ -139,24 +158,24 @@ impl MachineProvider {
                     continue;
                 };
                 let s = Arc::clone(&s);
-                tokio::spawn(async move {
-                    // A failed boot is retried (as a cloud retries an instance), three times.
-                    for _ in 0..3 {
-                        match s.handle(&obj).await {
-                            Ok(()) => return,
-                            Err(e) => {
-                                s.failures
-                                    .lock()
-                                    .await
-                                    .insert(obj.name_any(), format!("{e:#}"));
-                            }
-                        }
-                        tokio::time::sleep(Duration::from_secs(5)).await;
-                    }
-                });
+                tokio::spawn(async move { s.handle_with_retries(&obj).await });
             }
         });
         Self { task, state }
+    }
+
+    /// Holds new boots (`true`) until released (`false`): Machines whose bootstrap data is
+    /// ready wait, as with a cloud whose instances come late; releasing boots them.
+    pub async fn hold(&self, held: bool) {
+        self.state
+            .held
+            .store(held, std::sync::atomic::Ordering::SeqCst);
+        if !held {
+            for obj in std::mem::take(&mut *self.state.pending.lock().await) {
+                let s = Arc::clone(&self.state);
+                tokio::spawn(async move { s.handle_with_retries(&obj).await });
+            }
+        }
     }
 
     /// The running machine named `name` (the CAPI Machine's name).
@@ -182,6 +201,22 @@ impl Drop for MachineProvider {
 }
 
 impl State {
+    /// A failed boot is retried (as a cloud retries an instance), three times.
+    async fn handle_with_retries(self: &Arc<Self>, obj: &DynamicObject) {
+        for _ in 0..3 {
+            match self.handle(obj).await {
+                Ok(()) => return,
+                Err(e) => {
+                    self.failures
+                        .lock()
+                        .await
+                        .insert(obj.name_any(), format!("{e:#}"));
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    }
+
     async fn handle(self: &Arc<Self>, obj: &DynamicObject) -> Result<()> {
         let kind = obj
             .types
@@ -217,12 +252,29 @@ impl State {
             return Ok(());
         }
         let name = obj.name_any();
+        if !self.user_data.lock().await.contains_key(&name) {
+            let secret = Api::<Secret>::namespaced(self.client.clone(), &ns)
+                .get(secret_name)
+                .await?;
+            let value = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get("value"))
+                .context("bootstrap data Secret has no `value`")?;
+            self.user_data
+                .lock()
+                .await
+                .entry(name.clone())
+                .or_insert_with(|| String::from_utf8_lossy(&value.0).into_owned());
+        }
+        if self.held.load(std::sync::atomic::Ordering::SeqCst) {
+            self.pending.lock().await.push(obj.clone());
+            return Ok(());
+        }
         if !self.busy.lock().await.insert(name.clone()) {
             return Ok(());
         }
-        let result = self
-            .provision(&ns, &name, &infra_name, secret_name, spec)
-            .await;
+        let result = self.provision(&ns, &name, &infra_name, spec).await;
         self.busy.lock().await.remove(&name);
         result
     }
@@ -232,7 +284,6 @@ impl State {
         ns: &str,
         name: &str,
         infra_name: &str,
-        secret_name: &str,
         spec: &Value,
     ) -> Result<()> {
         let api = standin_api(&self.client, ns);
@@ -242,15 +293,14 @@ impl State {
             &Patch::Merge(json!({"metadata": {"finalizers": [FINALIZER]}})),
         )
         .await?;
-        let secret = Api::<Secret>::namespaced(self.client.clone(), ns)
-            .get(secret_name)
-            .await?;
-        let value = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get("value"))
-            .context("bootstrap data Secret has no `value`")?;
-        let cloud_config = render_jinja(&String::from_utf8_lossy(&value.0), name);
+        let user_data = self
+            .user_data
+            .lock()
+            .await
+            .get(name)
+            .cloned()
+            .context("no user data captured")?;
+        let cloud_config = render_jinja(&user_data, name);
         // A retry boots a fresh instance: the failed one goes first.
         self.machines.lock().await.remove(name);
         let index = self
@@ -345,6 +395,26 @@ impl State {
                             name,
                             &PatchParams::default(),
                             &Patch::Merge(json!({"spec": {"providerID": provider_id}})),
+                        )
+                        .await?;
+                }
+                // With `cloud-provider: external` the kubelet registers the Node tainted
+                // until a cloud controller manager initializes it: this stand-in's role too.
+                let taints = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.clone())
+                    .unwrap_or_default();
+                if taints.iter().any(|t| t.key == UNINITIALIZED_TAINT) {
+                    let kept: Vec<_> = taints
+                        .into_iter()
+                        .filter(|t| t.key != UNINITIALIZED_TAINT)
+                        .collect();
+                    nodes
+                        .patch(
+                            name,
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"spec": {"taints": kept}})),
                         )
                         .await?;
                 }
@@ -465,6 +535,70 @@ pub async fn apply_cloud_config(machine: &Machine, cloud_config: &str) -> Result
             .with_context(|| format!("runcmd `{line}`"))?;
     }
     Ok(())
+}
+
+/// The tenant settings this machine kind needs, as a user would write them: the kubelet
+/// refuses cgroup v1 unless `failCgroupV1: false` and the machines use the cgroupfs driver;
+/// kube-proxy runs in nftables mode (its image carries `nft`) and leaves the kernel's conntrack
+/// limit alone (`nf_conntrack_max` is read-only outside the host's network namespace).
+pub const SETTINGS_FOR_THIS_MACHINE_KIND: &str = "  kubelet:
+    cgroupfs: cgroupfs
+    configurationJSONPatches:
+    - {op: add, path: /failCgroupV1, value: false}
+  addons:
+    coreDNS: {}
+    kubeProxy:
+      configurationJSONPatches:
+      - {op: replace, path: /mode, value: nftables}
+      - {op: add, path: /conntrack, value: {maxPerCore: 0}}
+";
+
+/// A MachineDeployment of `replicas` stand-in machines bootstrapped by CABPK from the
+/// quickstart's worker KubeadmConfigTemplate (`name: '{{ local_hostname }}'`).
+#[must_use]
+pub fn machine_deployment(ns: &str, cluster: &str, name: &str, replicas: i32) -> String {
+    let version = kamaji_testenv::KUBERNETES_VERSION;
+    format!(
+        r"
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta1
+kind: KubeadmConfigTemplate
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  template:
+    spec:
+      joinConfiguration:
+        nodeRegistration:
+          name: '{{{{ local_hostname }}}}'
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: StandInMachineTemplate
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  template:
+    spec: {{}}
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: MachineDeployment
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  clusterName: {cluster}
+  replicas: {replicas}
+  selector: {{matchLabels: {{}}}}
+  template:
+    spec:
+      clusterName: {cluster}
+      version: {version}
+      bootstrap:
+        configRef:
+          apiVersion: bootstrap.cluster.x-k8s.io/v1beta1
+          kind: KubeadmConfigTemplate
+          name: {name}
+      infrastructureRef:
+        apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+        kind: StandInMachineTemplate
+        name: {name}
+"
+    )
 }
 
 #[cfg(test)]

@@ -107,6 +107,7 @@ impl Manager {
 
 impl Env {
     /// The identity the manager runs as (namespace, ServiceAccount, audit user name).
+    #[must_use]
     pub fn manager_identity(&self) -> &Identity {
         &self.manager.identity
     }
@@ -207,6 +208,7 @@ impl Env {
     }
 
     /// The whole log of the running manager process.
+    #[must_use]
     pub fn manager_full_log(&self) -> String {
         self.manager
             .process
@@ -216,6 +218,7 @@ impl Env {
     }
 
     /// The manager's log so far (for failure messages).
+    #[must_use]
     pub fn manager_log(&self) -> String {
         self.manager
             .process

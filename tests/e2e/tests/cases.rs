@@ -26,7 +26,7 @@ fn endpoint_of(kcp: &KamajiControlPlane) -> (String, i32) {
     (ep.host.unwrap(), ep.port.unwrap())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b01_kubeconfig_secret_follows_the_capi_contract_and_adopts_an_unowned_one() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -117,7 +117,7 @@ async fn b01_kubeconfig_secret_follows_the_capi_contract_and_adopts_an_unowned_o
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b02_cluster_info_embeds_the_ca_is_anonymously_readable_and_comes_back() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -215,7 +215,7 @@ async fn anonymous_get(url: &str) -> u16 {
         .map_or(0, |r| r.status().as_u16())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b03_controllers_keep_bootstrapsigner_and_signatures_follow_tokens() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -297,7 +297,7 @@ fn passthrough(
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address() {
     let _serial = serial();
     let mut env = Env::start().await.unwrap();
@@ -419,7 +419,7 @@ async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address
     assert!(internal_kc.contains(&cluster_ip.to_string()));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b05_b06_b07_kubeadm_config_kubelet_config_and_join_rbac_in_the_tenant() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -550,7 +550,7 @@ async fn b05_b06_b07_kubeadm_config_kubelet_config_and_join_rbac_in_the_tenant()
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b10_serving_certificate_covers_fqdn_service_ip_and_endpoint() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -611,7 +611,7 @@ async fn b10_serving_certificate_covers_fqdn_service_ip_and_endpoint() {
     assert!(kamaji_reconciler::tenant::readyz(&tenant).await);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refused() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -743,7 +743,7 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b16_long_and_digit_leading_names_give_valid_stable_distinct_names() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -777,7 +777,7 @@ async fn b16_long_and_digit_leading_names_give_valid_stable_distinct_names() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b18_network_comes_from_the_cluster_and_bad_dns_ips_are_refused() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -874,7 +874,7 @@ async fn b18_network_comes_from_the_cluster_and_bad_dns_ips_are_refused() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b22_status_follows_the_contract_through_datastore_outage_and_deployment_loss() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -1011,7 +1011,7 @@ spec: {{version: {v}}}
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b23_missing_optional_fields_get_documented_defaults() {
     let _serial = serial();
     let mut env = Env::start().await.unwrap();

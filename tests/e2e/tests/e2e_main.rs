@@ -11,7 +11,7 @@ use kube::api::Api;
 
 const MINUTE: Duration = Duration::from_mins(1);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn cluster_becomes_available_through_capi_and_kubeadm_discovery_passes() {
     let env = Env::start().await.unwrap();
     env.namespace("tenant-a").await.unwrap();

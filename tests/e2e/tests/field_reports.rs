@@ -69,7 +69,7 @@ fn secret_names(name: &str) -> BTreeSet<String> {
 /// Clusters `x`, `x-scheduler`, `x-admin` and `x-super-admin` in one namespace (with v0.1's
 /// names, `x`'s scheduler kubeconfig was `x-scheduler`'s CAPI kubeconfig), plus `w`, one of
 /// whose Secret names is taken by a Secret another object controls.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn sibling_clusters_sharing_a_name_prefix_never_write_each_others_secrets() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -241,7 +241,7 @@ async fn sibling_clusters_sharing_a_name_prefix_never_write_each_others_secrets(
 /// After initialization, a deleted `<cluster>-ca` (and `<cluster>-sa`) is reported, never
 /// generated again, and nothing rolls; restoring the saved Secrets resumes the control plane
 /// unchanged.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn a_ca_deleted_after_initialization_is_never_reminted_and_nothing_rolls() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -395,10 +395,14 @@ async fn a_ca_deleted_after_initialization_is_never_reminted_and_nothing_rolls()
 
 /// An upgrade whose new version cannot start (its image cannot be pulled) is backed out by
 /// setting `spec.version` back to `status.version`; a real downgrade stays refused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn a_stuck_upgrade_is_backed_out_to_the_last_rolled_out_version() {
     let _serial = serial();
-    let env = Env::start().await.unwrap();
+    let env = Env::builder()
+        .version(kamaji_testenv::PREVIOUS_KUBERNETES_VERSION)
+        .start()
+        .await
+        .unwrap();
     let ns = "tenant-a";
     let from = kamaji_testenv::PREVIOUS_KUBERNETES_VERSION;
     env.namespace(ns).await.unwrap();
@@ -494,7 +498,7 @@ async fn a_stuck_upgrade_is_backed_out_to_the_last_rolled_out_version() {
 /// Once the endpoint is set, the fields that decide it are refused at admission, so the
 /// endpoint is never half-changed; the Cluster, the KamajiControlPlane and the kubeconfig keep
 /// one endpoint.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn endpoint_fields_are_refused_once_the_endpoint_is_set() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -580,7 +584,7 @@ async fn endpoint_fields_are_refused_once_the_endpoint_is_set() {
 
 /// A pass that fails writes `Reconciled=False` with the failure, next to what it found
 /// before failing, instead of leaving an older pass's conditions in place.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn a_failing_pass_replaces_stale_conditions_with_its_reason() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -645,7 +649,7 @@ async fn a_failing_pass_replaces_stale_conditions_with_its_reason() {
 
 /// Deleting a tenant's namespace removes its datastore keys, whatever the namespace
 /// controller deletes first: ten tenants in ten namespaces, deleted at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn deleting_the_namespace_removes_the_tenant_keys_in_ten_runs_out_of_ten() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -698,7 +702,7 @@ async fn deleting_the_namespace_removes_the_tenant_keys_in_ten_runs_out_of_ten()
 
 /// A Deployment scaled to zero or with an argument removed by hand is restored by the next
 /// pass (its own watch event); a pass with nothing to restore writes nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn a_deployment_changed_by_hand_is_restored_and_a_noop_pass_writes_nothing() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -794,7 +798,7 @@ async fn a_deployment_changed_by_hand_is_restored_and_a_noop_pass_writes_nothing
 /// A control plane provisioned by v0.1 (internal Secrets under the old names, which fall
 /// into sibling clusters' CAPI names) is moved to the new names by the next manager: the key
 /// material is carried over, the pods roll onto the new Secrets, the old ones are removed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn an_upgrade_moves_internal_secrets_to_their_new_names_keeping_their_keys() {
     let _serial = serial();
     let mut env = Env::start().await.unwrap();

@@ -76,7 +76,7 @@ fn cluster_api(env: &Env, ns: &str, version: &str) -> Api<DynamicObject> {
     Api::namespaced_with(env.client(), ns, &ar)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -179,10 +179,14 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn a_version_upgrade_rolls_without_ever_losing_the_api() {
     let _serial = serial();
-    let env = Env::start().await.unwrap();
+    let env = Env::builder()
+        .version(kamaji_testenv::PREVIOUS_KUBERNETES_VERSION)
+        .start()
+        .await
+        .unwrap();
     let (from, to) = (
         kamaji_testenv::PREVIOUS_KUBERNETES_VERSION,
         kamaji_testenv::KUBERNETES_VERSION,
@@ -277,7 +281,7 @@ async fn a_version_upgrade_rolls_without_ever_losing_the_api() {
     assert_eq!(cc["apiVersion"], "kubeadm.k8s.io/v1beta4");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b19_paused_cluster_or_control_plane_changes_nothing_until_resumed() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -400,7 +404,7 @@ async fn b19_paused_cluster_or_control_plane_changes_nothing_until_resumed() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn quickstart_sample_as_written_reaches_available_with_secrets_named_after_the_cluster() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -456,7 +460,7 @@ async fn quickstart_sample_as_written_reaches_available_with_secrets_named_after
     assert!(kamaji_reconciler::tenant::readyz(&tenant).await);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -519,7 +523,7 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
@@ -664,7 +668,7 @@ async fn identity(env: &Env, ns: &str) -> std::collections::BTreeMap<String, Str
 /// tenant; after the move the target runs the control plane with the CA, SA key, front-proxy
 /// CA, datastore client certificate and kubeconfig first created, so credentials issued before
 /// the move (a client certificate, a ServiceAccount token) keep working and new joins pass.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn b19_clusterctl_move_keeps_the_tenant_identity() {
     let _serial = serial();
     let source = Env::start().await.unwrap();
@@ -843,7 +847,7 @@ async fn b19_clusterctl_move_keeps_the_tenant_identity() {
 
     // Credentials issued before the move keep working: the client certificate of the kubeconfig
     // (tenant data still there) and the ServiceAccount token (the same SA key verifies it).
-    // The load balancer (the local node's) takes the address over within seconds.
+    // The load balancer (the stand-in's) takes the address over within seconds.
     let deadline = tokio::time::Instant::now() + MINUTE;
     while !kamaji_reconciler::tenant::readyz(&kube::Client::try_from(kubeconfig.clone()).unwrap())
         .await

@@ -34,7 +34,7 @@ async fn settle(env: &Env, n: f64) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn a_resync_of_ten_available_control_planes_makes_no_write() {
     let _serial = serial();
     let mut env = Env::start().await.unwrap();
@@ -77,7 +77,7 @@ async fn a_resync_of_ten_available_control_planes_makes_no_write() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn a_manager_killed_at_twenty_points_provisions_five_tenants_with_their_first_keys() {
     let _serial = serial();
     let mut env = Env::start().await.unwrap();
@@ -178,7 +178,7 @@ async fn a_manager_killed_at_twenty_points_provisions_five_tenants_with_their_fi
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[kamaji_e2e::test]
 async fn with_leader_election_one_manager_reconciles_and_another_takes_over() {
     let _serial = serial();
     let mut env = Env::start().await.unwrap();

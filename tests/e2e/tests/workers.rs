@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kamaji_e2e::machines::{SETTINGS_FOR_THIS_MACHINE_KIND, machine_deployment};
 use kamaji_e2e::{Env, F0, wait_rolled_out};
 use kamaji_machine::images::NETCHECK_IMAGE;
 use kamaji_machine::run_in_private_network;
@@ -22,69 +23,6 @@ use kube::api::{
 use kube::runtime::wait::await_condition;
 
 const MINUTE: Duration = Duration::from_mins(1);
-
-/// The tenant settings this machine kind needs, as a user would write them: the kubelet
-/// refuses cgroup v1 unless `failCgroupV1: false` and the machines use the cgroupfs driver;
-/// kube-proxy runs in nftables mode (its image carries `nft`) and leaves the kernel's conntrack
-/// limit alone (`nf_conntrack_max` is read-only outside the host's network namespace).
-const SETTINGS_FOR_THIS_MACHINE_KIND: &str = "  kubelet:
-    cgroupfs: cgroupfs
-    configurationJSONPatches:
-    - {op: add, path: /failCgroupV1, value: false}
-  addons:
-    coreDNS: {}
-    kubeProxy:
-      configurationJSONPatches:
-      - {op: replace, path: /mode, value: nftables}
-      - {op: add, path: /conntrack, value: {maxPerCore: 0}}
-";
-
-/// A MachineDeployment of `replicas` stand-in machines bootstrapped by CABPK from the
-/// quickstart's worker KubeadmConfigTemplate (`name: '{{ local_hostname }}'`).
-fn machine_deployment(ns: &str, cluster: &str, name: &str, replicas: i32) -> String {
-    let version = kamaji_testenv::KUBERNETES_VERSION;
-    format!(
-        r"
-apiVersion: bootstrap.cluster.x-k8s.io/v1beta1
-kind: KubeadmConfigTemplate
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  template:
-    spec:
-      joinConfiguration:
-        nodeRegistration:
-          name: '{{{{ local_hostname }}}}'
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: StandInMachineTemplate
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  template:
-    spec: {{}}
----
-apiVersion: cluster.x-k8s.io/v1beta1
-kind: MachineDeployment
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  clusterName: {cluster}
-  replicas: {replicas}
-  selector: {{matchLabels: {{}}}}
-  template:
-    spec:
-      clusterName: {cluster}
-      version: {version}
-      bootstrap:
-        configRef:
-          apiVersion: bootstrap.cluster.x-k8s.io/v1beta1
-          kind: KubeadmConfigTemplate
-          name: {name}
-      infrastructureRef:
-        apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-        kind: StandInMachineTemplate
-        name: {name}
-"
-    )
-}
 
 fn node_ready(n: &Node) -> bool {
     n.status
@@ -447,6 +385,201 @@ fn two_workers_join_through_cabpk_run_dns_and_proxy_stay_ready_across_control_pl
         watching.abort();
         assert!(cordoned.lock().unwrap().contains(&removed), "{removed} was not drained (cordoned) before removal");
         assert!(nodes.get_opt(&remaining[0]).await?.as_ref().is_some_and(node_ready));
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// Waits until some CAPI Machine of `ns` other than `except` is `Running` with a `nodeRef`.
+async fn wait_new_machine_running(
+    env: &Env,
+    ns: &str,
+    except: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let machines = capi_machines(env, ns);
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let list = machines.list(&ListParams::default()).await?;
+        if let Some(name) = list.items.iter().find_map(|m| {
+            (m.data["status"]["phase"] == "Running" && m.metadata.name.as_deref() != Some(except))
+                .then(|| {
+                    m.data["status"]["nodeRef"]["name"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .flatten()
+        }) {
+            return Ok(name);
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "no new Machine Running in {timeout:?}; provider failures: {:#?}",
+                env.machines.as_ref().unwrap().failures().await
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[test]
+fn an_expired_bootstrap_token_fails_the_join_with_kubeadms_message_and_a_rollout_to_the_users_template_joins()
+ {
+    let _serial = kamaji_e2e::serial();
+    run_in_private_network(|| async {
+        let env = Env::start_with_machines().await?;
+        let (ns, name) = ("tokens", "demo");
+        env.namespace(ns).await?;
+        env.apply_yaml(
+            &F0::new(ns, name)
+                .replicas(1)
+                .spec(SETTINGS_FOR_THIS_MACHINE_KIND)
+                .yaml(),
+        )
+        .await?;
+        let kcp = env
+            .wait_kcp_condition(ns, name, "Available", "True", 4 * MINUTE)
+            .await?;
+        let endpoint = kcp.spec.control_plane_endpoint.clone().unwrap();
+        let provider = env.machines.as_ref().unwrap();
+
+        // The first Machine's boot is delayed past its token's life: the token Secret is gone
+        // (what the token cleaner does at expiry) before its machine runs `kubeadm join`.
+        provider.hold(true).await;
+        // kubeadm gives up discovery after 30 s instead of 5 minutes (CABPK v1beta2's field).
+        let md = machine_deployment(ns, name, "md-1", 1)
+            .replacen(
+                "apiVersion: bootstrap.cluster.x-k8s.io/v1beta1\nkind: KubeadmConfigTemplate",
+                "apiVersion: bootstrap.cluster.x-k8s.io/v1beta2\nkind: KubeadmConfigTemplate",
+                1,
+            )
+            .replace(
+                "      joinConfiguration:\n",
+                "      joinConfiguration:\n        timeouts: {discoverySeconds: 30}\n",
+            );
+        env.apply_yaml(&md).await?;
+        let machines = capi_machines(&env, ns);
+        let deadline = tokio::time::Instant::now() + 2 * MINUTE;
+        let (first, data_secret) = loop {
+            let list = machines.list(&ListParams::default()).await?;
+            if let Some(found) = list.items.iter().find_map(|m| {
+                let secret = m.data["spec"]["bootstrap"]["dataSecretName"].as_str()?;
+                Some((m.metadata.name.clone()?, secret.to_owned()))
+            }) {
+                break found;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no bootstrap data");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        let data = kamaji_e2e::secret_text(&env.secret(ns, &data_secret).await?, "value");
+        let token = data
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("token: "))
+            .map(|t| t.trim_matches(|c| c == '"' || c == '\''))
+            .expect("a bootstrap token in the join configuration");
+        let token_id = token.split('.').next().unwrap();
+        let tenant = env.tenant_client(ns, name).await?;
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(tenant.clone(), "kube-system");
+        secrets
+            .delete(
+                &format!("bootstrap-token-{token_id}"),
+                &kube::api::DeleteParams::default(),
+            )
+            .await?;
+        provider.hold(false).await;
+        let deadline = tokio::time::Instant::now() + 3 * MINUTE;
+        let failure = loop {
+            if let Some(f) = provider.failures().await.get(&first) {
+                break f.clone();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the join did not fail; machines {:?}; bootstrap data:\n{data}",
+                provider.machine_names().await
+            );
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        };
+        assert!(
+            failure.contains(&format!(
+                "couldn't validate the identity of the API Server: could not find a JWS \
+                 signature in the cluster-info ConfigMap for token ID \"{token_id}\""
+            )),
+            "{failure}"
+        );
+
+        // A rollout to the users' worker template (shared/samples: files written before the
+        // join, `cloud-provider: external`, an explicit discovery endpoint) joins again, with
+        // a fresh token whose cluster-info signature the bootstrap signer adds.
+        let sample = std::fs::read_to_string(
+            kamaji_testenv::workspace_root()
+                .join("../shared/samples/kubeadmconfigtemplate-cloud-provider-v1beta1.yaml"),
+        )?;
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let cloud_conf = "[Global]\nauth-url = https://keystone.example.com:5000/v3\n";
+        let vars = std::collections::HashMap::from([
+            ("CLOUD_CONF".to_owned(), b64(cloud_conf)),
+            (
+                "CA_CERT".to_owned(),
+                b64("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"),
+            ),
+            ("MASTER_VIP".to_owned(), endpoint.host.clone().unwrap()),
+        ]);
+        let mut template: serde_json::Value =
+            serde_yaml::from_str(&kamaji_e2e::substitute(&sample, &vars)?)?;
+        template["metadata"]["namespace"] = ns.into();
+        env.apply_value(&template).await?;
+        let mds: Api<DynamicObject> = Api::namespaced_with(
+            env.client(),
+            ns,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk(
+                "cluster.x-k8s.io",
+                "v1beta1",
+                "MachineDeployment",
+            )),
+        );
+        mds.patch(
+            "md-1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"spec": {"template": {"spec": {"bootstrap": {
+                "configRef": {"name": "prow-md-0"}}}}}}),
+            ),
+        )
+        .await?;
+        let joined = wait_new_machine_running(&env, ns, &first, 5 * MINUTE).await?;
+        let machine = provider.machine(&joined).await.unwrap();
+        assert_eq!(
+            String::from_utf8(machine.read_file("/etc/kubernetes/cloud.conf")?)?,
+            cloud_conf
+        );
+        assert!(machine.read_file("/etc/certs/cacert").is_ok());
+        let flags = String::from_utf8(machine.read_file("/var/lib/kubelet/kubeadm-flags.env")?)?;
+        assert!(flags.contains("--cloud-provider=external"), "{flags}");
+        let nodes: Api<Node> = Api::all(tenant.clone());
+        let node = tokio::time::timeout(
+            2 * MINUTE,
+            await_condition(nodes.clone(), &joined, |n: Option<&Node>| {
+                n.is_some_and(|n| {
+                    node_ready(n)
+                        && !n
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.taints.as_ref())
+                            .is_some_and(|t| {
+                                t.iter()
+                                    .any(|t| t.key == kamaji_e2e::machines::UNINITIALIZED_TAINT)
+                            })
+                })
+            }),
+        )
+        .await??
+        .unwrap();
+        assert_eq!(
+            node.spec.and_then(|s| s.provider_id),
+            Some(format!("kamaji-machine://{joined}"))
+        );
         Ok(())
     })
     .unwrap();

@@ -1,6 +1,6 @@
 //! kamaji-test-gate: called from the build scripts of the crates holding real-program test
 //! suites (tests that start etcd, kube-apiserver, … built by `make tools`, some also needing
-//! root for the local node).
+//! root for the machines).
 //!
 //! It sets `cfg(real_programs)` when the programs are there (kamaji-testenv's lookup:
 //! `$KAMAJI_TOOLS_BIN`, else the directory recorded in `<workspace>/target/tools-bin`) and
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub enum Needs {
     /// The programs `make tools` builds.
     Programs,
-    /// The programs and root (the local node's network and mount namespaces).
+    /// The programs and root (the machines' network and mount namespaces).
     ProgramsAndRoot,
 }
 
@@ -48,7 +48,7 @@ pub fn gate(suites: &[(&str, Needs)]) {
         let reason = match (&programs, needs) {
             (Err(why), _) => why.clone(),
             (Ok(()), Needs::ProgramsAndRoot) if !root => {
-                "it needs root (the local node's network namespaces)".to_owned()
+                "it needs root (the machines' network and mount namespaces)".to_owned()
             }
             (Ok(()), _) => continue,
         };

@@ -20,6 +20,56 @@ pub fn kube_proxy_image(version: &str) -> String {
     format!("registry.k8s.io/kube-proxy:{version}")
 }
 
+/// The control-plane programs the provider's Deployment runs, one image each.
+pub const CONTROL_PLANE_PROGRAMS: [&str; 3] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+/// The image of control-plane `program` at `version` under the default registry the
+/// provider uses (`registry.k8s.io/kube-apiserver:v1.36.3`).
+#[must_use]
+pub fn control_plane_image(program: &str, version: &str) -> String {
+    format!("registry.k8s.io/{program}:{version}")
+}
+
+/// Writes the control-plane images of `version` into `dir` and returns their tars: each a
+/// static program at `/usr/local/bin/<program>` (on the image's `PATH`, as upstream's images
+/// have it, since the Deployment names the command only) and an empty `/tmp`. The programs of
+/// [`KUBERNETES_VERSION`] are the tools' own; other built versions come from their
+/// `versions/<tag>/` directory.
+///
+/// # Errors
+/// When `version` was not built or a tar cannot be written.
+pub fn control_plane_images(tools: &Tools, version: &str, dir: &Path) -> Result<Vec<PathBuf>> {
+    let bin = if version == KUBERNETES_VERSION {
+        tools.bin_dir().to_path_buf()
+    } else {
+        tools.bin_dir().join("versions").join(version)
+    };
+    CONTROL_PLANE_PROGRAMS
+        .iter()
+        .map(|program| {
+            let binary = bin.join(program);
+            std::fs::metadata(&binary).with_context(|| {
+                format!(
+                    "{} is missing: version {version} is not built (`make tools`)",
+                    binary.display()
+                )
+            })?;
+            let image = ImageBuilder::new(&control_plane_image(program, version))?
+                .file(&format!("/usr/local/bin/{program}"), &binary, 0o755)
+                .bytes("/tmp/.keep", Vec::new(), 0o644)
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .entrypoint([format!("/usr/local/bin/{program}")]);
+            Ok(image
+                .write(&dir.join(format!("{program}-{version}.tar")))?
+                .path)
+        })
+        .collect()
+}
+
 /// Writes the worker images into `dir` and returns their tars: pause, kube-proxy (with `nft`,
 /// its libraries, the loader and `/etc/protocols`), `CoreDNS` and the netcheck client.
 ///

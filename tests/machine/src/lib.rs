@@ -6,11 +6,18 @@
 //!   load-balancer stand-in's addresses; the host's network is never changed.
 //! - [`machine`]: a machine (containerd, runc, a kubelet supervised as systemd would) in
 //!   namespaces of its own, undone on drop and after a killed run.
+//! - [`management`]: the management cluster's machines (kubelets joined to a
+//!   [`kamaji_testenv::LocalCluster`], kube-proxy) and [`load_balancer`], the stand-in for a
+//!   cloud's load balancer in front of them.
 
 pub mod image;
 pub mod images;
+pub mod load_balancer;
 pub mod machine;
+pub mod management;
 pub mod network;
 
+pub use load_balancer::LoadBalancer;
 pub use machine::{Machine, MachineSpec};
+pub use management::ManagementMachines;
 pub use network::run_in_private_network;

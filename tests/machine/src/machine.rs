@@ -19,7 +19,7 @@
 //!   (restarts the kubelet 2 s after any exit, sources `kubeadm-flags.env` and
 //!   `/etc/default/kubelet`), and a `systemctl` stand-in first on `PATH` so kubeadm's calls
 //!   succeed;
-//! - its own cgroup root `/kamaji-machine-<name>` in every cgroup v1 hierarchy: the only change
+//! - its own cgroup root `/kamaji-machine-<pid>-<name>` in every cgroup v1 hierarchy: the only change
 //!   outside the namespaces, undone with `rmdir`.
 //!
 //! Per-machine kubelet flags (`--cgroup-root`, `--node-ip`) live in `/etc/default/kubelet`, as
@@ -82,7 +82,7 @@ struct Record {
     owner: u32,
     /// The inode of the machine's mount namespace.
     mount_namespace: u64,
-    /// The cgroup root name (`kamaji-machine-<name>`).
+    /// The cgroup root name (`kamaji-machine-<owner pid>-<name>`).
     cgroup_root: String,
 }
 
@@ -120,7 +120,8 @@ impl Machine {
         let record = Record {
             owner: std::process::id(),
             mount_namespace,
-            cgroup_root: format!("kamaji-machine-{}", spec.name),
+            // With the owner's pid: machines of two test processes may share a name.
+            cgroup_root: format!("kamaji-machine-{}-{}", std::process::id(), spec.name),
         };
         std::fs::create_dir_all(STATE_DIR)?;
         let ledger = Path::new(STATE_DIR).join(format!("{}-{}.json", record.owner, spec.name));
@@ -349,6 +350,9 @@ impl Machine {
         // Named by the address (unique in the test's namespace), not the host name: names
         // longer than 15 bytes are cut, and two cut names may collide.
         let outside = format!("km-{}", self.address.octets()[3]);
+        // A machine of the same index that just stopped may still hold the name while the
+        // kernel tears its namespace down.
+        let _ = network::run(&["ip", "link", "del", &outside]);
         network::run(&[
             "ip",
             "link",

@@ -3,7 +3,7 @@
 //!
 //! [`run_in_private_network`] runs a test body on a thread that first moves into a fresh
 //! network namespace; the tokio runtime's threads and every process the test starts (etcd,
-//! kube-apiserver, the manager, the local node's pods, the machines) inherit it. So the host's
+//! kube-apiserver, the manager, the machines) inherit it. So the host's
 //! network is never changed: the bridge, routes, addresses and `ip_forward` all live in that
 //! namespace and vanish with it when the test's threads exit.
 //!
@@ -94,7 +94,7 @@ fn set_up_underlay() -> Result<()> {
         ])?;
     }
     run(&["ip", "link", "set", UNDERLAY_BRIDGE, "up"])?;
-    // Per network namespace: this one routes between the machines, the local node's pods
+    // Per network namespace: this one routes between the machines, their pods
     // and the load-balancer addresses.
     run(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])?;
     Ok(())

@@ -68,11 +68,18 @@ fn a_machine_runs_containers_from_imported_images_and_leaves_nothing_behind() ->
         assert_eq!(machine.exec(&["hostname"]).await?.trim(), "m-smoke");
         let hosts = String::from_utf8(machine.read_file("/etc/hosts")?)?;
         assert!(hosts.contains("10.200.0.11 m-smoke"), "{hosts}");
+        let cgroup_root = format!("kamaji-machine-{}-m-smoke", std::process::id());
+        assert!(
+            std::path::Path::new("/sys/fs/cgroup/memory")
+                .join(&cgroup_root)
+                .is_dir(),
+            "the machine has no cgroup root {cgroup_root}"
+        );
         drop(machine);
         for h in std::fs::read_dir("/sys/fs/cgroup")? {
             let h = h?.path();
             assert!(
-                !h.join("kamaji-machine-m-smoke").exists(),
+                !h.join(&cgroup_root).exists(),
                 "cgroup left in {}",
                 h.display()
             );

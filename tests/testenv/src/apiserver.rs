@@ -11,6 +11,8 @@ pub(crate) struct ApiServerConfig<'a> {
     pub port: u16,
     pub etcd_url: &'a str,
     pub service_cidr: &'a str,
+    /// Serve on every address and advertise this one (else loopback only).
+    pub advertise_address: Option<std::net::Ipv4Addr>,
 }
 
 /// Audit policy: every request at `Metadata` level (no bodies, so no Secret data in logs).
@@ -22,13 +24,21 @@ rules:
 ";
 
 /// Builds the kube-apiserver command: RBAC + Node authorizer, bootstrap-token authentication,
-/// service-account keys, audit log; everything on 127.0.0.1.
+/// service-account keys, audit log; on 127.0.0.1 unless an advertise address is given.
 pub(crate) fn command(tools: &Tools, c: &ApiServerConfig<'_>) -> Command {
     let f = |name: &str| c.dir.join(name).display().to_string();
     let mut cmd = Command::new(tools.path("kube-apiserver"));
+    match c.advertise_address {
+        Some(ip) => cmd
+            .arg("--bind-address=0.0.0.0")
+            .arg(format!("--advertise-address={ip}"))
+            .arg("--endpoint-reconciler-type=lease"),
+        None => cmd
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg("--endpoint-reconciler-type=none"),
+    };
     cmd.arg(format!("--etcd-servers={}", c.etcd_url))
-        .arg("--bind-address=127.0.0.1")
-        .arg("--advertise-address=127.0.0.1")
         .arg(format!("--secure-port={}", c.port))
         .arg(format!("--tls-cert-file={}", f("apiserver.crt")))
         .arg(format!("--tls-private-key-file={}", f("apiserver.key")))
@@ -44,15 +54,25 @@ pub(crate) fn command(tools: &Tools, c: &ApiServerConfig<'_>) -> Command {
         ))
         .arg(format!("--service-cluster-ip-range={}", c.service_cidr))
         .arg("--authorization-mode=Node,RBAC")
+        // Kubelets are reached by address (their host names resolve nowhere), as kubeadm
+        // configures it, with a client certificate of the API server's own.
+        .arg("--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname")
+        .arg(format!(
+            "--kubelet-client-certificate={}",
+            f("apiserver-kubelet-client.crt")
+        ))
+        .arg(format!(
+            "--kubelet-client-key={}",
+            f("apiserver-kubelet-client.key")
+        ))
         .arg("--enable-bootstrap-token-auth=true")
         .arg("--allow-privileged=true")
-        // No token volumes are injected: the local node runs control-plane pods, which
+        // No token volumes are injected: the control-plane pods of tenants
         // authenticate with their own kubeconfigs.
         .arg("--disable-admission-plugins=ServiceAccount")
         .arg(format!("--audit-log-path={}", f("audit.log")))
         .arg(format!("--audit-policy-file={}", f("audit-policy.yaml")))
         .arg("--audit-log-maxsize=0")
-        .arg("--endpoint-reconciler-type=none")
         .arg("--profiling=false")
         .arg("--v=1");
     cmd

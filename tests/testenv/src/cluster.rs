@@ -40,11 +40,15 @@ pub struct Builder {
     crd_dirs: Vec<PathBuf>,
     service_cidr: String,
     kubeadm_bootstrap: bool,
+    advertise_address: Option<Ipv4Addr>,
+    cluster_cidr: Option<String>,
 }
 
 impl Default for Builder {
     fn default() -> Self {
         Self {
+            advertise_address: None,
+            cluster_cidr: None,
             kubeadm_bootstrap: false,
             capi: true,
             controllers: false,
@@ -103,6 +107,26 @@ impl Builder {
         self
     }
 
+    /// Serve the API on every address of the calling network namespace and advertise
+    /// `address` (default: loopback only). For a cluster whose nodes are machines of a
+    /// private test network: its serving certificate covers `address`, the `kubernetes`
+    /// Service's endpoints point at it (`--endpoint-reconciler-type=lease`), and it reaches
+    /// kubelets by their `InternalIP` with a client certificate of its own.
+    #[must_use]
+    pub fn advertise_address(mut self, address: Ipv4Addr) -> Self {
+        self.advertise_address = Some(address);
+        self
+    }
+
+    /// Give every Node a pod CIDR from `cidr` (kube-controller-manager's
+    /// `--allocate-node-cidrs --cluster-cidr`, `/24` per node; default: none), for nodes whose
+    /// container runtime takes pod addresses from the Node's `spec.podCIDR`.
+    #[must_use]
+    pub fn cluster_cidr(mut self, cidr: &str) -> Self {
+        self.cluster_cidr = Some(cidr.to_owned());
+        self
+    }
+
     /// Starts the cluster and waits until it is ready.
     ///
     /// # Errors
@@ -129,6 +153,8 @@ pub struct LocalCluster {
     ca: TestCa,
     tools: Tools,
     service_cidr: String,
+    cluster_cidr: Option<String>,
+    advertise_address: Option<Ipv4Addr>,
     dir: tempfile::TempDir,
 }
 
@@ -168,6 +194,8 @@ impl LocalCluster {
         let ca = TestCa::new("kamaji-testenv-ca")?;
         let port = free_port()?;
         let first_service_ip = first_ip(&opts.service_cidr)?;
+        let mut serving_ips = vec![IpAddr::V4(Ipv4Addr::LOCALHOST), first_service_ip];
+        serving_ips.extend(opts.advertise_address.map(IpAddr::V4));
         let serving = ca.serving(
             "kube-apiserver",
             &[
@@ -176,8 +204,9 @@ impl LocalCluster {
                 "kubernetes.default",
                 "kubernetes.default.svc",
             ],
-            &[IpAddr::V4(Ipv4Addr::LOCALHOST), first_service_ip],
+            &serving_ips,
         )?;
+        let kubelet_client = ca.client("kube-apiserver-kubelet-client", &["system:masters"])?;
         let admin = ca.client("kamaji-testenv-admin", &["system:masters"])?;
         let (sa_key, sa_pub) = pki::key_pair()?;
         let write = |name: &str, body: &str| std::fs::write(d.join(name), body);
@@ -185,6 +214,8 @@ impl LocalCluster {
         write("ca.key", &ca.pair().key_pem)?;
         write("apiserver.crt", &serving.cert_pem)?;
         write("apiserver.key", &serving.key_pem)?;
+        write("apiserver-kubelet-client.crt", &kubelet_client.cert_pem)?;
+        write("apiserver-kubelet-client.key", &kubelet_client.key_pem)?;
         write("sa.key", &sa_key)?;
         write("sa.pub", &sa_pub)?;
         write("audit-policy.yaml", apiserver::AUDIT_POLICY)?;
@@ -202,6 +233,7 @@ impl LocalCluster {
                 port,
                 etcd_url: etcd.url(),
                 service_cidr: &opts.service_cidr,
+                advertise_address: opts.advertise_address,
             },
         );
         let mut apiserver =
@@ -222,6 +254,8 @@ impl LocalCluster {
             ca,
             tools,
             service_cidr: opts.service_cidr.clone(),
+            cluster_cidr: opts.cluster_cidr.clone(),
+            advertise_address: opts.advertise_address,
             dir,
         };
         if opts.controllers {
@@ -252,6 +286,11 @@ impl LocalCluster {
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={}", free_port()?))
             .arg("--v=1");
+        if let Some(cidr) = &self.cluster_cidr {
+            kcm.arg("--allocate-node-cidrs=true")
+                .arg(format!("--cluster-cidr={cidr}"))
+                .arg("--node-cidr-mask-size=24");
+        }
         self.controller_manager = Some(Supervised::spawn(
             "kube-controller-manager",
             kcm,
@@ -490,6 +529,21 @@ impl LocalCluster {
     #[must_use]
     pub fn service_cidr(&self) -> &str {
         &self.service_cidr
+    }
+
+    /// The pod CIDR nodes get theirs from ([`Builder::cluster_cidr`]).
+    #[must_use]
+    pub fn cluster_cidr(&self) -> Option<&str> {
+        self.cluster_cidr.as_deref()
+    }
+
+    /// The API server as other machines reach it, `https://<advertise address>:<port>`
+    /// ([`Builder::advertise_address`]); `None` when it serves loopback only.
+    #[must_use]
+    pub fn advertised_url(&self) -> Option<String> {
+        let port = self.server.rsplit(':').next()?;
+        self.advertise_address
+            .map(|ip| format!("https://{ip}:{port}"))
     }
 
     /// Process ids of every program this cluster started.

@@ -1,5 +1,6 @@
 //! An etcd member on loopback.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -35,6 +36,15 @@ impl Etcd {
     /// # Errors
     /// When etcd does not start within 30 s (the message carries the log tail).
     pub async fn start(tools: &Tools, dir: &Path, tls: Option<&EtcdTls>) -> Result<Self> {
+        Self::launch(tools, dir, tls, None).await
+    }
+
+    async fn launch(
+        tools: &Tools,
+        dir: &Path,
+        tls: Option<&EtcdTls>,
+        also_on: Option<IpAddr>,
+    ) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         let client_port = free_port()?;
         let peer_port = free_port()?;
@@ -42,9 +52,13 @@ impl Etcd {
         let url = format!("{scheme}://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
         let mut cmd = Command::new(tools.path("etcd"));
+        let listen = match also_on {
+            Some(ip) => format!("{url},{scheme}://{ip}:{client_port}"),
+            None => url.clone(),
+        };
         cmd.arg("--name=testenv")
             .arg(format!("--data-dir={}", dir.join("data").display()))
-            .arg(format!("--listen-client-urls={url}"))
+            .arg(format!("--listen-client-urls={listen}"))
             .arg(format!("--advertise-client-urls={url}"))
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
@@ -91,6 +105,23 @@ impl Etcd {
         key_pem: &str,
         client_ca_pem: &str,
     ) -> Result<Self> {
+        Self::start_tls_also_on(tools, dir, cert_pem, key_pem, client_ca_pem, None).await
+    }
+
+    /// As [`Etcd::start_tls`], also listening on `also_on` (same port; the certificate must
+    /// cover it): an address other machines of a private test network reach, such as the
+    /// underlay gateway of kamaji-machine.
+    ///
+    /// # Errors
+    /// As [`Etcd::start_tls`].
+    pub async fn start_tls_also_on(
+        tools: &Tools,
+        dir: &Path,
+        cert_pem: &str,
+        key_pem: &str,
+        client_ca_pem: &str,
+        also_on: Option<IpAddr>,
+    ) -> Result<Self> {
         let tls_dir = dir.join("tls");
         std::fs::create_dir_all(&tls_dir)?;
         let write = |name: &str, pem: &str| -> Result<PathBuf> {
@@ -103,7 +134,7 @@ impl Etcd {
             key_file: write("server.key", key_pem)?,
             client_ca_file: write("ca.crt", client_ca_pem)?,
         };
-        Self::start(tools, dir, Some(&tls)).await
+        Self::launch(tools, dir, Some(&tls), also_on).await
     }
 
     /// Client URL, e.g. `http://127.0.0.1:40123`.
