@@ -256,8 +256,40 @@ async fn a_version_upgrade_rolls_without_ever_losing_the_api() {
     );
     let versions = k.status.unwrap().versions.unwrap();
     assert_eq!(versions.last().unwrap().version, to);
-    // The API server that answers reports the new version, and kubeadm-config follows.
-    let info = tenant.apiserver_version().await.unwrap();
+    // Once the old API servers have terminated (they keep serving for a while after the roll,
+    // until every kube-proxy stopped sending them connections), the API server that answers
+    // a new client reports the new version, and kubeadm-config follows.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.client(), "tenant-a");
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    while pods
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .any(|p| {
+            p.spec.as_ref().is_some_and(|s| {
+                s.containers.iter().any(|c| {
+                    c.image
+                        .as_deref()
+                        .is_some_and(|i| i.ends_with(&format!(":{from}")))
+                })
+            })
+        })
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pods of {from} still there a minute after the roll"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let info = env
+        .tenant_client("tenant-a", "demo")
+        .await
+        .unwrap()
+        .apiserver_version()
+        .await
+        .unwrap();
     assert_eq!(info.git_version, to);
     let cc = tokio::time::timeout(MINUTE, async {
         loop {

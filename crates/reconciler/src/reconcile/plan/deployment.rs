@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, HTTPGetAction, KeyToPath, PodSpec, PodTemplateSpec, Probe,
-    SecretVolumeSource, Volume, VolumeMount,
+    Container, ContainerPort, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, PodSpec,
+    PodTemplateSpec, Probe, SecretVolumeSource, SleepAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -38,6 +38,28 @@ fn probe(timings: &ProbeSpec, path: &str, port: u16) -> Probe {
         success_threshold: timings.success_threshold,
         failure_threshold: timings.failure_threshold,
         ..Probe::default()
+    }
+}
+
+/// Seconds a terminating kube-apiserver keeps serving before it is sent `SIGTERM`.
+///
+/// A deleted pod leaves its Service's ready endpoints at once, but kube-proxy on every node
+/// of the management cluster (and a load balancer in front of node ports) takes a moment to
+/// stop sending it new connections; an API server that stopped accepting them in that moment
+/// would fail requests during a roll. A `preStop` sleep (the kubelet's sleep action, no
+/// binary in the image needed) covers that moment, so a roll never refuses a connection.
+/// Well under the pod's default 30 s termination grace period.
+pub const API_SERVER_PRE_STOP_SECONDS: i64 = 10;
+
+fn api_server_lifecycle() -> Lifecycle {
+    Lifecycle {
+        pre_stop: Some(LifecycleHandler {
+            sleep: Some(SleepAction {
+                seconds: API_SERVER_PRE_STOP_SECONDS,
+            }),
+            ..LifecycleHandler::default()
+        }),
+        ..Lifecycle::default()
     }
 }
 
@@ -79,6 +101,7 @@ fn container(spec: &ValidSpec, cp: &ControlPlaneSpec, c: Component) -> Container
         resources: own.resources.clone(),
         volume_mounts: Some(volume_mounts),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
+        lifecycle: (c == Component::ApiServer).then(api_server_lifecycle),
         ..Container::default()
     }
 }
