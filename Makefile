@@ -20,12 +20,13 @@ check: fmt-check clippy crds-check
 	RUST_TEST_THREADS=2 $(CARGO) test --workspace --all-targets --locked
 	$(CARGO) test --workspace --doc --locked
 
-## test: what CI runs: the programs (make tools), the format, clippy and CRD drift checks, then
-## every test, the real-program suites included (end-to-end tests of one binary run one at a
-## time). Not built on `check`, so the two share no build with the real-program cfg flipped.
-test: tools fmt-check clippy crds-check
-	RUST_TEST_THREADS=2 $(CARGO) test --workspace --all-targets --locked
-	$(CARGO) test --workspace --doc --locked
+## test: what CI runs (tests/run.sh): the programs (make tools, built while cargo compiles the
+## dependencies), the format, clippy and CRD drift checks, then every test, the real-program
+## suites included, the end-to-end suites in two lanes side by side (end-to-end tests of one
+## binary run one at a time). Not built on `check`, so the two share no build with the
+## real-program cfg flipped.
+test:
+	CARGO=$(CARGO) tests/run.sh
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

@@ -136,7 +136,7 @@ cni_dir=$(build cni "$CNI_VERSION" "-s -w" \
     bridge=github.com/containernetworking/plugins/plugins/main/bridge \
     host-local=github.com/containernetworking/plugins/plugins/ipam/host-local \
     loopback=github.com/containernetworking/plugins/plugins/main/loopback) || exit 1
-coredns_dir=$(build coredns "$COREDNS_VERSION" "-s -w" coredns=github.com/coredns/coredns) || exit 1
+coredns_dir=$(build coredns "$COREDNS_VERSION" "-s -w" coredns=kamaji-rs.test/tools/coredns) || exit 1
 # A static client for test pods: resolve a name, GET a URL (tests/tools/netcheck).
 netcheck_dir=$(build netcheck v0 "-s -w" netcheck=kamaji-rs.test/tools/netcheck) || exit 1
 # nft and its libraries for the kube-proxy image (nftables mode; real-machines.md §2, §5.4).

@@ -126,21 +126,26 @@ impl Env {
 
     async fn launch(opts: EnvBuilder, shared: Option<&Env>) -> Result<Self> {
         let machines = opts.workers;
-        let cluster = LocalCluster::builder()
-            .controllers(true)
-            .kubeadm_bootstrap(machines)
-            .advertise_address(UNDERLAY_GATEWAY)
-            .cluster_cidr(MANAGEMENT_CLUSTER_CIDR)
-            .start()
-            .await?;
-        if machines {
-            cluster.apply_yaml(STANDIN_MACHINE_CRDS).await?;
-        }
         let mut management = ManagementMachines::builder().machines(opts.management_machines);
         for v in &opts.versions {
             management = management.with_version(v);
         }
-        let management = management.start(&cluster).await?;
+        // The machines boot (containerd, images) while the cluster starts.
+        let tools = kamaji_testenv::Tools::locate()?;
+        let (cluster, booted) = tokio::join!(
+            LocalCluster::builder()
+                .controllers(true)
+                .kubeadm_bootstrap(machines)
+                .advertise_address(UNDERLAY_GATEWAY)
+                .cluster_cidr(MANAGEMENT_CLUSTER_CIDR)
+                .start(),
+            management.boot(&tools),
+        );
+        let (cluster, booted) = (cluster?, booted?);
+        if machines {
+            cluster.apply_yaml(STANDIN_MACHINE_CRDS).await?;
+        }
+        let management = booted.join(&cluster).await?;
         let (datastore, datastore_ca, datastore_client, for_pods) = if let Some(source) = shared {
             (
                 Arc::clone(&source.datastore),

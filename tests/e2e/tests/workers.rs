@@ -390,11 +390,11 @@ fn two_workers_join_through_cabpk_run_dns_and_proxy_stay_ready_across_control_pl
     .unwrap();
 }
 
-/// Waits until some CAPI Machine of `ns` other than `except` is `Running` with a `nodeRef`.
+/// Waits until some CAPI Machine of `ns` not in `except` is `Running` with a `nodeRef`.
 async fn wait_new_machine_running(
     env: &Env,
     ns: &str,
-    except: &str,
+    except: &[&str],
     timeout: Duration,
 ) -> anyhow::Result<String> {
     let machines = capi_machines(env, ns);
@@ -402,13 +402,14 @@ async fn wait_new_machine_running(
     loop {
         let list = machines.list(&ListParams::default()).await?;
         if let Some(name) = list.items.iter().find_map(|m| {
-            (m.data["status"]["phase"] == "Running" && m.metadata.name.as_deref() != Some(except))
-                .then(|| {
-                    m.data["status"]["nodeRef"]["name"]
-                        .as_str()
-                        .map(str::to_owned)
-                })
-                .flatten()
+            (m.data["status"]["phase"] == "Running"
+                && !except.contains(&m.metadata.name.as_deref().unwrap_or_default()))
+            .then(|| {
+                m.data["status"]["nodeRef"]["name"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .flatten()
         }) {
             return Ok(name);
         }
@@ -423,7 +424,7 @@ async fn wait_new_machine_running(
 }
 
 #[test]
-fn an_expired_bootstrap_token_fails_the_join_with_kubeadms_message_and_a_rollout_to_the_users_template_joins()
+fn an_expired_bootstrap_token_fails_the_join_with_kubeadms_message_and_a_rollout_to_the_users_template_joins_once_its_removed_kubelet_flag_is_dropped()
  {
     let _serial = kamaji_e2e::serial();
     run_in_private_network(|| async {
@@ -508,9 +509,10 @@ fn an_expired_bootstrap_token_fails_the_join_with_kubeadms_message_and_a_rollout
             "{failure}"
         );
 
-        // A rollout to the users' worker template (shared/samples: files written before the
-        // join, `cloud-provider: external`, an explicit discovery endpoint) joins again, with
-        // a fresh token whose cluster-info signature the bootstrap signer adds.
+        // The users' worker template as written (shared/samples: files written before the
+        // join, `cloud-provider: external`, an explicit discovery endpoint) passes
+        // `cloud-config` to the kubelet, a flag kubelet v1.34 removed (kubernetes#130161): the
+        // machine's kubelet exits with its message.
         let sample = std::fs::read_to_string(
             kamaji_testenv::workspace_root()
                 .join("../shared/samples/kubeadmconfigtemplate-cloud-provider-v1beta1.yaml"),
@@ -539,16 +541,53 @@ fn an_expired_bootstrap_token_fails_the_join_with_kubeadms_message_and_a_rollout
                 "MachineDeployment",
             )),
         );
-        mds.patch(
-            "md-1",
-            &PatchParams::default(),
-            &Patch::Merge(
-                serde_json::json!({"spec": {"template": {"spec": {"bootstrap": {
-                "configRef": {"name": "prow-md-0"}}}}}}),
-            ),
-        )
-        .await?;
-        let joined = wait_new_machine_running(&env, ns, &first, 5 * MINUTE).await?;
+        let roll_to = |config: &'static str| {
+            let mds = mds.clone();
+            async move {
+                mds.patch(
+                    "md-1",
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"spec": {"template": {"spec": {
+                        "bootstrap": {"configRef": {"name": config}}}}}})),
+                )
+                .await
+            }
+        };
+        roll_to("prow-md-0").await?;
+        let message = "unknown flag: --cloud-config";
+        let deadline = tokio::time::Instant::now() + 3 * MINUTE;
+        let stale = 'found: loop {
+            for m in provider.machine_names().await {
+                if m != first
+                    && let Some(machine) = provider.machine(&m).await
+                    && machine.kubelet_log_tail(200).contains(message)
+                {
+                    break 'found m;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no kubelet said {message:?}; machines {:?}",
+                provider.machine_names().await
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+
+        // The same template without that argument (the change upstream providers made to
+        // theirs for kubelet v1.34) joins again, with a fresh token whose cluster-info
+        // signature the bootstrap signer adds.
+        let mut fixed = template.clone();
+        fixed["metadata"]["name"] = "prow-md-1".into();
+        fixed["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]
+            ["kubeletExtraArgs"]
+            .as_object_mut()
+            .unwrap()
+            .remove("cloud-config");
+        env.apply_value(&fixed).await?;
+        roll_to("prow-md-1").await?;
+        let joined =
+            wait_new_machine_running(&env, ns, &[first.as_str(), stale.as_str()], 5 * MINUTE)
+                .await?;
         let machine = provider.machine(&joined).await.unwrap();
         assert_eq!(
             String::from_utf8(machine.read_file("/etc/kubernetes/cloud.conf")?)?,

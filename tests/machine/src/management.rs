@@ -33,7 +33,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::core::v1::Node;
 use kamaji_testenv::pki::kubeconfig;
-use kamaji_testenv::{KUBERNETES_VERSION, LocalCluster};
+use kamaji_testenv::{KUBERNETES_VERSION, LocalCluster, Tools};
 use kube::api::Api;
 
 use crate::images::{control_plane_images, kube_proxy_image, worker_images};
@@ -94,8 +94,41 @@ impl Builder {
     /// When `cluster` was not started for machines, or a machine does not come up (the
     /// message carries its kubelet log).
     pub async fn start(self, cluster: &LocalCluster) -> Result<ManagementMachines> {
-        ManagementMachines::launch(self, cluster).await
+        self.boot(cluster.tools()).await?.join(cluster).await
     }
+
+    /// Boots the machines (namespaces, containerd, images imported) without a cluster, so
+    /// that it can run while the cluster starts; [`BootedMachines::join`] joins them.
+    ///
+    /// # Errors
+    /// When a machine does not come up.
+    pub async fn boot(self, tools: &Tools) -> Result<BootedMachines> {
+        let tars = image_tars(tools, &self.versions)?;
+        let indices = take_indices(self.machines)?;
+        let pid = std::process::id();
+        let starts = indices.0.iter().map(|i| {
+            Machine::start(
+                tools,
+                MachineSpec {
+                    name: format!("mgmt-{pid}-{i}"),
+                    index: *i,
+                    images: tars.clone(),
+                },
+            )
+        });
+        let mut machines = Vec::new();
+        for machine in futures::future::join_all(starts).await {
+            machines.push(machine?);
+        }
+        Ok(BootedMachines { machines, indices })
+    }
+}
+
+/// Machines booted by [`Builder::boot`], not yet nodes of a cluster.
+#[derive(Debug)]
+pub struct BootedMachines {
+    machines: Vec<Machine>,
+    indices: Indices,
 }
 
 /// The running machines of a management cluster and its load-balancer stand-in. Dropping
@@ -122,7 +155,7 @@ impl Drop for Indices {
 }
 
 /// The images every management machine imports, written once per test process.
-fn image_tars(cluster: &LocalCluster, versions: &[String]) -> Result<Vec<PathBuf>> {
+fn image_tars(tools: &Tools, versions: &[String]) -> Result<Vec<PathBuf>> {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     static WRITTEN: Mutex<Vec<(String, Vec<PathBuf>)>> = Mutex::new(Vec::new());
     let dir = if let Some(d) = DIR.get() {
@@ -144,7 +177,6 @@ fn image_tars(cluster: &LocalCluster, versions: &[String]) -> Result<Vec<PathBuf
         written.push((key.to_owned(), tars.clone()));
         Ok(tars)
     };
-    let tools = cluster.tools();
     let base = dir.path();
     // pause and kube-proxy (the first two worker images).
     let mut tars: Vec<PathBuf> = get("node", &|| {
@@ -162,37 +194,21 @@ fn image_tars(cluster: &LocalCluster, versions: &[String]) -> Result<Vec<PathBuf
     Ok(tars)
 }
 
-impl ManagementMachines {
-    /// Options.
-    #[must_use]
-    pub fn builder() -> Builder {
-        Builder::default()
-    }
-
-    async fn launch(opts: Builder, cluster: &LocalCluster) -> Result<Self> {
+impl BootedMachines {
+    /// Joins the machines to `cluster` (see the module docs); returns once every Node is
+    /// Ready and routed.
+    ///
+    /// # Errors
+    /// When `cluster` was not started for machines, or a Node does not become Ready (the
+    /// message carries its kubelet log).
+    pub async fn join(self, cluster: &LocalCluster) -> Result<ManagementMachines> {
         let server = cluster.advertised_url().context(
             "the management cluster must be started with advertise_address(UNDERLAY_GATEWAY)",
         )?;
         cluster
             .cluster_cidr()
             .context("the management cluster must be started with cluster_cidr(..)")?;
-        let tars = image_tars(cluster, &opts.versions)?;
-        let indices = take_indices(opts.machines)?;
-        let pid = std::process::id();
-        let starts = indices.0.iter().map(|i| {
-            Machine::start(
-                cluster.tools(),
-                MachineSpec {
-                    name: format!("mgmt-{pid}-{i}"),
-                    index: *i,
-                    images: tars.clone(),
-                },
-            )
-        });
-        let mut machines = Vec::new();
-        for machine in futures::future::join_all(starts).await {
-            machines.push(machine?);
-        }
+        let Self { machines, indices } = self;
         for (n, machine) in machines.iter().enumerate() {
             join(cluster, &server, machine, n)?;
         }
@@ -225,11 +241,19 @@ impl ManagementMachines {
             machines.iter().map(Machine::address).collect(),
         )
         .await?;
-        Ok(Self {
+        Ok(ManagementMachines {
             load_balancer,
             machines,
             _indices: indices,
         })
+    }
+}
+
+impl ManagementMachines {
+    /// Options.
+    #[must_use]
+    pub fn builder() -> Builder {
+        Builder::default()
     }
 
     /// The machines.
