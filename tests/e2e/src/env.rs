@@ -162,8 +162,11 @@ impl Env {
         let identity = Identity::install(&cluster).await?;
         let provider = if machines {
             let tools = kamaji_testenv::Tools::locate()?;
-            let dir = tempfile::tempdir()?.keep();
-            let images = kamaji_machine::images::worker_images(&tools, &dir)?;
+            let images = kamaji_machine::ImageStore::prepare(
+                &tools,
+                &kamaji_machine::images::worker_images(&tools)?,
+            )
+            .await?;
             Some(MachineProvider::start(cluster.client(), tools, images))
         } else {
             None

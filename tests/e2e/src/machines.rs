@@ -24,7 +24,6 @@
 //! removes its machine; a finalizer keeps the object until then.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +31,7 @@ use anyhow::{Context as _, Result, bail};
 use base64::Engine as _;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Secret};
-use kamaji_machine::{Machine, MachineSpec};
+use kamaji_machine::{ImageStore, Machine, MachineSpec};
 use kamaji_testenv::Tools;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::watcher;
@@ -90,7 +89,7 @@ pub struct MachineProvider {
 struct State {
     client: Client,
     tools: Tools,
-    images: Vec<PathBuf>,
+    images: ImageStore,
     machines: Mutex<BTreeMap<String, Arc<Machine>>>,
     /// Machine name → its pod CIDR once routed.
     routes: Mutex<BTreeMap<String, String>>,
@@ -128,7 +127,7 @@ fn capi_machines(client: &Client) -> Api<DynamicObject> {
 impl MachineProvider {
     /// Starts the controller. `images` are imported into every machine's containerd.
     #[must_use]
-    pub fn start(client: Client, tools: Tools, images: Vec<PathBuf>) -> Self {
+    pub fn start(client: Client, tools: Tools, images: ImageStore) -> Self {
         let state = Arc::new(State {
             client,
             tools,

@@ -241,6 +241,38 @@ impl ImageBuilder {
         })
     }
 
+    /// A digest of everything the image is made from (reference, entries with their modes,
+    /// host files by path, size and modification time, entrypoint, environment, user):
+    /// equal fingerprints give equal images, without reading the host files.
+    ///
+    /// # Errors
+    /// When a host file is missing.
+    pub fn fingerprint(&self) -> Result<String> {
+        use std::fmt::Write as _;
+        let mut text = format!(
+            "{}\n{:?}\n{:?}\n{:?}\n",
+            self.reference, self.entrypoint, self.env, self.user
+        );
+        for (path, entry) in &self.files {
+            let source = match &entry.source {
+                Source::Host(host) => {
+                    let meta = std::fs::metadata(host)
+                        .with_context(|| format!("read {}", host.display()))?;
+                    let mtime = meta
+                        .modified()?
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_nanos();
+                    format!("host {} {} {mtime}", host.display(), meta.len())
+                }
+                Source::Bytes(data) => format!("bytes {}", sha256(data)),
+                Source::Symlink(target) => format!("symlink {target}"),
+            };
+            let _ = writeln!(text, "{path} {:o} {source}", entry.mode);
+        }
+        Ok(sha256(text.as_bytes()))
+    }
+
     /// The single layer: every parent directory, then every entry, in path order.
     fn layer(&self) -> Result<Vec<u8>> {
         let mut dirs = BTreeSet::new();

@@ -1,8 +1,6 @@
 //! The images the machines run, built from the programs `make tools` built, under the names
 //! kubeadm and the product reference (real-machines.md §2).
 
-use std::path::{Path, PathBuf};
-
 use anyhow::{Context, Result};
 use kamaji_testenv::{KUBERNETES_VERSION, Tools};
 
@@ -34,15 +32,15 @@ pub fn control_plane_image(program: &str, version: &str) -> String {
     format!("registry.k8s.io/{program}:{version}")
 }
 
-/// Writes the control-plane images of `version` into `dir` and returns their tars: each a
+/// The control-plane images of `version`: each a
 /// static program at `/usr/local/bin/<program>` (on the image's `PATH`, as upstream's images
 /// have it, since the Deployment names the command only) and an empty `/tmp`. The programs of
 /// [`KUBERNETES_VERSION`] are the tools' own; other built versions come from their
 /// `versions/<tag>/` directory.
 ///
 /// # Errors
-/// When `version` was not built or a tar cannot be written.
-pub fn control_plane_images(tools: &Tools, version: &str, dir: &Path) -> Result<Vec<PathBuf>> {
+/// When `version` was not built.
+pub fn control_plane_images(tools: &Tools, version: &str) -> Result<Vec<ImageBuilder>> {
     let bin = if version == KUBERNETES_VERSION {
         tools.bin_dir().to_path_buf()
     } else {
@@ -58,29 +56,36 @@ pub fn control_plane_images(tools: &Tools, version: &str, dir: &Path) -> Result<
                     binary.display()
                 )
             })?;
-            let image = ImageBuilder::new(&control_plane_image(program, version))?
+            Ok(ImageBuilder::new(&control_plane_image(program, version))?
                 .file(&format!("/usr/local/bin/{program}"), &binary, 0o755)
                 .bytes("/tmp/.keep", Vec::new(), 0o644)
                 .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-                .entrypoint([format!("/usr/local/bin/{program}")]);
-            Ok(image
-                .write(&dir.join(format!("{program}-{version}.tar")))?
-                .path)
+                .entrypoint([format!("/usr/local/bin/{program}")]))
         })
         .collect()
 }
 
-/// Writes the worker images into `dir` and returns their tars: pause, kube-proxy (with `nft`,
-/// its libraries, the loader and `/etc/protocols`), `CoreDNS` and the netcheck client.
+/// The node images every machine has: pause and kube-proxy (with `nft`, its libraries, the
+/// loader and `/etc/protocols`).
 ///
 /// # Errors
-/// When a program or library is missing or a tar cannot be written.
-pub fn worker_images(tools: &Tools, dir: &Path) -> Result<Vec<PathBuf>> {
-    let images = [
+/// When a program or library is missing.
+pub fn node_images(tools: &Tools) -> Result<Vec<ImageBuilder>> {
+    Ok(vec![
         ImageBuilder::new(PAUSE_IMAGE)?
             .file("/pause", tools.path("pause"), 0o755)
             .entrypoint(["/pause"]),
         kube_proxy(tools)?,
+    ])
+}
+
+/// The worker images: the [`node_images`], `CoreDNS` and the netcheck client.
+///
+/// # Errors
+/// When a program or library is missing.
+pub fn worker_images(tools: &Tools) -> Result<Vec<ImageBuilder>> {
+    let mut images = node_images(tools)?;
+    images.extend([
         ImageBuilder::new(COREDNS_IMAGE)?
             .file("/coredns", tools.path("coredns"), 0o755)
             .entrypoint(["/coredns"])
@@ -89,12 +94,8 @@ pub fn worker_images(tools: &Tools, dir: &Path) -> Result<Vec<PathBuf>> {
             .file("/netcheck", tools.path("netcheck"), 0o755)
             .entrypoint(["/netcheck"])
             .user("65532"),
-    ];
-    images
-        .iter()
-        .enumerate()
-        .map(|(i, image)| Ok(image.write(&dir.join(format!("image-{i}.tar")))?.path))
-        .collect()
+    ]);
+    Ok(images)
 }
 
 /// kube-proxy in nftables mode execs `nft`: the image carries it with its shared libraries,

@@ -4,6 +4,7 @@
 //!   container engine, for `ctr images import`; [`images`]: the machines' images.
 //! - [`network`]: the test's own network namespace with the machines' underlay bridge and the
 //!   load-balancer stand-in's addresses; the host's network is never changed.
+//! - [`store`]: a containerd image store made once, which machines start from.
 //! - [`machine`]: a machine (containerd, runc, a kubelet supervised as systemd would) in
 //!   namespaces of its own, undone on drop and after a killed run.
 //! - [`management`]: the management cluster's machines (kubelets joined to a
@@ -16,8 +17,10 @@ pub mod load_balancer;
 pub mod machine;
 pub mod management;
 pub mod network;
+pub mod store;
 
 pub use load_balancer::LoadBalancer;
 pub use machine::{Machine, MachineSpec};
 pub use management::ManagementMachines;
 pub use network::run_in_private_network;
+pub use store::ImageStore;

@@ -42,6 +42,7 @@ use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 
 use crate::network::{self, UNDERLAY_BRIDGE, UNDERLAY_GATEWAY};
+use crate::store::ImageStore;
 
 /// Where machine ledgers live (one JSON file per machine).
 pub const STATE_DIR: &str = "/run/kamaji-machine";
@@ -57,8 +58,8 @@ pub struct MachineSpec {
     pub name: String,
     /// Its underlay address is `10.200.0.(10 + index)`.
     pub index: u8,
-    /// Image-layout tars imported into containerd's `k8s.io` namespace at start.
-    pub images: Vec<PathBuf>,
+    /// The images containerd has from the start (a copy of the store).
+    pub images: ImageStore,
 }
 
 /// A running machine (see the module docs).
@@ -87,8 +88,8 @@ struct Record {
 }
 
 impl Machine {
-    /// Creates the machine and starts containerd and the kubelet supervisor; returns once
-    /// containerd answers and the images are imported. The kubelet starts once kubeadm has
+    /// Creates the machine and starts containerd (its images copied from the store) and the
+    /// kubelet supervisor; returns once containerd answers. The kubelet starts once kubeadm has
     /// written `/var/lib/kubelet/config.yaml`.
     ///
     /// Must run inside [`network::run_in_private_network`].
@@ -144,6 +145,8 @@ impl Machine {
             daemons: Vec::new(),
         };
         machine.write_work_files(tools)?;
+        spec.images
+            .copy_into(&machine.dir.path().join("containerd"))?;
         machine
             .exec_script(&machine.setup_script())
             .await
@@ -154,21 +157,6 @@ impl Machine {
             .context("connect the machine to the underlay")?;
         create_cgroup_root(&machine.record.cgroup_root)?;
         machine.start_daemons().await?;
-        for image in &spec.images {
-            machine
-                .exec(&[
-                    "ctr",
-                    "-n",
-                    "k8s.io",
-                    "images",
-                    "import",
-                    "--platform",
-                    "linux/amd64",
-                    &image.display().to_string(),
-                ])
-                .await
-                .with_context(|| format!("import {}", image.display()))?;
-        }
         Ok(machine)
     }
 

@@ -15,8 +15,8 @@
 //! - kube-proxy as a static pod (nftables mode, its image from [`images`](crate::images)),
 //!   authenticated as `system:kube-proxy` (bound to `system:node-proxier` by default), with
 //!   `clusterCIDR` set so traffic from outside the pod network is masqueraded;
-//! - the control-plane images of the requested versions and the pause and kube-proxy images,
-//!   imported into containerd.
+//! - the control-plane images of the requested versions and the pause and kube-proxy images
+//!   (an [`ImageStore`]).
 //!
 //! Once every Node is Ready with its pod CIDR, each CIDR is routed to its machine in the
 //! test's namespace and in every other machine (a cloud route controller's role; before any
@@ -26,8 +26,7 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -36,10 +35,11 @@ use kamaji_testenv::pki::kubeconfig;
 use kamaji_testenv::{KUBERNETES_VERSION, LocalCluster, Tools};
 use kube::api::Api;
 
-use crate::images::{control_plane_images, kube_proxy_image, worker_images};
+use crate::images::{control_plane_images, kube_proxy_image, node_images};
 use crate::load_balancer::LoadBalancer;
 use crate::machine::{Machine, MachineSpec};
 use crate::network;
+use crate::store::ImageStore;
 
 /// The management cluster's pod network (`/24` per Node), apart from the tenants' default
 /// `10.244.0.0/16` so both can be routed in the test's namespace.
@@ -103,7 +103,7 @@ impl Builder {
     /// # Errors
     /// When a machine does not come up.
     pub async fn boot(self, tools: &Tools) -> Result<BootedMachines> {
-        let tars = image_tars(tools, &self.versions)?;
+        let store = image_store(tools, &self.versions).await?;
         let indices = take_indices(self.machines)?;
         let pid = std::process::id();
         let starts = indices.0.iter().map(|i| {
@@ -112,7 +112,7 @@ impl Builder {
                 MachineSpec {
                     name: format!("mgmt-{pid}-{i}"),
                     index: *i,
-                    images: tars.clone(),
+                    images: store.clone(),
                 },
             )
         });
@@ -154,44 +154,14 @@ impl Drop for Indices {
     }
 }
 
-/// The images every management machine imports, written once per test process.
-fn image_tars(tools: &Tools, versions: &[String]) -> Result<Vec<PathBuf>> {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    static WRITTEN: Mutex<Vec<(String, Vec<PathBuf>)>> = Mutex::new(Vec::new());
-    let dir = if let Some(d) = DIR.get() {
-        d
-    } else {
-        let d = tempfile::Builder::new()
-            .prefix("kamaji-machine-images-")
-            .tempdir()?;
-        DIR.get_or_init(|| d)
-    };
-    let mut written = WRITTEN
-        .lock()
-        .map_err(|_| anyhow::anyhow!("image cache poisoned"))?;
-    let mut get = |key: &str, make: &dyn Fn() -> Result<Vec<PathBuf>>| -> Result<Vec<PathBuf>> {
-        if let Some((_, tars)) = written.iter().find(|(k, _)| k == key) {
-            return Ok(tars.clone());
-        }
-        let tars = make()?;
-        written.push((key.to_owned(), tars.clone()));
-        Ok(tars)
-    };
-    let base = dir.path();
-    // pause and kube-proxy (the first two worker images).
-    let mut tars: Vec<PathBuf> = get("node", &|| {
-        let d = base.join("node");
-        std::fs::create_dir_all(&d)?;
-        Ok(worker_images(tools, &d)?.into_iter().take(2).collect())
-    })?;
+/// The images of every management machine: pause, kube-proxy and the control-plane images of
+/// `versions`, in a store made once for them.
+async fn image_store(tools: &Tools, versions: &[String]) -> Result<ImageStore> {
+    let mut images = node_images(tools)?;
     for version in versions {
-        tars.extend(get(version, &|| {
-            let d = base.join(version);
-            std::fs::create_dir_all(&d)?;
-            control_plane_images(tools, version, &d)
-        })?);
+        images.extend(control_plane_images(tools, version)?);
     }
-    Ok(tars)
+    ImageStore::prepare(tools, &images).await
 }
 
 impl BootedMachines {

@@ -6,6 +6,7 @@
 use std::os::unix::fs::MetadataExt;
 
 use anyhow::Result;
+use kamaji_machine::ImageStore;
 use kamaji_machine::images::{COREDNS_IMAGE, NETCHECK_IMAGE, kube_proxy_image, worker_images};
 use kamaji_machine::machine::PAUSE_IMAGE;
 use kamaji_machine::{Machine, MachineSpec, run_in_private_network};
@@ -20,14 +21,13 @@ fn a_machine_runs_containers_from_imported_images_and_leaves_nothing_behind() ->
         .stdout;
     run_in_private_network(move || async move {
         let tools = Tools::locate()?;
-        let images = tempfile::tempdir()?;
-        let tars = worker_images(&tools, images.path())?;
+        let store = ImageStore::prepare(&tools, &worker_images(&tools)?).await?;
         let machine = Machine::start(
             &tools,
             MachineSpec {
                 name: "m-smoke".into(),
                 index: 1,
-                images: tars,
+                images: store,
             },
         )
         .await?;
