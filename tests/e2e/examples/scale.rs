@@ -1,5 +1,6 @@
 //! `make bench`: provisions `TENANTS` (default 20) tenants of `REPLICAS` (default 2) pods at
-//! once on the local management cluster and prints the median and maximum seconds from
+//! once on the local management cluster (`MACHINES`, default 1, management machines running
+//! the control-plane containers) and prints the median and maximum seconds from
 //! KamajiControlPlane creation to `Available=True`, and the manager's peak resident memory
 //! (VmHWM). A benchmark, not a test: it asserts nothing. On 2 cores, 20 tenants of 2 replicas
 //! (120 control-plane processes) overload the machine; `REPLICAS=1` fits. Ctrl-C or SIGTERM
@@ -11,8 +12,11 @@ use anyhow::Result;
 use kamaji_api::KamajiControlPlane;
 use kube::Api;
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
+    kamaji_machine::run_in_private_network(bench)
+}
+
+async fn bench() -> Result<()> {
     let count = |name: &str, default: usize| {
         std::env::var(name)
             .ok()
@@ -30,7 +34,14 @@ async fn main() -> Result<()> {
 }
 
 async fn run(tenants: usize, replicas: usize) -> Result<()> {
-    let env = kamaji_e2e::Env::start().await?;
+    let machines = std::env::var("MACHINES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let env = kamaji_e2e::Env::builder()
+        .management_machines(machines)
+        .start()
+        .await?;
     for i in 0..tenants {
         let ns = format!("scale-{i}");
         env.namespace(&ns).await?;
