@@ -218,19 +218,14 @@ fn with_machine_kind_settings(manifest: &str) -> Result<String> {
 
 /// Waits until a CAPI Machine is Running with a nodeRef and its Node is Ready; its name.
 async fn wait_worker(env: &kamaji_e2e::Env, ns: &str) -> Result<String> {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
-    let machines: Api<DynamicObject> = Api::namespaced_with(
-        env.client(),
-        ns,
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "cluster.x-k8s.io",
-            "v1beta2",
-            "Machine",
-        )),
-    );
+    let machines = env.capi(ns, "v1beta2", "Machine");
     let deadline = Instant::now() + Duration::from_mins(5);
     loop {
-        for m in machines.list(&ListParams::default()).await?.items {
+        for m in machines
+            .list(&kube::api::ListParams::default())
+            .await?
+            .items
+        {
             if m.data["status"]["phase"] == "Running"
                 && let Some(node) = m.data["status"]["nodeRef"]["name"].as_str()
             {

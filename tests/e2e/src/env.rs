@@ -19,7 +19,7 @@ use kamaji_machine::network::UNDERLAY_GATEWAY;
 use kamaji_testenv::pki::CertPair;
 use kamaji_testenv::{Etcd, LocalCluster};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 
 use kamaji_testenv::kubeconfig::config_from_secret;
 
@@ -275,6 +275,17 @@ impl Env {
         self.apply_yaml(&f0(ns, name, replicas)).await?;
         self.wait_kcp_condition(ns, name, "Available", "True", Duration::from_mins(4))
             .await
+    }
+
+    /// The Cluster API objects of `kind` at `version` (`cluster.x-k8s.io`) in `ns`, e.g.
+    /// `Machine` or `MachineDeployment` at `v1beta2`.
+    #[must_use]
+    pub fn capi(&self, ns: &str, version: &str, kind: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client(),
+            ns,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", version, kind)),
+        )
     }
 
     /// Merge-patches the KamajiControlPlane `ns/name`.

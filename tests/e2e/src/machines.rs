@@ -323,16 +323,7 @@ impl State {
         // Routes to the pod CIDRs of the machines already there.
         for (other, cidr) in self.routes.lock().await.iter() {
             if let Some(m) = self.machines.lock().await.get(other) {
-                machine
-                    .exec(&[
-                        "ip",
-                        "route",
-                        "replace",
-                        cidr,
-                        "via",
-                        &m.address().to_string(),
-                    ])
-                    .await?;
+                machine.route(cidr, m.address()).await?;
             }
         }
         apply_cloud_config(&machine, &cloud_config).await?;
@@ -432,16 +423,7 @@ impl State {
         kamaji_machine::network::route(&cidr, machine.address())?;
         for (other_name, other) in self.machines.lock().await.iter() {
             if other_name != name {
-                other
-                    .exec(&[
-                        "ip",
-                        "route",
-                        "replace",
-                        &cidr,
-                        "via",
-                        &machine.address().to_string(),
-                    ])
-                    .await?;
+                other.route(&cidr, machine.address()).await?;
             }
         }
         self.routes.lock().await.insert(name.to_owned(), cidr);

@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kamaji_api::KamajiControlPlane;
 use kamaji_testenv::wait::await_object;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DynamicObject};
 
 use crate::Env;
 
@@ -43,12 +43,7 @@ impl Env {
         status: &str,
         timeout: Duration,
     ) -> Result<DynamicObject> {
-        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "cluster.x-k8s.io",
-            "v1beta2",
-            "Cluster",
-        ));
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client(), ns, &ar);
+        let api = self.capi(ns, "v1beta2", "Cluster");
         let (t, st) = (type_.to_owned(), status.to_owned());
         let ok = move |c: &DynamicObject| {
             c.data["status"]["conditions"].as_array().is_some_and(|l| {

@@ -13,10 +13,7 @@ use kamaji_e2e::{
     Env, F0, ReadyzProbe, datastore_admin, etcd_prefix, f0, secret_text, serial, wait_rolled_out,
 };
 use kamaji_reconciler::datastore;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 
 const MINUTE: Duration = Duration::from_mins(1);
@@ -68,12 +65,7 @@ impl AvailableFloor {
 }
 
 fn cluster_api(env: &Env, ns: &str, version: &str) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "cluster.x-k8s.io",
-        version,
-        "Cluster",
-    ));
-    Api::namespaced_with(env.client(), ns, &ar)
+    env.capi(ns, version, "Cluster")
 }
 
 #[kamaji_e2e::test]

@@ -16,10 +16,7 @@ use kamaji_e2e::machines::{SETTINGS_FOR_THIS_MACHINE_KIND, machine_deployment};
 use kamaji_e2e::{Env, F0, wait_rolled_out};
 use kamaji_machine::images::NETCHECK_IMAGE;
 use kamaji_machine::run_in_private_network;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, LogParams, Patch, PatchParams,
-    PostParams,
-};
+use kube::api::{Api, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 
 const MINUTE: Duration = Duration::from_mins(1);
@@ -40,15 +37,7 @@ fn pod_phase(p: &Pod) -> &str {
 
 /// The CAPI Machines of `ns`.
 fn capi_machines(env: &Env, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        env.client(),
-        ns,
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "cluster.x-k8s.io",
-            "v1beta2",
-            "Machine",
-        )),
-    )
+    env.capi(ns, "v1beta2", "Machine")
 }
 
 /// Waits until exactly `n` CAPI Machines of `ns` are `Running` with a `nodeRef`; returns
@@ -366,11 +355,7 @@ fn two_workers_join_through_cabpk_run_dns_and_proxy_stay_ready_across_control_pl
                 }
             }
         });
-        let mds: Api<DynamicObject> = Api::namespaced_with(
-            env.client(),
-            ns,
-            &ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "MachineDeployment")),
-        );
+        let mds = env.capi(ns, "v1beta2", "MachineDeployment");
         mds.patch("md-0", &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"replicas": 1}})))
             .await?;
         let remaining = wait_machines_running(&env, ns, 1, 4 * MINUTE).await?;
@@ -532,15 +517,7 @@ fn an_expired_bootstrap_token_fails_the_join_with_kubeadms_message_and_a_rollout
             serde_yaml::from_str(&kamaji_e2e::substitute(&sample, &vars)?)?;
         template["metadata"]["namespace"] = ns.into();
         env.apply_value(&template).await?;
-        let mds: Api<DynamicObject> = Api::namespaced_with(
-            env.client(),
-            ns,
-            &ApiResource::from_gvk(&GroupVersionKind::gvk(
-                "cluster.x-k8s.io",
-                "v1beta1",
-                "MachineDeployment",
-            )),
-        );
+        let mds = env.capi(ns, "v1beta1", "MachineDeployment");
         let roll_to = |config: &'static str| {
             let mds = mds.clone();
             async move {

@@ -191,6 +191,16 @@ impl Machine {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Adds (or replaces) the route `cidr via gateway` inside the machine.
+    ///
+    /// # Errors
+    /// As [`Machine::exec`].
+    pub async fn route(&self, cidr: &str, gateway: Ipv4Addr) -> Result<()> {
+        self.exec(&["ip", "route", "replace", cidr, "via", &gateway.to_string()])
+            .await
+            .map(drop)
+    }
+
     /// Runs a shell script inside the machine (`sh -eu -c`), returning stdout.
     ///
     /// # Errors

@@ -25,7 +25,6 @@
 //! (as on a control-plane host of a kubeadm cluster, which runs kube-proxy too).
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -192,16 +191,7 @@ impl BootedMachines {
             network::route(cidr, to.address())?;
             for other in &machines {
                 if other.name() != to.name() {
-                    other
-                        .exec(&[
-                            "ip",
-                            "route",
-                            "replace",
-                            cidr,
-                            "via",
-                            &to.address().to_string(),
-                        ])
-                        .await?;
+                    other.route(cidr, to.address()).await?;
                 }
             }
         }
@@ -236,23 +226,6 @@ impl ManagementMachines {
     #[must_use]
     pub fn load_balancer(&self) -> &LoadBalancer {
         &self.load_balancer
-    }
-
-    /// Waits (at most `timeout`) until Service `namespace/name` of type `LoadBalancer` has
-    /// its address, and returns `<address>:<port>`.
-    ///
-    /// # Errors
-    /// When no address is assigned in time.
-    pub async fn load_balancer_address(
-        &self,
-        namespace: &str,
-        name: &str,
-        port: u16,
-        timeout: Duration,
-    ) -> Result<SocketAddr> {
-        self.load_balancer
-            .address(namespace, name, port, timeout)
-            .await
     }
 }
 
