@@ -5,9 +5,11 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kamaji_api::KamajiControlPlane;
 use kamaji_e2e::{Env, f0};
-use kube::api::Api;
+use kube::api::{Api, LogParams, PostParams};
+use kube::runtime::wait::await_condition;
 
 const MINUTE: Duration = Duration::from_mins(1);
 
@@ -81,6 +83,52 @@ async fn cluster_becomes_available_through_capi_and_kubeadm_discovery_passes() {
         .await
         .unwrap();
     assert_eq!(readyz.trim(), "ok");
+
+    // A pod of the management cluster reaches the tenant through the load-balancer address too
+    // (kube-proxy's VIP rule, back to a pod on the same machine: hairpin), verified against
+    // <cluster>-ca, as the manager will once it runs as a pod.
+    let pods: Api<Pod> = Api::namespaced(env.client(), "tenant-a");
+    let url = format!(
+        "https://{}:{}/readyz",
+        ep.host.clone().unwrap(),
+        ep.port.unwrap()
+    );
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "netcheck"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "netcheck", "image": kamaji_machine::images::NETCHECK_IMAGE,
+                "imagePullPolicy": "Never",
+                "args": ["-get", url, "-cacert", "/ca/tls.crt"],
+                "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
+            }],
+            "volumes": [{"name": "ca", "secret": {
+                "secretName": "demo-ca", "items": [{"key": "tls.crt", "path": "tls.crt"}]}}],
+        },
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let done = tokio::time::timeout(
+        MINUTE,
+        await_condition(pods.clone(), "netcheck", |p: Option<&Pod>| {
+            p.and_then(|p| p.status.as_ref())
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|phase| phase == "Succeeded" || phase == "Failed")
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .unwrap();
+    let log = pods.logs("netcheck", &LogParams::default()).await.unwrap();
+    assert_eq!(
+        done.status.and_then(|s| s.phase).as_deref(),
+        Some("Succeeded"),
+        "{log}"
+    );
+    assert!(log.contains(&format!("200 {url} ok")), "{log}");
 
     // A bootstrap token in the tenant, signed by the tenant's bootstrapsigner, and a real kubeadm
     // token discovery against the endpoint pinned to <cluster>-ca.

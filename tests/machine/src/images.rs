@@ -90,12 +90,20 @@ pub fn worker_images(tools: &Tools) -> Result<Vec<ImageBuilder>> {
             .file("/coredns", tools.path("coredns"), 0o755)
             .entrypoint(["/coredns"])
             .user("65532"),
-        ImageBuilder::new(NETCHECK_IMAGE)?
-            .file("/netcheck", tools.path("netcheck"), 0o755)
-            .entrypoint(["/netcheck"])
-            .user("65532"),
+        netcheck(tools)?,
     ]);
     Ok(images)
+}
+
+/// The netcheck test client ([`NETCHECK_IMAGE`], `tests/tools/netcheck`), as user 65532.
+///
+/// # Errors
+/// When the program is missing.
+pub fn netcheck(tools: &Tools) -> Result<ImageBuilder> {
+    Ok(ImageBuilder::new(NETCHECK_IMAGE)?
+        .file("/netcheck", tools.path("netcheck"), 0o755)
+        .entrypoint(["/netcheck"])
+        .user("65532"))
 }
 
 /// kube-proxy in nftables mode execs `nft`: the image carries it with its shared libraries,

@@ -15,8 +15,8 @@
 //! - kube-proxy as a static pod (nftables mode, its image from [`images`](crate::images)),
 //!   authenticated as `system:kube-proxy` (bound to `system:node-proxier` by default), with
 //!   `clusterCIDR` set so traffic from outside the pod network is masqueraded;
-//! - the control-plane images of the requested versions and the pause and kube-proxy images
-//!   (an [`ImageStore`]).
+//! - the control-plane images of the requested versions, the pause and kube-proxy images
+//!   and the netcheck test client (an [`ImageStore`]).
 //!
 //! Once every Node is Ready with its pod CIDR, each CIDR is routed to its machine in the
 //! test's namespace and in every other machine (a cloud route controller's role; before any
@@ -34,7 +34,7 @@ use kamaji_testenv::pki::kubeconfig;
 use kamaji_testenv::{KUBERNETES_VERSION, LocalCluster, Tools};
 use kube::api::Api;
 
-use crate::images::{control_plane_images, kube_proxy_image, node_images};
+use crate::images::{control_plane_images, kube_proxy_image, netcheck, node_images};
 use crate::load_balancer::LoadBalancer;
 use crate::machine::{Machine, MachineSpec};
 use crate::network;
@@ -153,10 +153,11 @@ impl Drop for Indices {
     }
 }
 
-/// The images of every management machine: pause, kube-proxy and the control-plane images of
-/// `versions`, in a store made once for them.
+/// The images of every management machine: pause, kube-proxy, the netcheck test client and
+/// the control-plane images of `versions`, in a store made once for them.
 async fn image_store(tools: &Tools, versions: &[String]) -> Result<ImageStore> {
     let mut images = node_images(tools)?;
+    images.push(netcheck(tools)?);
     for version in versions {
         images.extend(control_plane_images(tools, version)?);
     }
