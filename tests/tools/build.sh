@@ -97,50 +97,77 @@ k8s_ldflags_for() {
 }
 k8s_ldflags=$(k8s_ldflags_for "$K8S_VERSION")
 
-etcd_dir=$(build etcd "$ETCD_VERSION" "-s -w" etcd=go.etcd.io/etcd/server/v3) || exit 1
-k8s_dir=$(build k8s "$K8S_VERSION" "$k8s_ldflags" \
-    kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
-    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
-    kubeadm=k8s.io/kubernetes/cmd/kubeadm \
-    kubectl=k8s.io/kubernetes/cmd/kubectl \
-    kubelet=k8s.io/kubernetes/cmd/kubelet \
-    kube-proxy=k8s.io/kubernetes/cmd/kube-proxy) || exit 1
-prev_dir=$(build k8s-prev "$K8S_PREV_VERSION" "$(k8s_ldflags_for "$K8S_PREV_VERSION")" \
-    kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
-    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler) || exit 1
-capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI_VERSION -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14"
-capi_dir=$(build capi "$CAPI_VERSION" "$capi_ldflags" \
-    capi-manager=sigs.k8s.io/cluster-api/core \
-    capi-kubeadm-bootstrap-manager=sigs.k8s.io/cluster-api/bootstrap/kubeadm \
-    clusterctl=sigs.k8s.io/cluster-api/cmd/clusterctl) || exit 1
+# etcd first, alone: it is the smallest group, so a Go proxy that cannot be reached is named
+# within seconds. Then two independent chains of groups build side by side: one Go build
+# leaves a core idle while it links, and the chains share nothing but the Go caches (which
+# allow that). Each group's directory is written to a file of $results; the first failure in
+# either chain stops both, and its one line is printed.
+results=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$results"' EXIT
+build etcd "$ETCD_VERSION" "-s -w" etcd=go.etcd.io/etcd/server/v3 >"$results/etcd" || exit 1
+chain_kubernetes() {
+    build k8s "$K8S_VERSION" "$k8s_ldflags" \
+        kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+        kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+        kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
+        kubeadm=k8s.io/kubernetes/cmd/kubeadm \
+        kubectl=k8s.io/kubernetes/cmd/kubectl \
+        kubelet=k8s.io/kubernetes/cmd/kubelet \
+        kube-proxy=k8s.io/kubernetes/cmd/kube-proxy >"$results/k8s" || exit 1
+    build k8s-prev "$K8S_PREV_VERSION" "$(k8s_ldflags_for "$K8S_PREV_VERSION")" \
+        kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+        kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+        kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler >"$results/prev" || exit 1
+}
+chain_others() {
+    local capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI_VERSION -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14"
+    build capi "$CAPI_VERSION" "$capi_ldflags" \
+        capi-manager=sigs.k8s.io/cluster-api/core \
+        capi-kubeadm-bootstrap-manager=sigs.k8s.io/cluster-api/bootstrap/kubeadm \
+        clusterctl=sigs.k8s.io/cluster-api/cmd/clusterctl >"$results/capi" || exit 1
+    # The test machines' runtime. containerd and its shim run on the machine itself, so they
+    # may link the machine's glibc (btrfs left out: it needs its headers).
+    TOOL_CGO=1 TOOL_TAGS=no_btrfs build containerd "$CONTAINERD_VERSION" \
+        "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+        containerd=github.com/containerd/containerd/v2/cmd/containerd \
+        containerd-shim-runc-v2=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+        ctr=github.com/containerd/containerd/v2/cmd/ctr >"$results/containerd" || exit 1
+    # containerd gives every sandbox the RuntimeDefault seccomp profile, so runc needs the
+    # seccomp tag: static against libseccomp.a from libseccomp-dev (real-machines.md §5.2).
+    local seccomp_dir seccomp_pc
+    seccomp_dir=$(debs libseccomp libseccomp-dev) || exit 1
+    seccomp_pc=$(find "$seccomp_dir/root" -name libseccomp.pc | head -n1)
+    [ -n "$seccomp_pc" ] || die "libseccomp.pc is missing from the unpacked libseccomp-dev ($seccomp_dir)"
+    sed -i "s|^prefix=.*|prefix=$seccomp_dir/root/usr|" "$seccomp_pc"
+    PKG_CONFIG_PATH=$(dirname "$seccomp_pc") TOOL_CGO=1 TOOL_TAGS=seccomp build runc "$RUNC_VERSION" \
+        "-s -w -X main.version=${RUNC_VERSION#v} -extldflags -static" \
+        runc=github.com/opencontainers/runc >"$results/runc" || exit 1
+    build cni "$CNI_VERSION" "-s -w" \
+        bridge=github.com/containernetworking/plugins/plugins/main/bridge \
+        host-local=github.com/containernetworking/plugins/plugins/ipam/host-local \
+        loopback=github.com/containernetworking/plugins/plugins/main/loopback >"$results/cni" || exit 1
+    build coredns "$COREDNS_VERSION" "-s -w" coredns=kamaji-rs.test/tools/coredns >"$results/coredns" || exit 1
+    # A static client for test pods: resolve a name, GET a URL (tests/tools/netcheck).
+    build netcheck v0 "-s -w" netcheck=kamaji-rs.test/tools/netcheck >"$results/netcheck" || exit 1
+    # nft and its libraries for the kube-proxy image (nftables mode; real-machines.md §2, §5.4).
+    debs nft nftables libnftables1 libmnl0 libnftnl11 libjansson4 libxtables12 libgmp10 libedit2 libbsd0 libmd0 libtinfo6 >"$results/nft" || exit 1
+}
+# In a chain, a failure's line goes to $results/failure (the first one is printed).
+chain_die() { echo "make tools: $*" >>"$results/failure"; exit 1; }
+( die() { chain_die "$@"; }; chain_kubernetes ) &
+( die() { chain_die "$@"; }; chain_others ) &
+for _ in 1 2; do
+    if ! wait -n; then
+        kill $(jobs -p) 2>/dev/null
+        wait 2>/dev/null
+        head -n1 "$results/failure" >&2 2>/dev/null || echo "make tools: a build chain failed" >&2
+        exit 1
+    fi
+done
+for group in etcd k8s prev capi containerd runc cni coredns netcheck nft; do
+    printf -v "${group}_dir" '%s' "$(cat "$results/$group")"
+done
 
-# The test machines' runtime. containerd and its shim run on the machine itself, so they
-# may link the machine's glibc (btrfs left out: it needs its headers).
-containerd_dir=$(TOOL_CGO=1 TOOL_TAGS=no_btrfs build containerd "$CONTAINERD_VERSION" \
-    "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
-    containerd=github.com/containerd/containerd/v2/cmd/containerd \
-    containerd-shim-runc-v2=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
-    ctr=github.com/containerd/containerd/v2/cmd/ctr) || exit 1
-# containerd gives every sandbox the RuntimeDefault seccomp profile, so runc needs the
-# seccomp tag: static against libseccomp.a from libseccomp-dev (real-machines.md §5.2).
-seccomp_dir=$(debs libseccomp libseccomp-dev) || exit 1
-seccomp_pc=$(find "$seccomp_dir/root" -name libseccomp.pc | head -n1)
-[ -n "$seccomp_pc" ] || die "libseccomp.pc is missing from the unpacked libseccomp-dev ($seccomp_dir)"
-sed -i "s|^prefix=.*|prefix=$seccomp_dir/root/usr|" "$seccomp_pc"
-runc_dir=$(PKG_CONFIG_PATH=$(dirname "$seccomp_pc") TOOL_CGO=1 TOOL_TAGS=seccomp build runc "$RUNC_VERSION" \
-    "-s -w -X main.version=${RUNC_VERSION#v} -extldflags -static" \
-    runc=github.com/opencontainers/runc) || exit 1
-cni_dir=$(build cni "$CNI_VERSION" "-s -w" \
-    bridge=github.com/containernetworking/plugins/plugins/main/bridge \
-    host-local=github.com/containernetworking/plugins/plugins/ipam/host-local \
-    loopback=github.com/containernetworking/plugins/plugins/main/loopback) || exit 1
-coredns_dir=$(build coredns "$COREDNS_VERSION" "-s -w" coredns=kamaji-rs.test/tools/coredns) || exit 1
-# A static client for test pods: resolve a name, GET a URL (tests/tools/netcheck).
-netcheck_dir=$(build netcheck v0 "-s -w" netcheck=kamaji-rs.test/tools/netcheck) || exit 1
-# nft and its libraries for the kube-proxy image (nftables mode; real-machines.md §2, §5.4).
-nft_dir=$(debs nft nftables libnftables1 libmnl0 libnftnl11 libjansson4 libxtables12 libgmp10 libedit2 libbsd0 libmd0 libtinfo6) || exit 1
 # The sandbox's pause process: a small static C program.
 pause_dir="$cache/pause-$(sha256sum "$here/pause/pause.c" | cut -c1-12)"
 if [ ! -f "$pause_dir/.complete" ]; then
