@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kamaji_api::KamajiControlPlane;
 use kamaji_testenv::wait::await_object;
 use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, ListParams};
 
 use crate::Env;
 
@@ -82,15 +83,75 @@ impl Env {
         if let Some(found) = await_object(&api, name, timeout, ok).await? {
             return Ok(found);
         }
-        let now = api
-            .get_opt(name)
-            .await?
-            .map(|k| status(&k))
-            .unwrap_or_default();
+        let found = api.get_opt(name).await?;
+        let now = found.as_ref().map(&status).unwrap_or_default();
+        let pods = match found.as_ref().and_then(|k| k.meta().namespace.clone()) {
+            Some(ns) => self.pods_report(&ns).await,
+            None => String::new(),
+        };
         bail!(
-            "{label}: {what} not reached in {timeout:?}\nstatus:\n{now}\nmanager log:\n{}",
+            "{label}: {what} not reached in {timeout:?}\nstatus:\n{now}\n{pods}manager log:\n{}",
             self.manager_log()
         )
+    }
+
+    /// The pods of `ns` (phase, node, each container's state, restarts and last termination)
+    /// and the namespace's last events, for failure messages.
+    pub async fn pods_report(&self, ns: &str) -> String {
+        use std::fmt::Write as _;
+        let mut out = format!("pods of {ns}:\n");
+        let pods: Api<Pod> = Api::namespaced(self.client(), ns);
+        for p in pods
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let status = p.status.clone().unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "- {} {} on {} (deleting: {})",
+                p.metadata.name.clone().unwrap_or_default(),
+                status.phase.clone().unwrap_or_default(),
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .unwrap_or_default(),
+                p.metadata.deletion_timestamp.is_some()
+            );
+            for c in status.container_statuses.unwrap_or_default() {
+                let _ = writeln!(
+                    out,
+                    "    {} ready={} restarts={} state={} last={}",
+                    c.name,
+                    c.ready,
+                    c.restart_count,
+                    serde_json::to_string(&c.state).unwrap_or_default(),
+                    serde_json::to_string(&c.last_state).unwrap_or_default()
+                );
+            }
+        }
+        let events: Api<Event> = Api::namespaced(self.client(), ns);
+        let mut list = events
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        list.sort_by_key(|e| e.last_timestamp.clone().map(|t| t.0));
+        let _ = writeln!(out, "last events of {ns}:");
+        for e in list.iter().rev().take(25).rev() {
+            let _ = writeln!(
+                out,
+                "- {} {} {}/{} x{}: {}",
+                e.type_.clone().unwrap_or_default(),
+                e.reason.clone().unwrap_or_default(),
+                e.involved_object.kind.clone().unwrap_or_default(),
+                e.involved_object.name.clone().unwrap_or_default(),
+                e.count.unwrap_or(1),
+                e.message.clone().unwrap_or_default()
+            );
+        }
+        out
     }
 
     /// Waits until `ready` holds for the KamajiControlPlane `ns/name`.
