@@ -526,6 +526,9 @@ pub const SETTINGS_FOR_THIS_MACHINE_KIND: &str = "  kubelet:
     cgroupfs: cgroupfs
     configurationJSONPatches:
     - {op: add, path: /failCgroupV1, value: false}
+    - {op: add, path: /evictionHard, value: {memory.available: 100Mi, nodefs.available: 0%, imagefs.available: 0%, nodefs.inodesFree: 0%}}
+    - {op: add, path: /imageGCHighThresholdPercent, value: 100}
+    - {op: add, path: /imageGCLowThresholdPercent, value: 99}
   addons:
     coreDNS: {}
     kubeProxy:

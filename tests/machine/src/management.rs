@@ -316,7 +316,11 @@ async fn wait_ready_with_cidr(nodes: &Api<Node>, machine: &Machine) -> Result<St
 }
 
 /// The kubelet configuration of a management machine: what kubeadm writes for a node, plus
-/// this machine kind's settings (cgroupfs, `failCgroupV1: false`, swap allowed).
+/// this machine kind's settings: cgroupfs, `failCgroupV1: false`, swap allowed, and eviction
+/// and image garbage collection that do not look at the disk (every machine shares the
+/// host's file system, whose fill level belongs to the host and the tests, not to the node:
+/// with the defaults a host at 85 % has the kubelet delete the imported images and refuse
+/// pods for `DiskPressure`).
 const KUBELET_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 authentication:
@@ -333,6 +337,9 @@ clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
 rotateCertificates: false
 serializeImagePulls: false
+evictionHard: {memory.available: 100Mi, nodefs.available: 0%, imagefs.available: 0%, nodefs.inodesFree: 0%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 ";
 
 fn kube_proxy_config(name: &str, cluster_cidr: &str) -> String {
