@@ -19,8 +19,16 @@
 //!   (restarts the kubelet 2 s after any exit, sources `kubeadm-flags.env` and
 //!   `/etc/default/kubelet`), and a `systemctl` stand-in first on `PATH` so kubeadm's calls
 //!   succeed;
-//! - its own cgroup root `/kamaji-machine-<pid>-<name>` in every cgroup v1 hierarchy: the only change
-//!   outside the namespaces, undone with `rmdir`.
+//! - its own cgroup root `/kamaji-machine-<pid>-<name>` in every cgroup v1 hierarchy, undone
+//!   with `rmdir`.
+//!
+//! The one host setting a machine needs: real machines have a kernel each, these share one,
+//! and with it the per-user inotify limits (`fs.inotify.max_user_instances`, 128 by default).
+//! Every kubelet, containerd, kube-apiserver and controller manager holds several instances
+//! (one suite of two tests peaked at 75), so four suites side by side ran out and the CAPI
+//! manager exited with `too many open files`. [`raise_inotify_limits`] raises them to
+//! [`INOTIFY_MAX_USER_INSTANCES`] and [`INOTIFY_MAX_USER_WATCHES`] (never lowers them), as
+//! kind's known issues ask of a host that runs several nodes.
 //!
 //! Per-machine kubelet flags (`--cgroup-root`, `--node-ip`) live in `/etc/default/kubelet`, as
 //! a machine image would set them; everything else comes from kubeadm.
@@ -50,6 +58,40 @@ pub const STATE_DIR: &str = "/run/kamaji-machine";
 /// The pause image every machine's containerd pins as its sandbox image (kubeadm v1.36's
 /// `constants.PauseVersion`).
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.2";
+
+/// The per-user inotify instances the host must allow (`fs.inotify.max_user_instances`): room
+/// for four suites of machines side by side, at about 75 instances per suite.
+pub const INOTIFY_MAX_USER_INSTANCES: u64 = 8192;
+
+/// The per-user inotify watches the host must allow (`fs.inotify.max_user_watches`), kind's
+/// figure for a host running several nodes.
+pub const INOTIFY_MAX_USER_WATCHES: u64 = 524_288;
+
+/// Raises `fs.inotify.max_user_instances` and `fs.inotify.max_user_watches` to
+/// [`INOTIFY_MAX_USER_INSTANCES`] and [`INOTIFY_MAX_USER_WATCHES`] where they are lower; a
+/// higher setting is kept. See the module docs for why machines need it.
+///
+/// # Errors
+/// When a setting cannot be read or written (not root, or `/proc/sys` read-only); the message
+/// names it.
+pub fn raise_inotify_limits() -> Result<()> {
+    for (name, wanted) in [
+        ("max_user_instances", INOTIFY_MAX_USER_INSTANCES),
+        ("max_user_watches", INOTIFY_MAX_USER_WATCHES),
+    ] {
+        let path = format!("/proc/sys/fs/inotify/{name}");
+        let current: u64 = std::fs::read_to_string(&path)
+            .with_context(|| format!("read fs.inotify.{name}"))?
+            .trim()
+            .parse()
+            .with_context(|| format!("parse fs.inotify.{name}"))?;
+        if current < wanted {
+            std::fs::write(&path, wanted.to_string())
+                .with_context(|| format!("raise fs.inotify.{name} from {current} to {wanted}"))?;
+        }
+    }
+    Ok(())
+}
 
 /// What a machine is.
 #[derive(Debug, Clone)]
@@ -98,6 +140,7 @@ impl Machine {
     /// When a namespace, mount, link or daemon cannot be set up; the message names the step.
     pub async fn start(tools: &Tools, spec: MachineSpec) -> Result<Self> {
         sweep();
+        raise_inotify_limits()?;
         let address = network::machine_address(spec.index)?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("kamaji-machine-{}-", spec.name))

@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use anyhow::Result;
 use kamaji_machine::ImageStore;
 use kamaji_machine::images::{COREDNS_IMAGE, NETCHECK_IMAGE, kube_proxy_image, worker_images};
-use kamaji_machine::machine::PAUSE_IMAGE;
+use kamaji_machine::machine::{INOTIFY_MAX_USER_INSTANCES, INOTIFY_MAX_USER_WATCHES, PAUSE_IMAGE};
 use kamaji_machine::{Machine, MachineSpec, run_in_private_network};
 use kamaji_testenv::{KUBERNETES_VERSION, Tools};
 
@@ -31,6 +31,16 @@ fn a_machine_runs_containers_from_imported_images_and_leaves_nothing_behind() ->
             },
         )
         .await?;
+        // The shared kernel's inotify limits allow many machines (module docs, `machine`).
+        for (name, wanted) in [
+            ("max_user_instances", INOTIFY_MAX_USER_INSTANCES),
+            ("max_user_watches", INOTIFY_MAX_USER_WATCHES),
+        ] {
+            let set: u64 = std::fs::read_to_string(format!("/proc/sys/fs/inotify/{name}"))?
+                .trim()
+                .parse()?;
+            assert!(set >= wanted, "fs.inotify.{name} is {set}, below {wanted}");
+        }
         let listed = machine
             .exec(&["ctr", "-n", "k8s.io", "images", "ls", "-q"])
             .await?;
