@@ -221,6 +221,19 @@ fn b06_kubelet_config_name_and_body() {
     }
 }
 
+/// The `KubeProxyConfiguration` published in the tenant's `kube-system/kube-proxy` ConfigMap.
+fn kube_proxy_configuration(a: &TenantArtifacts) -> Value {
+    let data = a
+        .kube_proxy
+        .as_ref()
+        .unwrap()
+        .config_map
+        .data
+        .as_ref()
+        .unwrap();
+    serde_yaml::from_str(&data["config.conf"]).unwrap()
+}
+
 #[test]
 fn kube_proxy_json_patches_are_applied_to_the_published_configuration_and_checked() {
     let mut spec = f0("v1.36.3");
@@ -230,32 +243,14 @@ fn kube_proxy_json_patches_are_applied_to_the_published_configuration_and_checke
     )
     .unwrap();
     let (tenant, a) = artifacts(&spec);
-    let config = a
-        .kube_proxy
-        .as_ref()
-        .unwrap()
-        .config_map
-        .data
-        .as_ref()
-        .unwrap()["config.conf"]
-        .clone();
-    let config: Value = serde_yaml::from_str(&config).unwrap();
+    let config = kube_proxy_configuration(&a);
     assert_eq!(config["mode"], Value::from("nftables"));
     assert_eq!(config["conntrack"]["maxPerCore"], Value::from(0));
     assert_eq!(config["clusterCIDR"], Value::from("10.244.0.0/16"));
     assert_eq!(tenant.kube_proxy_patches().0.len(), 2);
     // Without patches: kubeadm's configuration, platform-default mode.
     let (_, plain) = artifacts(&f0("v1.36.3"));
-    let plain = plain
-        .kube_proxy
-        .as_ref()
-        .unwrap()
-        .config_map
-        .data
-        .as_ref()
-        .unwrap()["config.conf"]
-        .clone();
-    let plain: Value = serde_yaml::from_str(&plain).unwrap();
+    let plain = kube_proxy_configuration(&plain);
     assert_eq!(plain["mode"], Value::from(""));
     assert!(plain.get("conntrack").is_none());
     for bad in [

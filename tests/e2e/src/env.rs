@@ -25,7 +25,7 @@ use kamaji_testenv::kubeconfig::config_from_secret;
 
 use crate::datastore::start_datastore;
 use crate::f0;
-use crate::machines::{MachineProvider, STANDIN_MACHINE_CRDS};
+use crate::machines::{MachineProvider, standin_machine_crds};
 use crate::manager::{Identity, Manager};
 
 /// A running environment. Drop order: worker machines, manager, management machines,
@@ -143,7 +143,7 @@ impl Env {
         );
         let (cluster, booted) = (cluster?, booted?);
         if machines {
-            cluster.apply_yaml(STANDIN_MACHINE_CRDS).await?;
+            cluster.apply_yaml(&standin_machine_crds()).await?;
         }
         let management = booted.join(&cluster).await?;
         let (datastore, datastore_ca, datastore_client, for_pods) = if let Some(source) = shared {

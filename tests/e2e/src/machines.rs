@@ -33,6 +33,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kamaji_machine::{ImageStore, Machine, MachineSpec};
 use kamaji_testenv::Tools;
+use kamaji_testenv::standins::infrastructure_crd_yaml;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -40,39 +41,17 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
 /// The stand-in's CRDs: `StandInMachine` and `StandInMachineTemplate`
-/// (`infrastructure.cluster.x-k8s.io/v1alpha1`, CAPI contract labels, any content accepted).
-pub const STANDIN_MACHINE_CRDS: &str = r"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: standinmachines.infrastructure.cluster.x-k8s.io
-  labels: {cluster.x-k8s.io/v1beta1: v1alpha1, cluster.x-k8s.io/v1beta2: v1alpha1}
-spec:
-  group: infrastructure.cluster.x-k8s.io
-  names: {kind: StandInMachine, listKind: StandInMachineList, plural: standinmachines, singular: standinmachine}
-  scope: Namespaced
-  versions:
-  - name: v1alpha1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: standinmachinetemplates.infrastructure.cluster.x-k8s.io
-  labels: {cluster.x-k8s.io/v1beta1: v1alpha1, cluster.x-k8s.io/v1beta2: v1alpha1}
-spec:
-  group: infrastructure.cluster.x-k8s.io
-  names: {kind: StandInMachineTemplate, listKind: StandInMachineTemplateList, plural: standinmachinetemplates, singular: standinmachinetemplate}
-  scope: Namespaced
-  versions:
-  - name: v1alpha1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-";
+/// (`infrastructure.cluster.x-k8s.io/v1alpha1`, CAPI contract labels, any content accepted),
+/// as one YAML stream.
+#[must_use]
+pub fn standin_machine_crds() -> String {
+    let contracts = ["v1beta1", "v1beta2"];
+    format!(
+        "{}---\n{}",
+        infrastructure_crd_yaml("StandInMachine", "v1alpha1", &contracts, true),
+        infrastructure_crd_yaml("StandInMachineTemplate", "v1alpha1", &contracts, false)
+    )
+}
 
 /// The taint a kubelet with `--cloud-provider=external` registers its Node with.
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";

@@ -1,6 +1,6 @@
 //! Stand-ins for what another provider would do: the infrastructure provider marking the CAPI
 //! quickstart's `OpenStackCluster` provisioned (its CRD is kamaji-testenv's stand-in,
-//! [`kamaji_testenv::standins::OPENSTACK_CLUSTER_CRD`]).
+//! [`kamaji_testenv::standins::openstack_cluster_crd_yaml`]).
 
 use anyhow::Result;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};

@@ -208,7 +208,7 @@ async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Resul
     kubectl_apply_yaml(
         &cluster,
         "default",
-        kamaji_testenv::standins::OPENSTACK_CLUSTER_CRD,
+        &kamaji_testenv::standins::openstack_cluster_crd_yaml(),
     )?;
     kubectl(
         &cluster,

@@ -4,31 +4,98 @@
 use anyhow::Result;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
+/// The YAML of a stand-in CRD in `infrastructure.cluster.x-k8s.io` that accepts any content:
+/// `kind` (its plural and singular are the lower-cased kind with and without an `s`), one
+/// served and stored `version`, a `cluster.x-k8s.io/<contract>: <version>` label for each CAPI
+/// contract in `contracts` (so CAPI resolves references to it) and, with `status`, the status
+/// subresource.
+#[must_use]
+pub fn infrastructure_crd_yaml(
+    kind: &str,
+    version: &str,
+    contracts: &[&str],
+    status: bool,
+) -> String {
+    let singular = kind.to_lowercase();
+    let labels = contracts
+        .iter()
+        .map(|c| format!("cluster.x-k8s.io/{c}: {version}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let subresources = if status {
+        "\n    subresources: {status: {}}"
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {singular}s.infrastructure.cluster.x-k8s.io
+  labels: {{{labels}}}
+spec:
+  group: infrastructure.cluster.x-k8s.io
+  names: {{kind: {kind}, listKind: {kind}List, plural: {singular}s, singular: {singular}}}
+  scope: Namespaced
+  versions:
+  - name: {version}
+    served: true
+    storage: true{subresources}
+    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+"
+    )
+}
+
 /// A minimal `OpenStackCluster` CRD (`infrastructure.cluster.x-k8s.io/v1alpha6`, CAPI `v1beta1`
 /// contract label, status subresource, any content accepted), enough for CAPI to resolve the
 /// quickstart's `infrastructureRef`; a test marks its object provisioned by patching status.
-pub const OPENSTACK_CLUSTER_CRD: &str = r"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: openstackclusters.infrastructure.cluster.x-k8s.io
-  labels: {cluster.x-k8s.io/v1beta1: v1alpha6}
-spec:
-  group: infrastructure.cluster.x-k8s.io
-  names: {kind: OpenStackCluster, listKind: OpenStackClusterList, plural: openstackclusters, singular: openstackcluster}
-  scope: Namespaced
-  versions:
-  - name: v1alpha6
-    served: true
-    storage: true
-    subresources: {status: {}}
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-";
+#[must_use]
+pub fn openstack_cluster_crd_yaml() -> String {
+    infrastructure_crd_yaml("OpenStackCluster", "v1alpha6", &["v1beta1"], true)
+}
 
-/// [`OPENSTACK_CLUSTER_CRD`], parsed.
+/// [`openstack_cluster_crd_yaml`], parsed.
 ///
 /// # Errors
-/// Never in practice (the YAML is constant); a parse error otherwise.
+/// Never in practice (the YAML is fixed); a parse error otherwise.
 pub fn openstack_cluster_crd() -> Result<CustomResourceDefinition> {
-    Ok(serde_yaml::from_str(OPENSTACK_CLUSTER_CRD)?)
+    Ok(serde_yaml::from_str(&openstack_cluster_crd_yaml())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_openstack_stand_in_is_a_crd_capi_can_resolve() {
+        let crd = openstack_cluster_crd().unwrap();
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("openstackclusters.infrastructure.cluster.x-k8s.io")
+        );
+        assert_eq!(
+            crd.metadata.labels.unwrap()["cluster.x-k8s.io/v1beta1"],
+            "v1alpha6"
+        );
+        assert_eq!(crd.spec.names.plural, "openstackclusters");
+        assert_eq!(
+            crd.spec.names.list_kind.as_deref(),
+            Some("OpenStackClusterList")
+        );
+        let v = &crd.spec.versions[0];
+        assert_eq!(
+            (v.name.as_str(), v.served, v.storage),
+            ("v1alpha6", true, true)
+        );
+        assert!(v.subresources.as_ref().unwrap().status.is_some());
+        let template = serde_yaml::from_str::<CustomResourceDefinition>(&infrastructure_crd_yaml(
+            "StandInMachineTemplate",
+            "v1alpha1",
+            &["v1beta1", "v1beta2"],
+            false,
+        ))
+        .unwrap();
+        assert!(template.spec.versions[0].subresources.is_none());
+        assert_eq!(template.metadata.labels.unwrap().len(), 2);
+    }
 }
