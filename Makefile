@@ -5,12 +5,17 @@ CARGO ?= cargo
 VERSION ?= v0.1.0
 OUT ?= out
 
-.PHONY: tools check test fmt-check clippy crds crds-check demo release bench
+.PHONY: tools host-limits check test fmt-check clippy crds crds-check demo release bench
 
 ## tools: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubeadm,
 ## kubectl and the CAPI core manager from Go modules into ~/.cache/kamaji-rs/tools (once).
 tools:
 	@tests/tools/build.sh >/dev/null
+
+## host-limits: raise the kernel's per-user inotify limits the machines share (root; one line
+## when it changes anything, never lowers them; README, "Real machines").
+host-limits:
+	@tests/host-limits.sh
 
 ## check: the everyday loop (under 3 minutes warm): format check, clippy -D warnings, CRD
 ## drift, and every test that needs neither the built programs nor root. The real-program
@@ -25,7 +30,7 @@ check: fmt-check clippy crds-check
 ## suites included, the end-to-end suites in two lanes side by side (end-to-end tests of one
 ## binary run one at a time). Not built on `check`, so the two share no build with the
 ## real-program cfg flipped.
-test:
+test: host-limits
 	CARGO=$(CARGO) tests/run.sh
 
 fmt-check:
@@ -45,7 +50,7 @@ crds-check: crds
 ## demo: a local management cluster + CAPI + kamaji-rs + a tenant control plane that answers
 ## accepts a kubeadm join discovery and a worker joined through a MachineDeployment (root
 ## needed for the machines). KEEP=1 keeps it up.
-demo: tools
+demo: tools host-limits
 	$(CARGO) build -q --locked -p kamaji-reconciler --bin manager
 	$(CARGO) run -q --locked -p kamaji-e2e --example demo
 
@@ -61,6 +66,6 @@ release: crds
 	@echo "wrote $(OUT)/control-plane-components.yaml and $(OUT)/metadata.yaml"
 
 ## bench: the scale benchmark (20 tenants at once); prints times and the manager's peak RSS.
-bench: tools
+bench: tools host-limits
 	$(CARGO) build -q --release --locked -p kamaji-reconciler --bin manager
 	$(CARGO) run -q --release --locked -p kamaji-e2e --example scale

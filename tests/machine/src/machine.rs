@@ -22,13 +22,15 @@
 //! - its own cgroup root `/kamaji-machine-<pid>-<name>` in every cgroup v1 hierarchy, undone
 //!   with `rmdir`.
 //!
-//! The one host setting a machine needs: real machines have a kernel each, these share one,
-//! and with it the per-user inotify limits (`fs.inotify.max_user_instances`, 128 by default).
-//! Every kubelet, containerd, kube-apiserver and controller manager holds several instances
-//! (one suite of two tests peaked at 75), so four suites side by side ran out and the CAPI
-//! manager exited with `too many open files`. [`raise_inotify_limits`] raises them to
-//! [`INOTIFY_MAX_USER_INSTANCES`] and [`INOTIFY_MAX_USER_WATCHES`] (never lowers them), as
-//! kind's known issues ask of a host that runs several nodes.
+//! The one host setting machines need is not theirs to make: real machines have a kernel each,
+//! these share one, and with it the per-user inotify limits (`fs.inotify.max_user_instances`,
+//! 128 by default; a user namespace would not help, its use is charged to the host's limit
+//! too). Every kubelet, containerd, kube-apiserver and controller manager holds several
+//! instances (one suite of two tests peaked at 75), so four suites side by side ran out and the
+//! CAPI manager exited with `too many open files`. [`check_inotify_limits`] refuses to start a
+//! machine below [`INOTIFY_MAX_USER_INSTANCES`] and [`INOTIFY_MAX_USER_WATCHES`], naming
+//! `make host-limits` (`tests/host-limits.sh`), which raises them as kind's known issues ask of
+//! a host that runs several nodes; `make test`, `make demo` and `make bench` run it first.
 //!
 //! Per-machine kubelet flags (`--cgroup-root`, `--node-ip`) live in `/etc/default/kubelet`, as
 //! a machine image would set them; everything else comes from kubeadm.
@@ -60,34 +62,41 @@ pub const STATE_DIR: &str = "/run/kamaji-machine";
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.2";
 
 /// The per-user inotify instances the host must allow (`fs.inotify.max_user_instances`): room
-/// for four suites of machines side by side, at about 75 instances per suite.
+/// for four suites of machines side by side, at about 75 instances per suite, with margin.
+/// `tests/host-limits.sh` raises the host to it.
 pub const INOTIFY_MAX_USER_INSTANCES: u64 = 8192;
 
 /// The per-user inotify watches the host must allow (`fs.inotify.max_user_watches`), kind's
-/// figure for a host running several nodes.
+/// figure for a host running several nodes. `tests/host-limits.sh` raises the host to it.
 pub const INOTIFY_MAX_USER_WATCHES: u64 = 524_288;
 
-/// Raises `fs.inotify.max_user_instances` and `fs.inotify.max_user_watches` to
-/// [`INOTIFY_MAX_USER_INSTANCES`] and [`INOTIFY_MAX_USER_WATCHES`] where they are lower; a
-/// higher setting is kept. See the module docs for why machines need it.
+/// Checks that the host allows [`INOTIFY_MAX_USER_INSTANCES`] inotify instances and
+/// [`INOTIFY_MAX_USER_WATCHES`] watches per user (see the module docs for why machines need
+/// them); changes nothing.
 ///
 /// # Errors
-/// When a setting cannot be read or written (not root, or `/proc/sys` read-only); the message
-/// names it.
-pub fn raise_inotify_limits() -> Result<()> {
+/// When a limit is lower (the message names the setting, its value and `make host-limits`),
+/// or cannot be read.
+pub fn check_inotify_limits() -> Result<()> {
+    check_inotify_limits_in(Path::new("/proc/sys/fs/inotify"))
+}
+
+/// [`check_inotify_limits`] on the `max_user_instances` and `max_user_watches` files in `dir`.
+fn check_inotify_limits_in(dir: &Path) -> Result<()> {
     for (name, wanted) in [
         ("max_user_instances", INOTIFY_MAX_USER_INSTANCES),
         ("max_user_watches", INOTIFY_MAX_USER_WATCHES),
     ] {
-        let path = format!("/proc/sys/fs/inotify/{name}");
-        let current: u64 = std::fs::read_to_string(&path)
+        let current: u64 = std::fs::read_to_string(dir.join(name))
             .with_context(|| format!("read fs.inotify.{name}"))?
             .trim()
             .parse()
             .with_context(|| format!("parse fs.inotify.{name}"))?;
         if current < wanted {
-            std::fs::write(&path, wanted.to_string())
-                .with_context(|| format!("raise fs.inotify.{name} from {current} to {wanted}"))?;
+            bail!(
+                "fs.inotify.{name} is {current}, below the {wanted} that machines sharing this \
+                 kernel need: run `make host-limits` as root (README, \"Real machines\")"
+            );
         }
     }
     Ok(())
@@ -140,7 +149,7 @@ impl Machine {
     /// When a namespace, mount, link or daemon cannot be set up; the message names the step.
     pub async fn start(tools: &Tools, spec: MachineSpec) -> Result<Self> {
         sweep();
-        raise_inotify_limits()?;
+        check_inotify_limits()?;
         let address = network::machine_address(spec.index)?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("kamaji-machine-{}-", spec.name))
@@ -731,3 +740,50 @@ case $cmd in
 esac
 exit 0
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(instances: u64, watches: u64) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("max_user_instances"),
+            format!("{instances}\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("max_user_watches"), format!("{watches}\n")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_host_at_the_default_inotify_limits_is_refused_naming_the_setting_and_make_host_limits() {
+        let default = limits(128, 192_536);
+        let err = check_inotify_limits_in(default.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("fs.inotify.max_user_instances is 128, below the 8192")
+                && err.contains("make host-limits"),
+            "{err}"
+        );
+        let few_watches = limits(INOTIFY_MAX_USER_INSTANCES, 8192);
+        let err = check_inotify_limits_in(few_watches.path())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fs.inotify.max_user_watches is 8192"), "{err}");
+        let raised = limits(INOTIFY_MAX_USER_INSTANCES, INOTIFY_MAX_USER_WATCHES + 1);
+        check_inotify_limits_in(raised.path()).unwrap();
+    }
+
+    #[test]
+    fn host_limits_sh_raises_to_the_figures_machines_check() {
+        let script = include_str!("../../host-limits.sh");
+        assert!(script.contains(&format!(
+            "raise max_user_instances {INOTIFY_MAX_USER_INSTANCES}\n"
+        )));
+        assert!(script.contains(&format!(
+            "raise max_user_watches {INOTIFY_MAX_USER_WATCHES}\n"
+        )));
+    }
+}
