@@ -189,15 +189,21 @@ pub fn condition_message(kcp: &KamajiControlPlane, type_: &str) -> String {
 }
 
 /// Polls `/readyz` of a tenant every 250 ms until stopped, counting answers and failures (a
-/// refused connection, a timeout or anything but `ok`). Every poll opens a new connection, as
-/// a fresh client behind a load balancer would: a kept-alive connection would stay pinned to
-/// one API server, and a terminating API server fails `/readyz` on purpose.
+/// refused connection, a timeout or anything but `ok`) from its first answer on: the API can
+/// only be lost once it was reached through this path, and a test waits for that
+/// ([`ReadyzProbe::answered`]) before it changes anything. Every poll opens a new connection,
+/// as a fresh client behind a load balancer would: a kept-alive connection would stay pinned
+/// to one API server, and a terminating API server fails `/readyz` on purpose.
 pub struct ReadyzProbe {
     stop: Arc<AtomicBool>,
     ok: Arc<AtomicU32>,
     failed: Arc<AtomicU32>,
+    failures: Arc<std::sync::Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
+
+/// How many failures [`ReadyzProbe`] describes (the first ones).
+const DESCRIBED_FAILURES: usize = 5;
 
 impl ReadyzProbe {
     /// Starts probing with `tenant` (a new client, so a new connection, per poll).
@@ -205,18 +211,35 @@ impl ReadyzProbe {
         let stop = Arc::new(AtomicBool::new(false));
         let ok = Arc::new(AtomicU32::new(0));
         let failed = Arc::new(AtomicU32::new(0));
+        let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
         let task = {
-            let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+            let (stop, ok, failed, failures) =
+                (stop.clone(), ok.clone(), failed.clone(), failures.clone());
             tokio::spawn(async move {
+                let started = std::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
-                    let ready = match Client::try_from(tenant.clone()) {
-                        Ok(c) => kamaji_testenv::readyz(&c).await,
-                        Err(_) => false,
-                    };
-                    if ready {
-                        ok.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        failed.fetch_add(1, Ordering::Relaxed);
+                    match readyz_answer(&tenant).await {
+                        Ok(()) => {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(why) => {
+                            let counted = ok.load(Ordering::Relaxed) > 0;
+                            if counted {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            let mut f = failures
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                            if f.len() < DESCRIBED_FAILURES {
+                                let when = started.elapsed().as_secs_f64();
+                                let note = if counted {
+                                    ""
+                                } else {
+                                    " (before the first answer, not counted)"
+                                };
+                                f.push(format!("at {when:.1} s{note}: {why}"));
+                            }
+                        }
                     }
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
@@ -226,18 +249,77 @@ impl ReadyzProbe {
             stop,
             ok,
             failed,
+            failures,
             task,
         }
     }
 
-    /// Stops probing; returns `(answers ok, failures)`.
-    pub async fn stop(self) -> (u32, u32) {
+    /// Waits until the probe has had its first answer, so that what follows is measured
+    /// against an API that was reachable through this path.
+    ///
+    /// # Errors
+    /// When no answer came within `timeout` (the message holds the failures seen).
+    pub async fn answered(&self, timeout: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.ok.load(Ordering::Relaxed) == 0 {
+            if tokio::time::Instant::now() >= deadline {
+                let seen = self
+                    .failures
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone();
+                bail!("/readyz did not answer through the endpoint within {timeout:?}: {seen:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// Stops probing; returns `(answers ok, failures, the first failures described)`, each
+    /// description with its time since the start and the error or the checks that failed.
+    pub async fn stop(self) -> (u32, u32, Vec<String>) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.task.await;
+        let failures = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         (
             self.ok.load(Ordering::Relaxed),
             self.failed.load(Ordering::Relaxed),
+            failures,
         )
+    }
+}
+
+/// One `GET /readyz` on a new connection: `Ok` for `ok`, else the error or the failed checks.
+async fn readyz_answer(tenant: &kube::Config) -> Result<(), String> {
+    let client = Client::try_from(tenant.clone()).map_err(|e| format!("client: {e}"))?;
+    let req = http::Request::get("/readyz?verbose")
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    match client.request_text(req).await {
+        Ok(body)
+            if body
+                .lines()
+                .last()
+                .is_some_and(|l| l.trim() == "readyz check passed") =>
+        {
+            Ok(())
+        }
+        Ok(body) => Err(format!("answered {body:?}")),
+        Err(e) => {
+            // The whole chain: hyper's "client error (Connect)" alone hides whether TCP or TLS
+            // failed, and why.
+            let mut why = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                why = format!("{why}: {s}");
+                source = s.source();
+            }
+            Err(why)
+        }
     }
 }
 

@@ -101,6 +101,7 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
 
     // Poll /readyz through the endpoint, and the available pods, during the whole rollout.
     let probe = ReadyzProbe::start(env.tenant_config("tenant-a", "demo").await.unwrap());
+    probe.answered(MINUTE).await.unwrap();
     let floor = AvailableFloor::start(&env, "tenant-a", "demo");
     env.patch_kcp(
         "tenant-a",
@@ -128,19 +129,20 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
         .await
         .unwrap();
     assert_eq!(k.status.unwrap().updated_replicas, Some(3));
-    let (ok, failed) = probe.stop().await;
+    let (ok, failed, why) = probe.stop().await;
     let lowest = floor.stop().await;
     assert!(lowest >= 2, "available API server pods fell to {lowest}");
     assert!(ok > 20, "too few probes: {ok}");
     assert_eq!(
         failed,
         0,
-        "/readyz failed {failed} times (of {}) during the rollout",
+        "/readyz failed {failed} times (of {}) during the rollout: {why:#?}",
         ok + failed
     );
 
     // The probes do see an outage: a user strategy that replaces every pod at once.
     let probe = ReadyzProbe::start(env.tenant_config("tenant-a", "demo").await.unwrap());
+    probe.answered(MINUTE).await.unwrap();
     let floor = AvailableFloor::start(&env, "tenant-a", "demo");
     let all_at_once = serde_json::json!({"spec": {
         "apiServer": {"extraArgs": ["--max-requests-inflight=700"]},
@@ -159,7 +161,7 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
     )
     .await
     .unwrap();
-    let (_, failed) = probe.stop().await;
+    let (_, failed, _) = probe.stop().await;
     assert!(
         failed > 0,
         "an all-at-once roll must be visible to the probe"
@@ -202,6 +204,7 @@ async fn a_version_upgrade_rolls_without_ever_losing_the_api() {
     .unwrap();
     let tenant = env.tenant_client("tenant-a", "demo").await.unwrap();
     let probe = ReadyzProbe::start(env.tenant_config("tenant-a", "demo").await.unwrap());
+    probe.answered(MINUTE).await.unwrap();
     env.patch_kcp(
         "tenant-a",
         "demo",
@@ -238,12 +241,12 @@ async fn a_version_upgrade_rolls_without_ever_losing_the_api() {
         )
         .await
         .unwrap();
-    let (ok, failed) = probe.stop().await;
+    let (ok, failed, why) = probe.stop().await;
     assert!(ok > 10, "too few probes: {ok}");
     assert_eq!(
         failed,
         0,
-        "/readyz failed {failed} times (of {}) during the upgrade",
+        "/readyz failed {failed} times (of {}) during the upgrade: {why:#?}",
         ok + failed
     );
     let versions = k.status.unwrap().versions.unwrap();
