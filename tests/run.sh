@@ -4,17 +4,19 @@
 #
 # Arranged for 2 cores (README, "Tests"):
 #   1. The Go tools build (tests/tools/build.sh) runs in the background while cargo checks
-#      the format and compiles every dependency for clippy and for the tests.
-#   2. Once the programs are there, the suites gated on them compile (only the test crates
-#      rebuild), clippy -D warnings and the CRD drift check run over everything.
-#   3. The end-to-end suites that start a management cluster on real machines run in two
+#      the format, runs clippy -D warnings and the CRD drift check, and builds every test,
+#      the suites gated on the programs included (KAMAJI_ASSUME_REAL_PROGRAMS=1).
+#   2. The end-to-end suites that start a management cluster on real machines run in two
 #      lanes side by side (the tests of one suite still one at a time); every other test
-#      target, the unit tests and the doc tests run in the first lane after its suites.
+#      target, the unit tests and the doc tests run in the second lane after its suites.
 # A suite's output is printed whole when it ends; the run fails if any suite failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo=${CARGO:-cargo}
 export RUST_TEST_THREADS=${RUST_TEST_THREADS:-2}
+# The real-program suites compile in from the first build, while the tools are still being
+# built (kamaji-test-gate): once, not once without them and again with them.
+export KAMAJI_ASSUME_REAL_PROGRAMS=1
 
 # The heavy suites, balanced by their run times on 2 cores (README).
 LANE_A=(field_reports lifecycle)
@@ -26,14 +28,15 @@ mkdir -p target
 tests/tools/build.sh >/dev/null &
 tools=$!
 $cargo fmt --all -- --check || { kill "$tools" 2>/dev/null; fail "cargo fmt --check failed: run cargo fmt"; }
-# Warm-up builds while Go runs (their warnings about skipped suites are expected here).
-$cargo clippy --workspace --all-targets --locked -q >/dev/null 2>&1
-$cargo test --workspace --all-targets --locked --no-run -q >/dev/null 2>&1
+# clippy, the CRD drift check and the test build run while Go builds: they need the programs'
+# presence, not the programs.
+$cargo clippy --workspace --all-targets --locked -- -D warnings || { kill "$tools" 2>/dev/null; fail "clippy failed"; }
+make -s crds-check || { kill "$tools" 2>/dev/null; fail "the committed CRDs differ from the generated ones: run make crds"; }
+$cargo test --workspace --all-targets --locked --no-run || { kill "$tools" 2>/dev/null; fail "the tests do not build"; }
+# The manager the end-to-end suites run (they bring it up to date first; this makes that a
+# no-op instead of a build racing the first suites).
+$cargo build -q --locked -p kamaji-reconciler --bin manager || { kill "$tools" 2>/dev/null; fail "the manager does not build"; }
 wait "$tools" || fail "building the tools failed (see the line above)"
-
-$cargo clippy --workspace --all-targets --locked -- -D warnings || fail "clippy failed"
-make -s crds-check || fail "the committed CRDs differ from the generated ones: run make crds"
-$cargo test --workspace --all-targets --locked --no-run || fail "the tests do not build"
 
 # Every test target of the workspace (`cargo metadata`), the heavy ones excepted.
 mapfile -t all < <($cargo metadata --no-deps --format-version 1 --locked |
@@ -62,12 +65,12 @@ run_suite() {
 }
 lane_a() {
     for t in "${LANE_A[@]}"; do run_suite "$t" --test "$t"; done
-    run_suite unit --lib --bins --examples --benches
-    for t in "${rest[@]}"; do run_suite "$t" --test "$t"; done
-    run_suite doc --doc
 }
 lane_b() {
     for t in "${LANE_B[@]}"; do run_suite "$t" --test "$t"; done
+    run_suite unit --lib --bins --examples --benches
+    for t in "${rest[@]}"; do run_suite "$t" --test "$t"; done
+    run_suite doc --doc
 }
 lane_a &
 a=$!

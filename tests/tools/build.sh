@@ -45,21 +45,30 @@ build() {
     rm -rf "$dir" && mkdir -p "$dir/bin"
     local log="$cache/$group-$version.log"
     echo "building $group $version (first time on this machine; log: $log)" >&2
-    local start=$SECONDS pair
+    local start=$SECONDS pair pkgs=() names=()
+    for pair in "$@"; do pkgs+=("${pair#*=}"); names+=("${pair%%=*}"); done
     : >"$log"
+    # One `go build` for the whole group: its programs compile and link side by side.
+    if ! (cd "$here/$group" && CGO_ENABLED=${TOOL_CGO:-0} go build -tags "${TOOL_TAGS:-}" -ldflags "$ldflags" -o "$dir/out/" "${pkgs[@]}") >>"$log" 2>&1; then
+        local cause
+        # The first line that states a cause (not go's progress lines), else the last line.
+        cause=$(grep -v -E '^go: (downloading|finding|extracting)' "$log" | grep -m1 -E 'disabled|cannot find|not found|no such host|connection refused|dial tcp|: 4[0-9][0-9] |error|failed|invalid' \
+            || grep -v -E '^go: (downloading|finding|extracting)' "$log" | tail -n1)
+        local fetching
+        fetching=$(grep -E '^go: downloading ' "$log" | tail -n1 | sed 's/^go: downloading //')
+        [ -n "$fetching" ] && cause="$cause (while downloading $fetching)"
+        rm -rf "$dir"
+        die "building ${names[*]} ($group $version) failed: ${cause:-see $log} (full log: $log)"
+    fi
+    # Go names each program after the last element of its package path (the one before a
+    # major-version suffix such as /v3); the cache names it as the tests do.
     for pair in "$@"; do
-        if ! (cd "$here/$group" && CGO_ENABLED=${TOOL_CGO:-0} go build -tags "${TOOL_TAGS:-}" -ldflags "$ldflags" -o "$dir/bin/${pair%%=*}" "${pair#*=}") >>"$log" 2>&1; then
-            local cause
-            # The first line that states a cause (not go's progress lines), else the last line.
-            cause=$(grep -v -E '^go: (downloading|finding|extracting)' "$log" | grep -m1 -E 'disabled|cannot find|not found|no such host|connection refused|dial tcp|: 4[0-9][0-9] |error|failed|invalid' \
-                || grep -v -E '^go: (downloading|finding|extracting)' "$log" | tail -n1)
-            local fetching
-            fetching=$(grep -E '^go: downloading ' "$log" | tail -n1 | sed 's/^go: downloading //')
-            [ -n "$fetching" ] && cause="$cause (while downloading $fetching)"
-            rm -rf "$dir"
-            die "building ${pair%%=*} ($group $version) failed: ${cause:-see $log} (full log: $log)"
-        fi
+        local pkg=${pair#*=} base
+        base=${pkg##*/}
+        if [[ $base =~ ^v[0-9]+$ ]]; then base=${pkg%/*}; base=${base##*/}; fi
+        mv "$dir/out/$base" "$dir/bin/${pair%%=*}" || die "building $group $version: go wrote no $base for ${pair%%=*}"
     done
+    rmdir "$dir/out"
     touch "$dir/.complete"
     echo "built $group $version in $((SECONDS - start))s" >&2
     echo "$dir"
