@@ -498,9 +498,11 @@ fn an_expired_bootstrap_token_fails_the_join_with_kubeadms_message_and_a_rollout
         // join, `cloud-provider: external`, an explicit discovery endpoint) passes
         // `cloud-config` to the kubelet, a flag kubelet v1.34 removed (kubernetes#130161): the
         // machine's kubelet exits with its message.
+        // Its copy in tests/samples (byte for byte, as admission.rs keeps the others), so a
+        // clone without the shared folder beside it runs this too.
         let sample = std::fs::read_to_string(
-            kamaji_testenv::workspace_root()
-                .join("../shared/samples/kubeadmconfigtemplate-cloud-provider-v1beta1.yaml"),
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/samples/kubeadmconfigtemplate-cloud-provider-v1beta1.yaml"),
         )?;
         use base64::Engine as _;
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
