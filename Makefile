@@ -7,8 +7,11 @@ OUT ?= out
 
 .PHONY: tools host-limits check test fmt-check clippy crds crds-check demo release bench
 
-## tools: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubeadm,
-## kubectl and the CAPI core manager from Go modules into ~/.cache/kamaji-rs/tools (once).
+## tools: build the real programs the tests run (etcd; kube-apiserver, -controller-manager,
+## -scheduler, kubeadm, kubectl, kubelet, kube-proxy, and the previous patch release's control
+## plane; the CAPI core manager, CABPK and clusterctl; containerd, runc, the CNI plugins,
+## CoreDNS, pause, netcheck; nft from Debian packages) from Go modules into
+## ${XDG_CACHE_HOME:-~/.cache}/kamaji-rs/tools (once; README, "Tests").
 tools:
 	@tests/tools/build.sh >/dev/null
 
@@ -17,7 +20,7 @@ tools:
 host-limits:
 	@tests/host-limits.sh
 
-## check: the everyday loop (under 3 minutes warm): format check, clippy -D warnings, CRD
+## check: the everyday loop (seconds warm, README "Tests"; budget 3 minutes): format check, clippy -D warnings, CRD
 ## drift, and every test that needs neither the built programs nor root. The real-program
 ## suites compile to nothing here (KAMAJI_SKIP_REAL_PROGRAMS=1; the build says which).
 check: export KAMAJI_SKIP_REAL_PROGRAMS = 1
@@ -47,9 +50,9 @@ crds:
 crds-check: crds
 	git diff --exit-code -- config/crd
 
-## demo: a local management cluster + CAPI + kamaji-rs + a tenant control plane that answers
-## accepts a kubeadm join discovery and a worker joined through a MachineDeployment (root
-## needed for the machines). KEEP=1 keeps it up.
+## demo: a management cluster on a real machine + CAPI + kamaji-rs + a tenant control plane
+## that accepts a kubeadm join discovery, and a worker joined through a MachineDeployment
+## (root needed for the machines). KEEP=1 keeps it up.
 demo: tools host-limits
 	$(CARGO) build -q --locked -p kamaji-reconciler --bin manager
 	$(CARGO) run -q --locked -p kamaji-e2e --example demo
