@@ -221,7 +221,7 @@ fn b06_kubelet_config_name_and_body() {
     }
 }
 
-/// The `KubeProxyConfiguration` published in the tenant's `kube-system/kube-proxy` ConfigMap.
+/// The `KubeProxyConfiguration` published in the tenant's `kube-system/kube-proxy` `ConfigMap`.
 fn kube_proxy_configuration(a: &TenantArtifacts) -> Value {
     let data = a
         .kube_proxy
