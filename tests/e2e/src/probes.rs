@@ -309,17 +309,9 @@ async fn readyz_answer(tenant: &kube::Config) -> Result<(), String> {
             Ok(())
         }
         Ok(body) => Err(format!("answered {body:?}")),
-        Err(e) => {
-            // The whole chain: hyper's "client error (Connect)" alone hides whether TCP or TLS
-            // failed, and why.
-            let mut why = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                why = format!("{why}: {s}");
-                source = s.source();
-            }
-            Err(why)
-        }
+        // The whole chain (anyhow's alternate form): hyper's "client error (Connect)" alone
+        // hides whether TCP or TLS failed, and why.
+        Err(e) => Err(format!("{:#}", anyhow::Error::new(e))),
     }
 }
 

@@ -7,7 +7,8 @@
 //! `KAMAJI_SKIP_REAL_PROGRAMS` is not `1`, and `cfg(real_programs_as_root)` when, in addition,
 //! the build runs as root. `KAMAJI_ASSUME_REAL_PROGRAMS=1` sets `cfg(real_programs)` without
 //! looking: `make test` compiles the suites while `make tools` builds the programs, so that
-//! they compile once, not once without the programs and again with them. A suite starts with `#![cfg(real_programs)]` (or
+//! they compile once, not once without the programs and again with them. A suite starts with
+//! `#![cfg(real_programs)]` (or
 //! `#![cfg(real_programs_as_root)]`) and compiles to nothing otherwise; for each such suite a
 //! `cargo:warning` line names it and the reason, so a bare `cargo test` says what it skipped.
 
