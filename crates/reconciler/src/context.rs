@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kamaji_bootstrap::pki::KeyAlgorithm;
 use kube::Client;
@@ -101,6 +101,10 @@ pub struct Context {
     /// hash of that write: their drift is accepted until the desired object changes, so a
     /// rewrite never turns into a write loop.
     pub settled_drift: Mutex<HashMap<String, String>>,
+    /// Infrastructure kinds resolved through discovery and their CRDs, by group and kind, with
+    /// when they were read; trusted for [`Config::resync`] ([`crate::infrastructure`]).
+    pub infrastructure_kinds:
+        Mutex<HashMap<(String, String), (Instant, crate::infrastructure::InfrastructureKind)>>,
 }
 
 impl Context {
@@ -145,6 +149,7 @@ impl Context {
             metrics: Metrics::default(),
             bootstrapped: Mutex::new(HashMap::new()),
             settled_drift: Mutex::new(HashMap::new()),
+            infrastructure_kinds: Mutex::new(HashMap::new()),
         }
     }
 }

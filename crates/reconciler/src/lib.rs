@@ -3,7 +3,8 @@
 //!
 //! - [`reconcile`] — the pipeline, one module per step (gates, validate, observe, plan,
 //!   apply, status, delete); its driver is the only place that writes status;
-//! - [`datastore`], [`tenant`] — I/O with the DataStore and the tenant API;
+//! - [`datastore`], [`tenant`], [`infrastructure`] — I/O with the DataStore, the tenant API
+//!   and the Cluster's infrastructure object;
 //! - [`controller`] — watches and backoff; [`leader`] — leader election; [`server`],
 //!   [`metrics`] — observability; [`context`], [`error`] — shared state and errors.
 
@@ -14,6 +15,7 @@ pub mod context;
 pub mod controller;
 pub mod datastore;
 pub mod error;
+pub mod infrastructure;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;

@@ -19,6 +19,7 @@ pub struct F0 {
     network: String,
     spec: String,
     version: String,
+    infrastructure: Option<(String, String)>,
 }
 
 impl F0 {
@@ -36,7 +37,15 @@ impl F0 {
             network: "serviceType: LoadBalancer".into(),
             spec: String::new(),
             version: kamaji_testenv::KUBERNETES_VERSION.into(),
+            infrastructure: None,
         }
+    }
+    /// `Cluster.spec.infrastructureRef`: an object of `kind` at `api_version` with the
+    /// Cluster's name.
+    #[must_use]
+    pub fn infrastructure(mut self, api_version: &str, kind: &str) -> Self {
+        self.infrastructure = Some((api_version.into(), kind.into()));
+        self
     }
     /// `spec.version`.
     #[must_use]
@@ -100,7 +109,16 @@ impl F0 {
             network,
             spec,
             version,
+            infrastructure,
         } = self;
+        let infrastructure = infrastructure
+            .as_ref()
+            .map(|(api_version, kind)| {
+                format!(
+                    "\n  infrastructureRef: {{apiVersion: {api_version}, kind: {kind}, name: {name}}}"
+                )
+            })
+            .unwrap_or_default();
         format!(
             r"
 apiVersion: cluster.x-k8s.io/v1beta1
@@ -114,7 +132,7 @@ spec:
   controlPlaneRef:
     apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
     kind: KamajiControlPlane
-    name: {name}
+    name: {name}{infrastructure}
 ---
 apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
 kind: KamajiControlPlane

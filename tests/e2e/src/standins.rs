@@ -16,10 +16,24 @@ impl Env {
         ns: &str,
         name: &str,
     ) -> Result<Api<DynamicObject>> {
+        self.mark_infrastructure_provisioned(ns, "v1alpha6", "OpenStackCluster", name)
+            .await
+    }
+
+    /// Marks the stand-in infrastructure cluster `ns/name` of `kind` (at
+    /// `infrastructure.cluster.x-k8s.io/<version>`) provisioned, as its provider would; returns
+    /// the API of that kind in `ns`.
+    pub async fn mark_infrastructure_provisioned(
+        &self,
+        ns: &str,
+        version: &str,
+        kind: &str,
+        name: &str,
+    ) -> Result<Api<DynamicObject>> {
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
             "infrastructure.cluster.x-k8s.io",
-            "v1alpha6",
-            "OpenStackCluster",
+            version,
+            kind,
         ));
         let api: Api<DynamicObject> = Api::namespaced_with(self.client(), ns, &ar);
         let status =

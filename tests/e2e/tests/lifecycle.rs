@@ -936,3 +936,251 @@ async fn whoami_with_token(mut config: kube::Config, token: &str) -> String {
         .username
         .unwrap()
 }
+
+/// The `host:port` of a `spec.controlPlaneEndpoint` in a JSON object (empty when unset).
+fn endpoint_in(v: &serde_json::Value) -> String {
+    let e = &v["spec"]["controlPlaneEndpoint"];
+    match (e["host"].as_str(), e["port"].as_i64()) {
+        (Some(h), Some(p)) if !h.is_empty() => format!("{h}:{p}"),
+        _ => String::new(),
+    }
+}
+
+/// The endpoint the contract way (issue 13): an endpoint already set — by an infrastructure
+/// provider that owns its address, or by the user on the KamajiControlPlane — is served as is
+/// (serving certificate, the LoadBalancer asked for that address) and never overwritten; the
+/// infrastructure cluster's `spec.controlPlaneEndpoint` is written for any kind whose CRD
+/// carries the contract label and declares the field, only while it is empty, with a patch of
+/// that field alone, which an `OpenStackCluster`-style policy (every other spec change
+/// refused) accepts; a kind without the field is never written; a user's endpoint that
+/// differs from the infrastructure provider's is refused naming both.
+#[kamaji_e2e::test]
+async fn an_endpoint_set_elsewhere_is_served_and_the_infrastructure_clusters_is_written_only_while_empty()
+ {
+    use kamaji_testenv::standins::{
+        infrastructure_cluster_crd_yaml, openstack_cluster_crd_yaml,
+        spec_immutable_but_endpoint_policy_yaml,
+    };
+    const INFRA: &str = "infrastructure.cluster.x-k8s.io";
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let crds = [
+        openstack_cluster_crd_yaml(),
+        infrastructure_cluster_crd_yaml("VipCluster", "v1beta2", &["v1beta2"], true),
+        infrastructure_cluster_crd_yaml("PlainCluster", "v1beta2", &["v1beta2"], false),
+    ]
+    .map(|y| serde_yaml::from_str(&y).unwrap());
+    env.cluster.apply_crds(&crds).await.unwrap();
+    env.apply_yaml(&spec_immutable_but_endpoint_policy_yaml(
+        "openstackclusters",
+    ))
+    .await
+    .unwrap();
+    let ns = "infra";
+    env.namespace(ns).await.unwrap();
+    let objects = |version: &str, kind: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(
+            env.client(),
+            ns,
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                INFRA, version, kind,
+            )),
+        )
+    };
+    let (os, vips, plains) = (
+        objects("v1alpha6", "OpenStackCluster"),
+        objects("v1beta2", "VipCluster"),
+        objects("v1beta2", "PlainCluster"),
+    );
+    env.apply_yaml(&format!(
+        "apiVersion: {INFRA}/v1alpha6
+kind: OpenStackCluster
+metadata: {{name: os, namespace: {ns}}}
+spec: {{cloudName: openstack, externalNetworkId: ext, disableAPIServerFloatingIP: true, apiServerLoadBalancer: {{enabled: false}}}}
+---
+apiVersion: {INFRA}/v1beta2
+kind: VipCluster
+metadata: {{name: vip, namespace: {ns}}}
+spec: {{region: one, controlPlaneEndpoint: {{host: 10.200.0.222, port: 6443}}}}
+---
+apiVersion: {INFRA}/v1beta2
+kind: VipCluster
+metadata: {{name: clash, namespace: {ns}}}
+spec: {{region: one, controlPlaneEndpoint: {{host: 10.200.0.220, port: 6443}}}}
+---
+apiVersion: {INFRA}/v1beta2
+kind: PlainCluster
+metadata: {{name: plain, namespace: {ns}}}
+spec: {{cloudName: plain}}
+"
+    ))
+    .await
+    .unwrap();
+    // The stand-in policy is in force before anything can patch: a spec change is refused
+    // (the API server compiles a new policy within seconds).
+    let refused = tokio::time::timeout(MINUTE, async {
+        for i in 0.. {
+            let change = serde_json::json!({"spec": {"cloudName": format!("changed-{i}")}});
+            match os
+                .patch("os", &PatchParams::default(), &Patch::Merge(&change))
+                .await
+            {
+                Err(kube::Error::Api(e)) if e.message.contains("immutable") => return,
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    })
+    .await;
+    assert!(
+        refused.is_ok(),
+        "the OpenStackCluster policy never refused a spec change"
+    );
+    let os_before = os.get("os").await.unwrap().data["spec"].clone();
+    let plain_before = plains.get("plain").await.unwrap().data["spec"].clone();
+
+    let to = |version: &str, kind: &str| (format!("{INFRA}/{version}"), kind.to_owned());
+    for (name, infra, own) in [
+        ("os", Some(to("v1alpha6", "OpenStackCluster")), None),
+        ("vip", Some(to("v1beta2", "VipCluster")), None),
+        ("plain", Some(to("v1beta2", "PlainCluster")), None),
+        ("user", None, Some("10.200.0.221")),
+        (
+            "clash",
+            Some(to("v1beta2", "VipCluster")),
+            Some("10.200.0.219"),
+        ),
+    ] {
+        let mut f = F0::new(ns, name).replicas(1);
+        if let Some((api_version, kind)) = &infra {
+            f = f.infrastructure(api_version, kind);
+        }
+        if let Some(host) = own {
+            f = f.spec(&format!(
+                "  controlPlaneEndpoint: {{host: {host}, port: 6443}}\n"
+            ));
+        }
+        env.apply_yaml(&f.yaml()).await.unwrap();
+    }
+    // Providers that need nothing from the control plane are provisioned at once; the
+    // OpenStack stand-in once its endpoint is set, as CAPO with no load balancer of its own.
+    for (version, kind, name) in [
+        ("v1beta2", "VipCluster", "vip"),
+        ("v1beta2", "PlainCluster", "plain"),
+        ("v1beta2", "VipCluster", "clash"),
+    ] {
+        env.mark_infrastructure_provisioned(ns, version, kind, name)
+            .await
+            .unwrap();
+    }
+    let written = env
+        .wait_for(
+            os.clone(),
+            "OpenStackCluster",
+            "os",
+            "spec.controlPlaneEndpoint set",
+            4 * MINUTE,
+            |o: &DynamicObject| !endpoint_in(&o.data).is_empty(),
+            |o| o.data["spec"].to_string(),
+        )
+        .await
+        .unwrap();
+    env.mark_openstack_cluster_provisioned(ns, "os")
+        .await
+        .unwrap();
+    for name in ["os", "vip", "plain", "user"] {
+        env.wait_kcp_condition(ns, name, "Available", "True", 4 * MINUTE)
+            .await
+            .unwrap();
+    }
+    let kcps: Api<KamajiControlPlane> = Api::namespaced(env.client(), ns);
+    let clusters = env.capi(ns, "v1beta2", "Cluster");
+    let endpoints = async |name: &str| {
+        let kcp = serde_json::to_value(kcps.get(name).await.unwrap()).unwrap();
+        let cluster = clusters.get(name).await.unwrap();
+        (endpoint_in(&kcp), endpoint_in(&cluster.data))
+    };
+    // OpenStack-shaped: the control plane's own endpoint, written there and nothing else.
+    let (kcp, cluster) = endpoints("os").await;
+    assert_eq!(
+        (endpoint_in(&written.data), cluster.clone()),
+        (kcp.clone(), kcp.clone())
+    );
+    let mut os_after = os.get("os").await.unwrap().data["spec"].clone();
+    os_after
+        .as_object_mut()
+        .unwrap()
+        .remove("controlPlaneEndpoint");
+    assert_eq!(
+        os_after, os_before,
+        "OpenStackCluster spec changed beyond controlPlaneEndpoint"
+    );
+    // A provider that owns its address: served there, the LoadBalancer asked for it.
+    assert_eq!(
+        endpoints("vip").await,
+        ("10.200.0.222:6443".into(), "10.200.0.222:6443".into())
+    );
+    let services: Api<Service> = Api::namespaced(env.client(), ns);
+    let vip_service = services.get("vip").await.unwrap();
+    assert_eq!(
+        vip_service
+            .spec
+            .as_ref()
+            .unwrap()
+            .load_balancer_ip
+            .as_deref(),
+        Some("10.200.0.222")
+    );
+    let vip_object = vips.get("vip").await.unwrap();
+    assert_eq!(endpoint_in(&vip_object.data), "10.200.0.222:6443");
+    // A kind without the field is left alone.
+    assert_eq!(
+        plains.get("plain").await.unwrap().data["spec"],
+        plain_before
+    );
+    // The user's endpoint: served, not overwritten, copied to the Cluster.
+    assert_eq!(
+        endpoints("user").await,
+        ("10.200.0.221:6443".into(), "10.200.0.221:6443".into())
+    );
+    let tenant = env.tenant_client(ns, "user").await.unwrap();
+    assert!(kamaji_reconciler::tenant::readyz(&tenant).await);
+    // Two endpoints that disagree: refused naming both, nothing created.
+    let clash = env
+        .wait_kcp_condition(ns, "clash", "SpecValid", "False", MINUTE)
+        .await
+        .unwrap();
+    let message = serde_json::to_string(&clash.status).unwrap();
+    assert!(
+        message.contains("spec.controlPlaneEndpoint")
+            && message.contains("VipCluster.spec.controlPlaneEndpoint 10.200.0.220:6443"),
+        "{message}"
+    );
+    assert!(services.get_opt("clash").await.unwrap().is_none());
+    // The audit log: the manager's only write to any infrastructure object is that one patch
+    // of OpenStackCluster os, and its body is spec.controlPlaneEndpoint alone.
+    let infra_writes: Vec<_> = env
+        .manager_writes()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.object_ref.as_ref().and_then(|o| o.api_group.as_deref()) == Some(INFRA))
+        .collect();
+    assert_eq!(infra_writes.len(), 1, "{infra_writes:#?}");
+    let w = &infra_writes[0];
+    let target = w.object_ref.as_ref().unwrap();
+    assert_eq!(
+        (
+            w.verb.as_str(),
+            target.resource.as_str(),
+            target.name.as_deref(),
+            target.subresource.as_deref()
+        ),
+        ("patch", "openstackclusters", Some("os"), None)
+    );
+    let (host, port) = kcp.rsplit_once(':').unwrap();
+    assert_eq!(
+        w.request_object,
+        Some(
+            serde_json::json!({"spec": {"controlPlaneEndpoint": {"host": host, "port": port.parse::<u16>().unwrap()}}})
+        )
+    );
+}

@@ -20,6 +20,11 @@ pub(crate) const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+# Writes to infrastructure providers' objects with their bodies (kamaji-rs may patch nothing
+# but an infrastructure cluster's spec.controlPlaneEndpoint).
+- level: Request
+  verbs: [create, update, patch]
+  resources: [{group: infrastructure.cluster.x-k8s.io}]
 - level: Metadata
 ";
 

@@ -21,6 +21,10 @@ pub struct AuditEvent {
     /// HTTP status of the response, when complete.
     #[serde(default)]
     pub response_status: Option<AuditStatus>,
+    /// The request body (for a patch, the patch), where the policy logs it (level `Request`:
+    /// writes to `infrastructure.cluster.x-k8s.io`).
+    #[serde(default)]
+    pub request_object: Option<serde_json::Value>,
 }
 
 /// The user of an [`AuditEvent`].

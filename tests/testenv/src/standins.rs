@@ -46,12 +46,79 @@ spec:
     )
 }
 
+/// The YAML of a stand-in infrastructure-cluster CRD shaped like a provider's: `kind`, one
+/// served and stored `version` with the status subresource, a `cluster.x-k8s.io/<contract>:
+/// <version>` label per contract, a `spec` that keeps any field and declares
+/// `spec.controlPlaneEndpoint` (`host` string, `port` int32) when `endpoint_field` — as
+/// infrastructure providers' cluster kinds do (CAPI infrastructure-cluster contract) — and a
+/// `status` that keeps any field.
+#[must_use]
+pub fn infrastructure_cluster_crd_yaml(
+    kind: &str,
+    version: &str,
+    contracts: &[&str],
+    endpoint_field: bool,
+) -> String {
+    let endpoint = if endpoint_field {
+        "controlPlaneEndpoint: {type: object, properties: {host: {type: string}, port: {type: integer, format: int32}}}"
+    } else {
+        "cloudName: {type: string}"
+    };
+    infrastructure_crd_yaml(kind, version, contracts, true).replace(
+        "schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}",
+        &format!(
+            "schema: {{openAPIV3Schema: {{type: object, properties: {{\
+             spec: {{type: object, x-kubernetes-preserve-unknown-fields: true, properties: {{{endpoint}}}}}, \
+             status: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}}}}}"
+        ),
+    )
+}
+
+/// A `ValidatingAdmissionPolicy` (and its binding) that does to `<plural>` in
+/// `infrastructure.cluster.x-k8s.io` what CAPO's `OpenStackCluster` webhook does: every change
+/// of `spec` is refused except setting `spec.controlPlaneEndpoint` while it is unset.
+#[must_use]
+pub fn spec_immutable_but_endpoint_policy_yaml(plural: &str) -> String {
+    format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {plural}-spec-immutable}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [infrastructure.cluster.x-k8s.io]
+      apiVersions: ["*"]
+      operations: [UPDATE]
+      resources: [{plural}]
+  validations:
+  - expression: >-
+      oldObject.spec.all(k, k == 'controlPlaneEndpoint' || (k in object.spec && object.spec[k] == oldObject.spec[k]))
+      && object.spec.all(k, k == 'controlPlaneEndpoint' || k in oldObject.spec)
+    message: spec is immutable except spec.controlPlaneEndpoint while it is unset
+  - expression: >-
+      !has(oldObject.spec.controlPlaneEndpoint) || !has(oldObject.spec.controlPlaneEndpoint.host)
+      || oldObject.spec.controlPlaneEndpoint.host == ''
+      || (has(object.spec.controlPlaneEndpoint) && object.spec.controlPlaneEndpoint == oldObject.spec.controlPlaneEndpoint)
+    message: spec.controlPlaneEndpoint cannot change once set
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {plural}-spec-immutable}}
+spec:
+  policyName: {plural}-spec-immutable
+  validationActions: [Deny]
+"#
+    )
+}
+
 /// A minimal `OpenStackCluster` CRD (`infrastructure.cluster.x-k8s.io/v1alpha6`, CAPI `v1beta1`
-/// contract label, status subresource, any content accepted), enough for CAPI to resolve the
-/// quickstart's `infrastructureRef`; a test marks its object provisioned by patching status.
+/// contract label, status subresource, `spec.controlPlaneEndpoint` declared as CAPO declares it,
+/// any other content accepted), enough for CAPI to resolve the quickstart's
+/// `infrastructureRef`; a test marks its object provisioned by patching status.
 #[must_use]
 pub fn openstack_cluster_crd_yaml() -> String {
-    infrastructure_crd_yaml("OpenStackCluster", "v1alpha6", &["v1beta1"], true)
+    infrastructure_cluster_crd_yaml("OpenStackCluster", "v1alpha6", &["v1beta1"], true)
 }
 
 /// [`openstack_cluster_crd_yaml`], parsed.
@@ -88,6 +155,54 @@ mod tests {
             ("v1alpha6", true, true)
         );
         assert!(v.subresources.as_ref().unwrap().status.is_some());
+        let spec = &v
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap()
+            .properties
+            .as_ref()
+            .unwrap()["spec"];
+        assert_eq!(spec.x_kubernetes_preserve_unknown_fields, Some(true));
+        assert!(
+            spec.properties
+                .as_ref()
+                .unwrap()
+                .contains_key("controlPlaneEndpoint")
+        );
+        let plain: CustomResourceDefinition = serde_yaml::from_str(
+            &infrastructure_cluster_crd_yaml("PlainCluster", "v1beta2", &["v1beta2"], false),
+        )
+        .unwrap();
+        let plain_spec = &plain.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap()
+            .properties
+            .as_ref()
+            .unwrap()["spec"];
+        assert!(
+            !plain_spec
+                .properties
+                .as_ref()
+                .unwrap()
+                .contains_key("controlPlaneEndpoint")
+        );
+        let policy = spec_immutable_but_endpoint_policy_yaml("openstackclusters");
+        for doc in serde_yaml::Deserializer::from_str(&policy) {
+            let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+            assert!(
+                v["kind"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("ValidatingAdmissionPolicy")
+            );
+        }
         let template = serde_yaml::from_str::<CustomResourceDefinition>(&infrastructure_crd_yaml(
             "StandInMachineTemplate",
             "v1alpha1",

@@ -159,7 +159,16 @@ async fn steps(
         Gate::Delete(owner) => return delete::delete(kcp, ctx, owner.as_ref(), report).await,
         Gate::ReleaseForMove => return delete::release_finalizer(kcp, ctx).await.map(|()| None),
     };
-    let spec = match validate::validate(kcp, &cluster, &ctx.config.default_datastore) {
+    let infrastructure = crate::infrastructure::observe(ctx, &cluster).await?;
+    let infrastructure_endpoint = infrastructure
+        .as_ref()
+        .and_then(|i| Some((i.kind.as_str(), i.endpoint.as_ref()?)));
+    let spec = match validate::validate(
+        kcp,
+        &cluster,
+        infrastructure_endpoint,
+        &ctx.config.default_datastore,
+    ) {
         Ok(spec) => spec,
         Err(errors) => {
             let refused = validate::refusal(&errors);
@@ -206,7 +215,17 @@ async fn steps(
         let took = planned.elapsed().as_secs_f64();
         ctx.metrics.pki_generation.observe(took);
     }
-    match Box::pin(apply::apply(kcp, ctx, &spec, &observed, plan, report)).await? {
+    match Box::pin(apply::apply(
+        kcp,
+        ctx,
+        &spec,
+        &observed,
+        infrastructure.as_ref(),
+        plan,
+        report,
+    ))
+    .await?
+    {
         Flow::Continue(applied) => {
             if let Some(facts) = report.facts.as_mut() {
                 facts.deployment = applied.deployment;

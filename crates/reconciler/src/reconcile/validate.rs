@@ -89,6 +89,44 @@ pub struct Exposure {
     pub allocate_load_balancer_node_ports: Option<bool>,
 }
 
+/// Where an endpoint set before kamaji-rs chooses one comes from, in the order they win
+/// (capi-contract.md items 13–15: Cluster API copies the infrastructure cluster's endpoint, or
+/// the control plane's, into the Cluster once, and never changes it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointSource {
+    /// `Cluster.spec.controlPlaneEndpoint`: set by the user, copied by Cluster API from the
+    /// infrastructure cluster, or written by an earlier pass.
+    Cluster,
+    /// `KamajiControlPlane.spec.controlPlaneEndpoint`: set by the user, or by an earlier pass.
+    ControlPlane,
+    /// The infrastructure cluster's `spec.controlPlaneEndpoint` (a provider that owns the
+    /// address), of this kind.
+    Infrastructure(String),
+}
+
+impl EndpointSource {
+    /// The field the endpoint was read from, for messages.
+    #[must_use]
+    pub fn field(&self) -> String {
+        match self {
+            Self::Cluster => "Cluster.spec.controlPlaneEndpoint".to_owned(),
+            Self::ControlPlane => "spec.controlPlaneEndpoint".to_owned(),
+            Self::Infrastructure(kind) => format!("{kind}.spec.controlPlaneEndpoint"),
+        }
+    }
+}
+
+/// An endpoint set before kamaji-rs chooses one ([`EndpointSource`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresetEndpoint {
+    /// Host name or IP address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Where it was read from.
+    pub source: EndpointSource,
+}
+
 /// Probe timings of one container: each field from the component's `probes`, else
 /// `deployment.probes`, else kubeadm's static-pod default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,6 +200,8 @@ pub struct ValidSpec {
     pub cluster_name: String,
     /// The Cluster's `spec.controlPlaneEndpoint`, when already set.
     pub cluster_endpoint: Option<(String, u16)>,
+    /// An endpoint set before kamaji-rs chooses one, which the control plane serves as is.
+    pub preset_endpoint: Option<PresetEndpoint>,
     /// Target version.
     pub version: KubernetesVersion,
     /// Target version as an image tag and `--version` string, `v` prefixed.
@@ -218,7 +258,8 @@ pub fn refusal(errors: &[SpecError]) -> Cond {
     Cond::no(types::SPEC_VALID, reasons::INVALID_SPEC, msg)
 }
 
-/// Validates `kcp` against its `cluster`; `default_datastore` is the manager's
+/// Validates `kcp` against its `cluster` and the `infrastructure` cluster's endpoint (its kind
+/// and `spec.controlPlaneEndpoint`, when set); `default_datastore` is the manager's
 /// `--default-datastore`. (One check per block, in field order; the helpers below hold the
 /// longer ones.)
 ///
@@ -227,6 +268,7 @@ pub fn refusal(errors: &[SpecError]) -> Cond {
 pub fn validate(
     kcp: &KamajiControlPlane,
     cluster: &ClusterView,
+    infrastructure: Option<(&str, &(String, i32))>,
     default_datastore: &str,
 ) -> Result<ValidSpec, Vec<SpecError>> {
     let mut errors = Vec::new();
@@ -257,6 +299,8 @@ pub fn validate(
         .control_plane_endpoint
         .as_ref()
         .and_then(|(h, p)| Some((h.clone(), u16::try_from(*p).ok().filter(|p| *p != 0)?)));
+    let preset_endpoint =
+        preset_endpoint(kcp, cluster_endpoint.as_ref(), infrastructure, &mut errors);
     let exposure = exposure(&fields.network.clone().unwrap_or_default());
     let registry = fields
         .container_registry
@@ -267,11 +311,7 @@ pub fn validate(
     let (Some(version), Some(network), Some(port)) = (version, network, port) else {
         return Err(errors);
     };
-    errors.extend(serving_names(
-        &exposure,
-        cluster_endpoint.as_ref(),
-        &network,
-    ));
+    errors.extend(serving_names(&exposure, preset_endpoint.as_ref(), &network));
     let tenant = tenant(
         kcp,
         cluster,
@@ -295,6 +335,7 @@ pub fn validate(
         ),
         cluster_name: cluster.name.clone(),
         cluster_endpoint,
+        preset_endpoint,
         version_tag: format!("v{}.{}.{}", version.major, version.minor, version.patch),
         version,
         replicas: kcp.spec.replicas.unwrap_or(DEFAULT_REPLICAS),
@@ -360,15 +401,75 @@ fn network(
         .ok()
 }
 
-/// The serving certificate's names: `certSANs`, the ingress or gateway host and the
-/// Cluster's endpoint must each be an IP address or a DNS name (the Service names and addresses
-/// are added when the certificate is issued).
+/// The endpoint set before kamaji-rs chooses one: the Cluster's, else the control plane's own,
+/// else the infrastructure cluster's. A control-plane endpoint that differs from the Cluster's
+/// or the infrastructure cluster's is refused naming both (Cluster API keeps the Cluster's,
+/// and copies the infrastructure cluster's there first, so the control plane would serve an
+/// endpoint nobody is given); it is never overwritten.
+fn preset_endpoint(
+    kcp: &KamajiControlPlane,
+    cluster: Option<&(String, u16)>,
+    infrastructure: Option<(&str, &(String, i32))>,
+    errors: &mut Vec<SpecError>,
+) -> Option<PresetEndpoint> {
+    let own = kcp
+        .spec
+        .control_plane_endpoint
+        .as_ref()
+        .filter(|e| e.is_valid())
+        .and_then(|e| Some((e.host.clone()?, u16::try_from(e.port?).ok()?)));
+    let infrastructure = infrastructure.and_then(|(kind, (h, p))| {
+        Some((
+            kind,
+            (h.clone(), u16::try_from(*p).ok().filter(|p| *p != 0)?),
+        ))
+    });
+    let at = |(host, port): &(String, u16), source| PresetEndpoint {
+        host: host.clone(),
+        port: *port,
+        source,
+    };
+    let differs = |other: &str, theirs: &(String, u16), ours: &(String, u16)| {
+        SpecError::new(
+            "spec.controlPlaneEndpoint",
+            format!(
+                "{}:{} differs from {other} {}:{}, which Cluster API gives the Cluster's users; \
+                 remove spec.controlPlaneEndpoint or set it to the same host and port",
+                ours.0, ours.1, theirs.0, theirs.1
+            ),
+        )
+    };
+    if let (Some(own), Some(cluster)) = (own.as_ref(), cluster) {
+        if own != cluster {
+            errors.push(differs("Cluster.spec.controlPlaneEndpoint", cluster, own));
+        }
+    } else if let (Some(own), Some((kind, theirs))) = (own.as_ref(), infrastructure.as_ref())
+        && own != theirs
+    {
+        errors.push(differs(
+            &format!("{kind}.spec.controlPlaneEndpoint"),
+            theirs,
+            own,
+        ));
+    }
+    if let Some(c) = cluster {
+        return Some(at(c, EndpointSource::Cluster));
+    }
+    if let Some(own) = &own {
+        return Some(at(own, EndpointSource::ControlPlane));
+    }
+    infrastructure.map(|(kind, e)| at(&e, EndpointSource::Infrastructure(kind.to_owned())))
+}
+
+/// The serving certificate's names: `certSANs`, the ingress or gateway host and a preset
+/// endpoint must each be an IP address or a DNS name (the Service names and addresses are
+/// added when the certificate is issued).
 fn serving_names(
     exposure: &Exposure,
-    cluster_endpoint: Option<&(String, u16)>,
+    preset: Option<&PresetEndpoint>,
     network: &TenantNetwork,
 ) -> Vec<SpecError> {
-    let endpoint_host = cluster_endpoint.map_or("localhost", |(h, _)| h.as_str());
+    let endpoint_host = preset.map_or("localhost", |p| p.host.as_str());
     let names = ApiServerNames {
         endpoint_host: endpoint_host.to_owned(),
         service: None,
@@ -379,7 +480,13 @@ fn serving_names(
         Ok(_) => Vec::new(),
         Err(e) => vec![SpecError::new(
             match e.field.as_str() {
-                "controlPlaneEndpoint.host" => "Cluster.spec.controlPlaneEndpoint.host".to_owned(),
+                "controlPlaneEndpoint.host" => format!(
+                    "{}.host",
+                    preset.map_or_else(
+                        || "spec.controlPlaneEndpoint".to_owned(),
+                        |p| p.source.field()
+                    )
+                ),
                 f => format!("spec.{f}"),
             },
             e.reason,
@@ -823,11 +930,11 @@ pub(crate) mod tests {
 
     /// The valid spec of `kcp` against F0's Cluster.
     pub(crate) fn valid(kcp: &KamajiControlPlane) -> ValidSpec {
-        validate(kcp, &cluster(), "default").unwrap()
+        validate(kcp, &cluster(), None, "default").unwrap()
     }
 
     fn errors(patch: serde_json::Value) -> Vec<SpecError> {
-        validate(&fixture(patch), &cluster(), "default")
+        validate(&fixture(patch), &cluster(), None, "default")
             .err()
             .unwrap_or_default()
     }
@@ -939,17 +1046,105 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_preset_endpoint_is_served_and_never_overwritten() {
+        let own = serde_json::json!({"controlPlaneEndpoint": {"host": "10.9.0.7", "port": 6443}});
+        let infra = ("10.9.0.8".to_owned(), 6443);
+        let preset =
+            |kcp: &KamajiControlPlane, c: &ClusterView, i: Option<(&str, &(String, i32))>| {
+                validate(kcp, c, i, "default").map(|s| s.preset_endpoint)
+            };
+        // Nothing set: kamaji-rs chooses.
+        assert_eq!(
+            preset(&fixture(serde_json::json!({})), &cluster(), None).unwrap(),
+            None
+        );
+        // The infrastructure cluster's, the control plane's own, the Cluster's: each wins over
+        // the ones before it.
+        let p = preset(
+            &fixture(serde_json::json!({})),
+            &cluster(),
+            Some(("OpenStackCluster", &infra)),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (p.host.as_str(), p.port, p.source.field()),
+            (
+                "10.9.0.8",
+                6443,
+                "OpenStackCluster.spec.controlPlaneEndpoint".to_owned()
+            )
+        );
+        let p = preset(&fixture(own.clone()), &cluster(), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (p.host.as_str(), p.source),
+            ("10.9.0.7", EndpointSource::ControlPlane)
+        );
+        let mut c = cluster();
+        c.control_plane_endpoint = Some(("10.9.0.7".into(), 6443));
+        let p = preset(&fixture(own.clone()), &c, None).unwrap().unwrap();
+        assert_eq!(p.source, EndpointSource::Cluster);
+        // A control-plane endpoint that differs from the Cluster's or the infrastructure
+        // cluster's is refused naming both.
+        let mut c = cluster();
+        c.control_plane_endpoint = Some(("10.9.0.1".into(), 6443));
+        let e = preset(&fixture(own.clone()), &c, None).unwrap_err();
+        assert_eq!(e[0].field, "spec.controlPlaneEndpoint");
+        assert!(
+            e[0].message
+                .contains("Cluster.spec.controlPlaneEndpoint 10.9.0.1:6443"),
+            "{e:?}"
+        );
+        let e = preset(
+            &fixture(own),
+            &cluster(),
+            Some(("OpenStackCluster", &infra)),
+        )
+        .unwrap_err();
+        assert!(
+            e[0].message
+                .contains("OpenStackCluster.spec.controlPlaneEndpoint 10.9.0.8:6443"),
+            "{e:?}"
+        );
+        // The Cluster's differing from the infrastructure cluster's is Cluster API's business.
+        let mut c = cluster();
+        c.control_plane_endpoint = Some(("10.9.0.1".into(), 6443));
+        assert!(
+            preset(
+                &fixture(serde_json::json!({})),
+                &c,
+                Some(("OpenStackCluster", &infra))
+            )
+            .is_ok()
+        );
+        // A preset host must be a serving name; the error names where it was read.
+        let bad = ("api.example.com:443".to_owned(), 443);
+        let e = preset(
+            &fixture(serde_json::json!({})),
+            &cluster(),
+            Some(("OpenStackCluster", &bad)),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e[0].field,
+            "OpenStackCluster.spec.controlPlaneEndpoint.host"
+        );
+    }
+
+    #[test]
     fn the_cluster_network_and_endpoint_are_checked_too() {
         let mut c = cluster();
         c.control_plane_endpoint = Some(("api.demo.example.com:443".into(), 443));
-        let errors = validate(&fixture(serde_json::json!({})), &c, "default").unwrap_err();
+        let errors = validate(&fixture(serde_json::json!({})), &c, None, "default").unwrap_err();
         assert_eq!(
             errors[0].field, "Cluster.spec.controlPlaneEndpoint.host",
             "{errors:?}"
         );
         let mut c = cluster();
         c.api_server_port = 0;
-        let errors = validate(&fixture(serde_json::json!({})), &c, "default").unwrap_err();
+        let errors = validate(&fixture(serde_json::json!({})), &c, None, "default").unwrap_err();
         assert_eq!(errors[0].field, "Cluster.spec.clusterNetwork.apiServerPort");
     }
 

@@ -1,6 +1,7 @@
 //! The **apply** step: the only place that writes what a [`Plan`] holds, in order — the roots
 //! with create-if-absent, the datastore client, the Service, the endpoint into the
-//! KamajiControlPlane (once), the leaves, the Deployment, the removal of v0.1 Secrets, then the
+//! KamajiControlPlane and into an infrastructure cluster whose kind has the field (each once,
+//! while empty), the leaves, the Deployment, the removal of v0.1 Secrets, then the
 //! Cluster's endpoint (once) and the tenant's kubeadm artifacts once the tenant answers.
 //!
 //! Every management-cluster object is server-side applied with the field manager
@@ -37,6 +38,7 @@ use super::validate::ValidSpec;
 use super::{Flow, Report, object_key};
 use crate::context::Context;
 use crate::error::{Error, KubeContext};
+use crate::infrastructure::InfrastructureCluster;
 use crate::tenant;
 
 /// How long a pass waits before looking again at a state that produces no event for this
@@ -72,6 +74,7 @@ pub async fn apply(
     ctx: &Context,
     spec: &ValidSpec,
     observed: &Observed,
+    infrastructure: Option<&InfrastructureCluster>,
     plan: Plan,
     report: &mut Report,
 ) -> Result<Flow<Applied>, Error> {
@@ -105,6 +108,16 @@ pub async fn apply(
         format!("{}:{}", cp.endpoint.host, cp.endpoint.port),
     ));
     set_kcp_endpoint(kcp, ctx, &cp.endpoint).await?;
+    if let Some(infrastructure) = infrastructure {
+        crate::infrastructure::set_endpoint(
+            ctx,
+            ns,
+            infrastructure,
+            &cp.endpoint.host,
+            cp.endpoint.port,
+        )
+        .await?;
+    }
     let mut super_admin = None;
     for leaf in cp.leaves {
         let role = leaf.role;

@@ -1,8 +1,10 @@
 //! Choosing the control-plane endpoint (pure).
 //!
 //! Order (shared/reference/kamaji-api.md §8.4, capi-contract.md items 13–15):
-//! 1. the Cluster's `spec.controlPlaneEndpoint`, if already valid (an infrastructure provider or
-//!    the user set it, or an earlier pass of this controller did);
+//! 1. an endpoint set before: the Cluster's `spec.controlPlaneEndpoint` (an infrastructure
+//!    provider or the user set it, or an earlier pass of this controller did), else the
+//!    KamajiControlPlane's own (the user's, or an earlier pass's), else the infrastructure
+//!    cluster's (a provider that owns the address) — [`crate::reconcile::validate::PresetEndpoint`];
 //! 2. the ingress or gateway host name, port 443 unless the gateway names one;
 //! 3. `network.serviceAddress`, on the API server port;
 //! 4. the LoadBalancer Service's first ingress IP or host name, on the API server port;
@@ -43,8 +45,8 @@ pub fn choose(spec: &ValidSpec, service: Option<&Service>) -> Option<Endpoint> {
         })
     };
     let exposure = &spec.exposure;
-    if let Some((host, port)) = &spec.cluster_endpoint {
-        return at(host, *port);
+    if let Some(preset) = &spec.preset_endpoint {
+        return at(&preset.host, preset.port);
     }
     if let Some((host, port)) = &exposure.external {
         return at(host, *port);
@@ -148,7 +150,11 @@ mod tests {
         );
         // The Cluster's endpoint before everything.
         let mut preset = ingress.clone();
-        preset.cluster_endpoint = Some(("10.1.1.1".into(), 7443));
+        preset.preset_endpoint = Some(crate::reconcile::validate::PresetEndpoint {
+            host: "10.1.1.1".into(),
+            port: 7443,
+            source: crate::reconcile::validate::EndpointSource::Cluster,
+        });
         assert_eq!(host(&preset, Some(&svc)), Some(("10.1.1.1".into(), 7443)));
     }
 

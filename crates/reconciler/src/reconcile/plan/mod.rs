@@ -179,7 +179,7 @@ pub fn plan(
         pki::datastore_client(spec, datastore, &observed.secrets, alg, now)?,
         &owner,
     );
-    let service = service::service(spec, &owner);
+    let service = service::service(spec, &owner, observed.service.as_ref());
     let service_ip = observed.service.as_ref().and_then(endpoint::cluster_ip);
     let control_plane = match (
         service_ip,
@@ -353,7 +353,7 @@ mod tests {
     /// F0's Service as the API server stores it: ClusterIP allocated, load-balancer address
     /// `10.0.0.10` (shared/cases/README.md).
     fn stored_service(spec: &ValidSpec) -> Service {
-        let mut s = service::service(spec, &owner());
+        let mut s = service::service(spec, &owner(), None);
         s.spec.as_mut().unwrap().cluster_ip = Some("10.0.0.5".into());
         s.status = serde_json::from_value(
             serde_json::json!({"loadBalancer": {"ingress": [{"ip": "10.0.0.10"}]}}),
@@ -381,7 +381,7 @@ mod tests {
             port: 6443,
         };
         let cp = control_plane_spec(&spec, &ds, &endpoint);
-        insta::assert_yaml_snapshot!("f0_service", service::service(&spec, &owner()));
+        insta::assert_yaml_snapshot!("f0_service", service::service(&spec, &owner(), None));
         insta::assert_yaml_snapshot!(
             "f0_deployment",
             deployment::deployment(&spec, &cp, &owner(), "<pki-hash>")
