@@ -1,7 +1,8 @@
 //! The infrastructure cluster of a Cluster (`Cluster.spec.infrastructureRef`), read and
 //! written through the Cluster API contract only, for any kind (no allowlist of providers):
 //!
-//! - the kind's plural comes from discovery of the reference's group, its CRD
+//! - the kind's plural comes from discovery of the reference's group (every version: providers
+//!   sharing `infrastructure.cluster.x-k8s.io` serve their kinds at different ones), its CRD
 //!   (`<plural>.<group>`) must carry a `cluster.x-k8s.io/<contract>` label (`v1beta2`, else
 //!   `v1beta1`); the newest version that label lists is the one read, as Cluster API resolves
 //!   references (`sigs.k8s.io/cluster-api/internal/contract/version.go`,
@@ -20,7 +21,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kamaji_api::cluster::ClusterView;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::Version;
-use tracing::info;
+use tracing::{debug, info};
 
 use crate::context::Context;
 use crate::error::{Error, KubeContext};
@@ -119,12 +120,27 @@ async fn resolve_kind(
         return Ok(Some(cached));
     }
     let plural = match kube::discovery::group(&ctx.client, group).await {
-        Ok(g) => match g.recommended_kind(kind) {
+        // Every version, not only the group's preferred one: providers sharing the group serve
+        // their kinds at different versions.
+        Ok(g) => match g
+            .resources_by_stability()
+            .into_iter()
+            .find(|(r, _)| r.kind == kind)
+        {
             Some((resource, _)) => resource.plural,
-            None => return Ok(None),
+            None => {
+                debug!(%group, %kind, "infrastructure kind not served (yet)");
+                return Ok(None);
+            }
         },
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
-        Err(kube::Error::Discovery(_)) => return Ok(None),
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            debug!(%group, "infrastructure API group not served (yet)");
+            return Ok(None);
+        }
+        Err(kube::Error::Discovery(e)) => {
+            debug!(%group, "infrastructure API group not discovered: {e}");
+            return Ok(None);
+        }
         Err(source) => {
             return Err(Error::Kube {
                 action: format!("discover API group {group}"),
@@ -138,9 +154,11 @@ async fn resolve_kind(
         .await
         .ctx(|| format!("get CustomResourceDefinition {name}"))?
     else {
+        debug!(crd = %name, "no CustomResourceDefinition for the infrastructure kind");
         return Ok(None);
     };
     let Some(version) = contract_version(&crd) else {
+        debug!(crd = %name, "the infrastructure kind's CRD has no Cluster API contract label");
         return Ok(None);
     };
     let resolved = InfrastructureKind {

@@ -1083,7 +1083,14 @@ spec: {{cloudName: plain}}
             |o| o.data["spec"].to_string(),
         )
         .await
-        .unwrap();
+        .unwrap_or_else(|e| {
+            let log = env.manager_full_log();
+            let infra: Vec<_> = log
+                .lines()
+                .filter(|l| l.contains("infrastructure"))
+                .collect();
+            panic!("{e:#}\n{}", infra.join("\n"))
+        });
     env.mark_openstack_cluster_provisioned(ns, "os")
         .await
         .unwrap();
@@ -1150,9 +1157,11 @@ spec: {{cloudName: plain}}
         .await
         .unwrap();
     let message = serde_json::to_string(&clash.status).unwrap();
+    // (The provider's, or the Cluster's once Cluster API copied the provider's there.)
     assert!(
-        message.contains("spec.controlPlaneEndpoint")
-            && message.contains("VipCluster.spec.controlPlaneEndpoint 10.200.0.220:6443"),
+        message.contains("spec.controlPlaneEndpoint: 10.200.0.219:6443 differs from")
+            && (message.contains("VipCluster.spec.controlPlaneEndpoint 10.200.0.220:6443")
+                || message.contains("Cluster.spec.controlPlaneEndpoint 10.200.0.220:6443")),
         "{message}"
     );
     assert!(services.get_opt("clash").await.unwrap().is_none());

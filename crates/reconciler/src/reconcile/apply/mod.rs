@@ -1,8 +1,8 @@
 //! The **apply** step: the only place that writes what a [`Plan`] holds, in order — the roots
 //! with create-if-absent, the datastore client, the Service, the endpoint into the
-//! KamajiControlPlane and into an infrastructure cluster whose kind has the field (each once,
-//! while empty), the leaves, the Deployment, the removal of v0.1 Secrets, then the
-//! Cluster's endpoint (once) and the tenant's kubeadm artifacts once the tenant answers.
+//! KamajiControlPlane (once), the leaves, the Deployment, the removal of v0.1 Secrets, then the
+//! Cluster's endpoint (once) and the tenant's kubeadm artifacts once the tenant answers, and
+//! last the endpoint into an infrastructure cluster whose kind declares it (once, while empty).
 //!
 //! Every management-cluster object is server-side applied with the field manager
 //! `kamaji-rs` and the desired-hash annotation, and skipped when the live object carries the
@@ -108,16 +108,6 @@ pub async fn apply(
         format!("{}:{}", cp.endpoint.host, cp.endpoint.port),
     ));
     set_kcp_endpoint(kcp, ctx, &cp.endpoint).await?;
-    if let Some(infrastructure) = infrastructure {
-        crate::infrastructure::set_endpoint(
-            ctx,
-            ns,
-            infrastructure,
-            &cp.endpoint.host,
-            cp.endpoint.port,
-        )
-        .await?;
-    }
     let mut super_admin = None;
     for leaf in cp.leaves {
         let role = leaf.role;
@@ -170,6 +160,18 @@ pub async fn apply(
         report,
     )
     .await?;
+    // Last, so that a provider refusing it (its admission, missing RBAC) holds up nothing of
+    // the control plane; the failure is the pass's (Reconciled=False, retried with backoff).
+    if let Some(infrastructure) = infrastructure {
+        crate::infrastructure::set_endpoint(
+            ctx,
+            ns,
+            infrastructure,
+            &cp.endpoint.host,
+            cp.endpoint.port,
+        )
+        .await?;
+    }
     Ok(Flow::Continue(Applied {
         deployment: Some(deployment),
         requeue: Action::requeue(requeue),
