@@ -25,11 +25,19 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::reconcile::{self, object_key};
 
-/// Which namespaces the controller watches (`--namespace`, clusterctl contract).
+/// The label Cluster API's `--watch-filter` convention selects on: a manager started with
+/// `--watch-filter=<value>` reconciles only Clusters and KamajiControlPlanes labelled
+/// `cluster.x-k8s.io/watch-filter: <value>`.
+pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
+
+/// Which control planes the controller watches: `--namespace` (clusterctl contract) and
+/// `--watch-filter` (Cluster API's label convention).
 #[derive(Debug, Clone, Default)]
 pub struct Scope {
     /// One namespace, or all when `None`.
     pub namespace: Option<String>,
+    /// Only objects with [`WATCH_FILTER_LABEL`] set to this value, or all when `None`.
+    pub watch_filter: Option<String>,
 }
 
 impl Scope {
@@ -40,6 +48,16 @@ impl Scope {
         match &self.namespace {
             Some(ns) => Api::namespaced(client.clone(), ns),
             None => Api::all(client.clone()),
+        }
+    }
+
+    /// The watch of the filtered kinds (KamajiControlPlanes and Clusters).
+    fn filtered(&self) -> watcher::Config {
+        match &self.watch_filter {
+            Some(value) => {
+                watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}"))
+            }
+            None => watcher::Config::default(),
         }
     }
 }
@@ -81,7 +99,9 @@ pub async fn run(
     let kcps: Api<KamajiControlPlane> = scope.api(&client);
     let owned = watcher::Config::default().labels(KAMAJI_NAME_LABEL);
     let secrets_cfg = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
-    let controller = Controller::new(kcps, watcher::Config::default());
+    // Owned objects and DataStores wake only control planes in the store, so filtering the
+    // control planes (and the Clusters that map to them) is the whole split.
+    let controller = Controller::new(kcps, scope.filtered());
     let store = controller.store();
     let default_ds = ctx.config.default_datastore.clone();
     let ds_store = store.clone();
@@ -91,7 +111,7 @@ pub async fn run(
         .owns(scope.api::<Service>(&client), owned)
         .watches(
             scope.api::<v1beta2::Cluster>(&client),
-            watcher::Config::default(),
+            scope.filtered(),
             |cluster: v1beta2::Cluster| {
                 let ns = cluster.metadata.namespace.clone().unwrap_or_default();
                 cluster

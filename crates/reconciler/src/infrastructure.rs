@@ -122,17 +122,17 @@ async fn resolve_kind(
     let plural = match kube::discovery::group(&ctx.client, group).await {
         // Every version, not only the group's preferred one: providers sharing the group serve
         // their kinds at different versions.
-        Ok(g) => match g
-            .resources_by_stability()
-            .into_iter()
-            .find(|(r, _)| r.kind == kind)
-        {
-            Some((resource, _)) => resource.plural,
-            None => {
+        Ok(g) => {
+            let served = g
+                .resources_by_stability()
+                .into_iter()
+                .find(|(r, _)| r.kind == kind);
+            let Some((resource, _)) = served else {
                 debug!(%group, %kind, "infrastructure kind not served (yet)");
                 return Ok(None);
-            }
-        },
+            };
+            resource.plural
+        }
         Err(kube::Error::Api(e)) if e.code == 404 => {
             debug!(%group, "infrastructure API group not served (yet)");
             return Ok(None);

@@ -1,5 +1,6 @@
 //! `manager`: the kamaji-rs controller process (clusterctl contract: container `manager`,
-//! `--namespace` to watch one namespace, leader election, metrics and health probes).
+//! `--namespace` to watch one namespace, `--watch-filter` to split tenants by label, leader
+//! election, metrics and health probes).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +28,11 @@ struct Args {
     /// Watch only this namespace (empty: all namespaces).
     #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
     namespace: String,
+    /// Reconcile only Clusters and control planes labelled
+    /// `cluster.x-k8s.io/watch-filter=<value>` (Cluster API's convention; empty: all), so that
+    /// several managers split the tenants; each value elects its own leader.
+    #[arg(long, env = "WATCH_FILTER", default_value = "")]
+    watch_filter: String,
     /// Use a Lease so that only one replica reconciles.
     #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
     leader_elect: bool,
@@ -136,7 +142,8 @@ async fn main() -> Result<()> {
             .unwrap_or_else(|| "default".into());
         let identity =
             std::env::var("POD_NAME").unwrap_or_else(|_| format!("manager-{}", std::process::id()));
-        Some(leader::acquire(client.clone(), &ns, identity).await?)
+        let lease = leader::lease_name(Some(args.watch_filter.as_str()).filter(|f| !f.is_empty()));
+        Some(leader::acquire(client.clone(), &ns, &lease, identity).await?)
     } else {
         None
     };
@@ -152,6 +159,7 @@ async fn main() -> Result<()> {
     ready.store(true, Ordering::Relaxed);
     let scope = Scope {
         namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()),
+        watch_filter: Some(args.watch_filter.clone()).filter(|f| !f.is_empty()),
     };
     let shutdown = async move {
         tokio::select! {

@@ -20,6 +20,7 @@ pub struct F0 {
     spec: String,
     version: String,
     infrastructure: Option<(String, String)>,
+    labels: Vec<(String, String)>,
 }
 
 impl F0 {
@@ -38,7 +39,14 @@ impl F0 {
             spec: String::new(),
             version: kamaji_testenv::KUBERNETES_VERSION.into(),
             infrastructure: None,
+            labels: Vec::new(),
         }
+    }
+    /// A label on both the Cluster and the KamajiControlPlane.
+    #[must_use]
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.push((key.into(), value.into()));
+        self
     }
     /// `Cluster.spec.infrastructureRef`: an object of `kind` at `api_version` with the
     /// Cluster's name.
@@ -110,7 +118,13 @@ impl F0 {
             spec,
             version,
             infrastructure,
+            labels,
         } = self;
+        let labels = labels
+            .iter()
+            .map(|(k, v)| format!("{k}: {v:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let infrastructure = infrastructure
             .as_ref()
             .map(|(api_version, kind)| {
@@ -123,7 +137,7 @@ impl F0 {
             r"
 apiVersion: cluster.x-k8s.io/v1beta1
 kind: Cluster
-metadata: {{name: {name}, namespace: {ns}}}
+metadata: {{name: {name}, namespace: {ns}, labels: {{{labels}}}}}
 spec:
   clusterNetwork:
     services: {{cidrBlocks: [{services}]}}
@@ -136,7 +150,7 @@ spec:
 ---
 apiVersion: controlplane.cluster.x-k8s.io/v1alpha1
 kind: KamajiControlPlane
-metadata: {{name: {name}, namespace: {ns}}}
+metadata: {{name: {name}, namespace: {ns}, labels: {{{labels}}}}}
 spec:
   version: {version}
   replicas: {replicas}

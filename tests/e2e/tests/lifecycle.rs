@@ -1193,3 +1193,116 @@ spec: {{cloudName: plain}}
         )
     );
 }
+
+/// `--watch-filter` (Cluster API's label convention, issue 13): two managers split the tenants
+/// by the `cluster.x-k8s.io/watch-filter` label of Cluster and KamajiControlPlane; each
+/// reconciles only its own, a tenant without the label is touched by neither until it gets
+/// one, and with leader election each value elects its own leader (a Lease per value in the
+/// same namespace), so the two never wait on each other.
+#[kamaji_e2e::test]
+async fn managers_with_a_watch_filter_split_the_tenants_by_label() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kamaji_reconciler::controller::WATCH_FILTER_LABEL;
+    let _serial = serial();
+    let mut env = Env::start().await.unwrap();
+    env.kill_manager();
+    let lease_ns = env.manager_identity().namespace.clone();
+    let mut managers = Vec::new();
+    for value in ["shard-a", "shard-b"] {
+        let flags = [
+            "--leader-elect".to_owned(),
+            format!("--leader-election-namespace={lease_ns}"),
+            format!("--watch-filter={value}"),
+        ];
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        managers.push(
+            env.spawn_manager(kamaji_testenv::free_port().unwrap(), &flags)
+                .unwrap(),
+        );
+    }
+    let ns = "split";
+    env.namespace(ns).await.unwrap();
+    for (name, shard) in [
+        ("a", Some("shard-a")),
+        ("b", Some("shard-b")),
+        ("none", None),
+    ] {
+        let mut f = F0::new(ns, name).replicas(1);
+        if let Some(value) = shard {
+            f = f.label(WATCH_FILTER_LABEL, value);
+        }
+        env.apply_yaml(&f.yaml()).await.unwrap();
+    }
+    for name in ["a", "b"] {
+        env.wait_kcp_condition(ns, name, "Available", "True", 4 * MINUTE)
+            .await
+            .unwrap();
+    }
+    // The manager's log without its colours: every pass ends with `reconciled kcp=<ref>`
+    // (an owned object of another shard's tenant wakes nothing: "not found in local store").
+    let log = |i: usize| {
+        let text = std::fs::read_to_string(managers[i].log_path()).unwrap_or_default();
+        let mut plain = String::with_capacity(text.len());
+        let mut chars = text.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                chars.by_ref().find(|c| *c == 'm');
+            } else {
+                plain.push(c);
+            }
+        }
+        plain
+    };
+    let reconciled = |i: usize, name: &str| {
+        let text = log(i);
+        let key = format!("/{name}.{ns}");
+        text.lines()
+            .any(|l| l.contains(" reconciled kcp=") && l.trim_end().ends_with(&key))
+    };
+    assert!(
+        reconciled(0, "a") && !reconciled(0, "b"),
+        "shard-a's manager (a: {}, b: {}):\n{}",
+        reconciled(0, "a"),
+        reconciled(0, "b"),
+        log(0)
+    );
+    assert!(
+        reconciled(1, "b") && !reconciled(1, "a"),
+        "shard-b's manager:\n{}",
+        log(1)
+    );
+    assert!(!reconciled(0, "none") && !reconciled(1, "none"));
+    let kcps: Api<KamajiControlPlane> = Api::namespaced(env.client(), ns);
+    let none = kcps.get("none").await.unwrap();
+    assert!(
+        none.metadata.finalizers.unwrap_or_default().is_empty() && none.status.is_none(),
+        "an unlabelled tenant was touched"
+    );
+    let leases: Api<Lease> = Api::namespaced(env.client(), &lease_ns);
+    let holder = async |name: &str| {
+        leases
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("Lease {name}: {e}"))
+            .spec
+            .and_then(|s| s.holder_identity)
+    };
+    let (ha, hb) = (
+        holder("kamaji-rs-manager-shard-a").await,
+        holder("kamaji-rs-manager-shard-b").await,
+    );
+    assert!(ha.is_some() && hb.is_some() && ha != hb, "{ha:?} {hb:?}");
+    // Labelled later (both objects, as CAPI's convention asks), it is picked up by its shard.
+    let label = serde_json::json!({"metadata": {"labels": {WATCH_FILTER_LABEL: "shard-b"}}});
+    env.capi(ns, "v1beta2", "Cluster")
+        .patch("none", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    kcps.patch("none", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    env.wait_kcp_condition(ns, "none", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    assert!(reconciled(1, "none") && !reconciled(0, "none"));
+}
