@@ -58,11 +58,16 @@ demo: tools host-limits
 	$(CARGO) run -q --locked -p kamaji-e2e --example demo
 
 ## release: $(OUT)/control-plane-components.yaml + metadata.yaml for `clusterctl init
-## --control-plane kamaji` from a local repository; variables stay as ${VAR:=default}.
+## --control-plane kamaji` from a local repository (variables stay as ${VAR:=default}), and
+## the manager as an OCI image tar, $(OUT)/manager-image.tar, named $(IMAGE) (README, "Install").
+IMAGE ?= ghcr.io/kamaji-rs/manager:$(VERSION)
 release: crds
 	mkdir -p $(OUT)
+	$(CARGO) build -q --release --locked -p kamaji-reconciler --bin manager
+	$(CARGO) run -q --release --locked -p kamaji-machine --bin manager-image -- \
+	    --binary target/release/manager --reference $(IMAGE) --out $(OUT)/manager-image.tar
 	{ for f in config/crd/bases/*.yaml config/rbac/*.yaml config/manager/*.yaml; do \
-	    echo '---'; cat "$$f"; done; } | sed 's/ghcr.io\/kamaji-rs\/manager:v0.1.0/ghcr.io\/kamaji-rs\/manager:$(VERSION)/' \
+	    echo '---'; cat "$$f"; done; } | sed 's|ghcr.io/kamaji-rs/manager:v0.1.0|$(IMAGE)|' \
 	    > $(OUT)/control-plane-components.yaml
 	cp metadata.yaml $(OUT)/metadata.yaml
 	cp templates/*.yaml $(OUT)/

@@ -1306,3 +1306,67 @@ async fn managers_with_a_watch_filter_split_the_tenants_by_label() {
         .unwrap();
     assert!(reconciled(1, "none") && !reconciled(0, "none"));
 }
+
+/// The manager as `clusterctl init` installs it (issue 13): its image (the binary, the
+/// libraries it links, user 65532, nothing else) on the management machine, and
+/// `config/manager/manager.yaml` applied as written: a pod with its ServiceAccount, a
+/// read-only root filesystem, leader election through its own namespace's Lease, the
+/// health probes the kubelet checks and the metrics port; it then provisions a tenant.
+#[kamaji_e2e::test]
+async fn the_manager_runs_as_a_pod_from_its_image_under_the_shipped_manifest() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Pod;
+    let _serial = serial();
+    let mut env = Env::start().await.unwrap();
+    env.run_manager_as_pod().await.unwrap();
+    let identity = env.manager_identity().clone();
+    let pods: Api<Pod> = Api::namespaced(env.client(), &identity.namespace);
+    let pod = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/component=manager"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .next()
+        .expect("a manager pod");
+    let spec = pod.spec.clone().unwrap();
+    assert_eq!(
+        spec.service_account_name.as_deref(),
+        Some(identity.service_account.as_str())
+    );
+    let container = &spec.containers[0];
+    let security = container.security_context.clone().unwrap();
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+    // The Lease of its namespace is the pod's.
+    let lease = Api::<Lease>::namespaced(env.client(), &identity.namespace)
+        .get(kamaji_reconciler::leader::LEASE_NAME)
+        .await
+        .unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity),
+        pod.metadata.name.clone()
+    );
+    env.namespace("as-pod").await.unwrap();
+    env.apply_yaml(&f0("as-pod", "demo", 1)).await.unwrap();
+    env.wait_kcp_condition("as-pod", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    // The metrics port as shipped, from the pod network.
+    let metrics = reqwest::get(format!("http://{ip}:8080/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("kamaji_reconcile_total"), "{metrics}");
+    // Its writes are the ServiceAccount's (the audit log's user), and none was refused.
+    let writes = env.manager_writes().unwrap();
+    assert!(!writes.is_empty());
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.response_status.as_ref().is_none_or(|s| s.code != 403)),
+        "a write was forbidden"
+    );
+}

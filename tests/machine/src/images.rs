@@ -1,6 +1,8 @@
 //! The images the machines run, built from the programs `make tools` built, under the names
 //! kubeadm and the product reference (real-machines.md §2).
 
+use std::path::Path;
+
 use anyhow::{Context, Result};
 use kamaji_testenv::{KUBERNETES_VERSION, Tools};
 
@@ -146,4 +148,73 @@ fn kube_proxy(tools: &Tools) -> Result<ImageBuilder> {
     std::fs::metadata(nft_root.join("usr/sbin/nft"))
         .context("nft is missing from the tools (run `make tools`)")?;
     Ok(image)
+}
+
+/// The user the manager image runs as (`nonroot` of distroless images).
+pub const MANAGER_USER: &str = "65532:65532";
+
+/// The kamaji-rs manager as an OCI image named `reference`: the `binary` at `/manager` (the
+/// command `config/manager/manager.yaml` runs), the shared libraries it links (as the
+/// system's dynamic loader resolves them, `ldd`) at their paths with the loader itself, and
+/// nothing else — no shell, no package manager; user [`MANAGER_USER`], so it runs with
+/// `runAsNonRoot` and a read-only root filesystem.
+///
+/// # Errors
+/// When `binary` is missing or `ldd` cannot list its libraries.
+pub fn manager_image(binary: &Path, reference: &str) -> Result<ImageBuilder> {
+    std::fs::metadata(binary).with_context(|| format!("{} is missing", binary.display()))?;
+    let out = std::process::Command::new("ldd")
+        .arg(binary)
+        .output()
+        .context("run ldd")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut image = ImageBuilder::new(reference)?
+        .file("/manager", binary, 0o755)
+        .user(MANAGER_USER);
+    if out.status.success() {
+        for path in shared_libraries(&text) {
+            image = image.file(&path, &path, 0o755);
+        }
+    } else if !String::from_utf8_lossy(&out.stderr).contains("not a dynamic executable")
+        && !text.contains("statically linked")
+    {
+        anyhow::bail!(
+            "ldd {}: {}",
+            binary.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(image)
+}
+
+/// The absolute paths `ldd` output names: `lib => /path (addr)` and the loader `/path (addr)`.
+fn shared_libraries(ldd: &str) -> Vec<String> {
+    ldd.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let path = match line.split_once("=>") {
+                Some((_, right)) => right.split_whitespace().next()?,
+                None => line.split_whitespace().next()?,
+            };
+            path.starts_with('/').then(|| path.to_owned())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_libraries_ldd_names() {
+        let ldd = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x1)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x2)\n\t/lib64/ld-linux-x86-64.so.2 (0x3)\n";
+        assert_eq!(
+            shared_libraries(ldd),
+            [
+                "/lib/x86_64-linux-gnu/libgcc_s.so.1",
+                "/lib/x86_64-linux-gnu/libc.so.6",
+                "/lib64/ld-linux-x86-64.so.2"
+            ]
+        );
+    }
 }

@@ -276,6 +276,31 @@ impl Machine {
         Ok(())
     }
 
+    /// Writes `image` and imports it into the machine's containerd (namespace `k8s.io`, where
+    /// the kubelet finds it), as a registry pull would leave it.
+    ///
+    /// # Errors
+    /// When the image cannot be written or containerd refuses it.
+    pub async fn import_image(&self, image: &crate::image::ImageBuilder) -> Result<()> {
+        let inside = format!("/tmp/import-{}.tar", std::process::id());
+        let host = self.root().join(inside.trim_start_matches('/'));
+        image.write(&host)?;
+        let imported = self
+            .exec(&[
+                "ctr",
+                "-n",
+                "k8s.io",
+                "images",
+                "import",
+                "--platform",
+                "linux/amd64",
+                &inside,
+            ])
+            .await;
+        let _ = std::fs::remove_file(&host);
+        imported.map(drop)
+    }
+
     /// Reads `path` inside the machine.
     ///
     /// # Errors

@@ -72,9 +72,6 @@ pub(crate) fn command(tools: &Tools, c: &ApiServerConfig<'_>) -> Command {
         ))
         .arg("--enable-bootstrap-token-auth=true")
         .arg("--allow-privileged=true")
-        // No token volumes are injected: the control-plane pods of tenants
-        // authenticate with their own kubeconfigs.
-        .arg("--disable-admission-plugins=ServiceAccount")
         .arg(format!("--audit-log-path={}", f("audit.log")))
         .arg(format!("--audit-policy-file={}", f("audit-policy.yaml")))
         .arg("--audit-log-maxsize=0")
