@@ -67,7 +67,7 @@ release: crds
 	$(CARGO) run -q --release --locked -p kamaji-machine --bin manager-image -- \
 	    --binary target/release/manager --reference $(IMAGE) --out $(OUT)/manager-image.tar
 	{ for f in config/crd/bases/*.yaml config/rbac/*.yaml config/manager/*.yaml; do \
-	    echo '---'; cat "$$f"; done; } | sed 's|ghcr.io/kamaji-rs/manager:v0.1.0|$(IMAGE)|' \
+	    case "$$f" in */kustomization.yaml) continue;; esac; echo '---'; cat "$$f"; done; } | sed 's|ghcr.io/kamaji-rs/manager:v0.1.0|$(IMAGE)|' \
 	    > $(OUT)/control-plane-components.yaml
 	cp metadata.yaml $(OUT)/metadata.yaml
 	cp templates/*.yaml $(OUT)/

@@ -63,7 +63,10 @@ impl Identity {
         let mut rbac: Vec<PathBuf> = std::fs::read_dir(root.join("config/rbac"))?
             .map(|e| e.map(|e| e.path()))
             .collect::<Result<_, _>>()?;
-        rbac.retain(|p| p.extension().is_some_and(|x| x == "yaml"));
+        rbac.retain(|p| {
+            p.extension().is_some_and(|x| x == "yaml")
+                && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+        });
         rbac.sort();
         for file in &rbac {
             let text = substitute(&std::fs::read_to_string(file)?, &defaults)?;

@@ -138,3 +138,82 @@ async fn cluster_becomes_available_through_capi_and_kubeadm_discovery_passes() {
         .unwrap();
     assert!(out.contains("Reading configuration from the"), "{out}");
 }
+
+/// `config/default` (what `clusterctl-settings.json` points Cluster API's local-repository
+/// tooling at) renders, with the kustomize inside the built kubectl, exactly the objects
+/// `make release` concatenates into `control-plane-components.yaml` (issue 13): the same CRDs,
+/// RBAC and manager, nothing missing or extra, variables untouched.
+#[test]
+fn config_default_renders_the_objects_make_release_ships() {
+    let root = kamaji_testenv::workspace_root();
+    let tools = kamaji_testenv::Tools::locate().unwrap();
+    let out = std::process::Command::new(tools.path("kubectl"))
+        .args(["kustomize", "config/default"])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Numbers as values (the generated CRDs write `minimum: 1.0`, kustomize writes `1`).
+    fn integral(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Number(n) => {
+                if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 1e15) {
+                    #[allow(clippy::cast_possible_truncation)]
+                    let whole = f as i64;
+                    *v = whole.into();
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(integral),
+            serde_json::Value::Object(o) => o.values_mut().for_each(integral),
+            _ => {}
+        }
+    }
+    let parse = |text: &str| {
+        let mut objects: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(text)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .filter(|v: &serde_json::Value| !v.is_null())
+            .map(|mut v| {
+                integral(&mut v);
+                v
+            })
+            .collect();
+        objects.sort_by_key(|v| format!("{}/{}", v["kind"], v["metadata"]["name"]));
+        objects
+    };
+    let mut shipped = String::new();
+    for dir in ["config/crd/bases", "config/rbac", "config/manager"] {
+        let mut files: Vec<_> = std::fs::read_dir(root.join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.extension().is_some_and(|x| x == "yaml")
+                    && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+            })
+            .collect();
+        files.sort();
+        for f in files {
+            shipped.push_str("---\n");
+            shipped.push_str(&std::fs::read_to_string(f).unwrap());
+        }
+    }
+    let (rendered, shipped) = (
+        parse(&String::from_utf8_lossy(&out.stdout)),
+        parse(&shipped),
+    );
+    assert_eq!(rendered.len(), shipped.len());
+    for (r, s) in rendered.iter().zip(&shipped) {
+        assert_eq!(
+            serde_json::to_string_pretty(r).unwrap(),
+            serde_json::to_string_pretty(s).unwrap()
+        );
+    }
+    let settings: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("clusterctl-settings.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(settings["name"], kamaji_api::meta::PROVIDER_NAME);
+}
