@@ -1194,8 +1194,9 @@ spec: {{cloudName: plain}}
     );
 }
 
-/// `--watch-filter` (Cluster API's label convention, issue 13): two managers split the tenants
-/// by the `cluster.x-k8s.io/watch-filter` label of Cluster and KamajiControlPlane; each
+/// `--watch-filter` (Cluster API's label convention, issue 13) and `--namespace` (clusterctl's):
+/// two managers split the tenants by the `cluster.x-k8s.io/watch-filter` label of Cluster and
+/// KamajiControlPlane, a third reconciles one namespace only; each
 /// reconciles only its own, a tenant without the label is touched by neither until it gets
 /// one, and with leader election each value elects its own leader (a Lease per value in the
 /// same namespace), so the two never wait on each other.
@@ -1220,6 +1221,16 @@ async fn managers_with_a_watch_filter_split_the_tenants_by_label() {
                 .unwrap(),
         );
     }
+    // A third one scoped by `--namespace` (the clusterctl contract), without a filter.
+    managers.push(
+        env.spawn_manager(
+            kamaji_testenv::free_port().unwrap(),
+            &["--namespace=scoped"],
+        )
+        .unwrap(),
+    );
+    env.namespace("scoped").await.unwrap();
+    env.apply_yaml(&f0("scoped", "c", 1)).await.unwrap();
     let ns = "split";
     env.namespace(ns).await.unwrap();
     for (name, shard) in [
@@ -1271,7 +1282,20 @@ async fn managers_with_a_watch_filter_split_the_tenants_by_label() {
         "shard-b's manager:\n{}",
         log(1)
     );
-    assert!(!reconciled(0, "none") && !reconciled(1, "none"));
+    assert!(!reconciled(0, "none") && !reconciled(1, "none") && !reconciled(2, "none"));
+    env.wait_kcp_condition("scoped", "c", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let scoped = log(2);
+    let passes: Vec<&str> = scoped
+        .lines()
+        .filter(|l| l.contains(" reconciled kcp="))
+        .collect();
+    assert!(
+        !passes.is_empty() && passes.iter().all(|l| l.trim_end().ends_with(".scoped")),
+        "the --namespace=scoped manager reconciled outside its namespace:\n{scoped}"
+    );
+    assert!(!reconciled(0, "c") && !reconciled(1, "c"));
     let kcps: Api<KamajiControlPlane> = Api::namespaced(env.client(), ns);
     let none = kcps.get("none").await.unwrap();
     assert!(
