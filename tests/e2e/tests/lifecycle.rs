@@ -1384,6 +1384,36 @@ async fn the_manager_runs_as_a_pod_from_its_image_under_the_shipped_manifest() {
         .await
         .unwrap();
     assert!(metrics.contains("kamaji_reconcile_total"), "{metrics}");
+    // The shipped RBAC lets CABPK (Cluster API v1.14, cluster-api#13433) read the control
+    // plane a Cluster's controlPlaneRef names, as the API server's own authorizer says.
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(
+                "system:serviceaccount:capi-kubeadm-bootstrap-system:capi-kubeadm-bootstrap-manager"
+                    .into(),
+            ),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("controlplane.cluster.x-k8s.io".into()),
+                resource: Some("kamajicontrolplanes".into()),
+                verb: Some("get".into()),
+                namespace: Some("as-pod".into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(env.client())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap();
+    assert!(
+        answer.status.is_some_and(|s| s.allowed),
+        "CABPK cannot read KamajiControlPlanes"
+    );
     // Its writes are the ServiceAccount's (the audit log's user), and none was refused.
     let writes = env.manager_writes().unwrap();
     assert!(!writes.is_empty());
