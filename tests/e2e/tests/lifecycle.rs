@@ -1424,3 +1424,116 @@ async fn the_manager_runs_as_a_pod_from_its_image_under_the_shipped_manifest() {
         "a write was forbidden"
     );
 }
+
+/// The contract conditions as Cluster API mirrors them onto the Cluster (issue 13):
+/// `ControlPlaneAvailable=False` with kamaji-rs's reason while the tenant is not ready, then
+/// `RollingOut`, `ScalingUp` and `Deleting` each `True` on the Cluster while the control plane
+/// does that (it scales down too; see below). A watch on the Cluster records every condition
+/// it ever carried.
+#[kamaji_e2e::test]
+async fn the_cluster_mirrors_available_rolling_out_scaling_and_deleting() {
+    use futures::StreamExt as _;
+    use kube::runtime::watcher;
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let ns = "mirror";
+    env.namespace(ns).await.unwrap();
+    let clusters = env.capi(ns, "v1beta2", "Cluster");
+    let seen: Arc<Mutex<BTreeSet<(String, String, String)>>> = Arc::default();
+    let record = seen.clone();
+    let watch = tokio::spawn(
+        watcher(
+            clusters.clone(),
+            watcher::Config::default().fields("metadata.name=demo"),
+        )
+        .for_each(move |event| {
+            if let Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) = event {
+                let conds = c.data["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let mut s = record.lock().unwrap();
+                for cond in conds {
+                    let field = |k: &str| cond[k].as_str().unwrap_or_default().to_owned();
+                    s.insert((field("type"), field("status"), field("reason")));
+                }
+            }
+            std::future::ready(())
+        }),
+    );
+    env.apply_yaml(&f0(ns, "demo", 1)).await.unwrap();
+    env.wait_kcp_condition(ns, "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let wait_cluster = async |type_: &str, status: &str| {
+        env.wait_cluster_condition(ns, "demo", type_, status, 2 * MINUTE)
+            .await
+            .unwrap();
+    };
+    wait_cluster("ControlPlaneAvailable", "True").await;
+    // Scale up, roll out (a changed argument), scale down.
+    env.patch_kcp(ns, "demo", serde_json::json!({"spec": {"replicas": 2}}))
+        .await
+        .unwrap();
+    wait_rolled_out(&env, ns, "demo", 2, 3 * MINUTE, |_| true)
+        .await
+        .unwrap();
+    wait_cluster("ScalingUp", "False").await;
+    env.patch_kcp(
+        ns,
+        "demo",
+        serde_json::json!({"spec": {"apiServer": {"extraArgs": ["--audit-log-maxage=7"]}}}),
+    )
+    .await
+    .unwrap();
+    wait_rolled_out(
+        &env,
+        ns,
+        "demo",
+        2,
+        4 * MINUTE,
+        api_server_has("--audit-log-maxage=7"),
+    )
+    .await
+    .unwrap();
+    wait_cluster("RollingOut", "False").await;
+    env.patch_kcp(ns, "demo", serde_json::json!({"spec": {"replicas": 1}}))
+        .await
+        .unwrap();
+    wait_rolled_out(&env, ns, "demo", 1, 3 * MINUTE, |_| true)
+        .await
+        .unwrap();
+    wait_cluster("ScalingDown", "False").await;
+    clusters
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = tokio::time::timeout(3 * MINUTE, async {
+        while clusters.get_opt("demo").await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    watch.abort();
+    let seen = seen.lock().unwrap().clone();
+    assert!(gone.is_ok(), "the Cluster was not deleted: {seen:#?}");
+    let had = |type_: &str, status: &str| seen.iter().any(|(t, s, _)| t == type_ && s == status);
+    assert!(
+        seen.iter().any(|(t, s, r)| t == "ControlPlaneAvailable"
+            && s == "False"
+            && r == kamaji_api::conditions::reasons::NOT_AVAILABLE),
+        "{seen:#?}"
+    );
+    // ScalingDown is not required here: the Deployment stops counting a pod the moment it
+    // starts terminating, so a scale-down of one API server pod shows for no longer than a pass
+    // (what would make it last — the current template's terminating pods — the Deployment's
+    // status does not tell).
+    for type_ in ["RollingOut", "ScalingUp", "Deleting"] {
+        assert!(
+            had(type_, "True"),
+            "{type_}=True never on the Cluster: {seen:#?}"
+        );
+    }
+}

@@ -302,16 +302,26 @@ fn contract_conditions(
     } else {
         Cond::no(types::ROLLING_OUT, reasons::NOT_ROLLING_OUT, "")
     });
-    conds.push(if r.replicas < inputs.desired {
-        Cond::yes(
-            types::SCALING_UP,
-            reasons::SCALING_UP,
-            format!("scaling up from {} to {} pods", r.replicas, inputs.desired),
-        )
-    } else {
-        Cond::no(types::SCALING_UP, reasons::NOT_SCALING_UP, "")
-    });
-    conds.push(if r.replicas > inputs.desired {
+    // Scaling up lasts until the added pods are available, as a KubeadmControlPlane's lasts
+    // until its new Machines are (the Deployment creates pods at once, so counting the pods
+    // that exist would end it before anything serves); extra pods of a rollout's surge are not
+    // a scale-up.
+    conds.push(
+        if r.available < inputs.desired && r.replicas <= inputs.desired {
+            Cond::yes(
+                types::SCALING_UP,
+                reasons::SCALING_UP,
+                format!(
+                    "scaling up: {} of {} pods available",
+                    r.available, inputs.desired
+                ),
+            )
+        } else {
+            Cond::no(types::SCALING_UP, reasons::NOT_SCALING_UP, "")
+        },
+    );
+    // The surge pod of a rollout is not a scale-down.
+    conds.push(if r.replicas > inputs.desired && !rolling_out {
         Cond::yes(
             types::SCALING_DOWN,
             reasons::SCALING_DOWN,
@@ -381,6 +391,39 @@ mod tests {
             kubeconfig_exists: true,
             conditions: vec![],
         }
+    }
+
+    #[test]
+    fn scaling_up_lasts_until_the_pods_serve_and_a_rollouts_surge_is_no_scale_down() {
+        let prev = KamajiControlPlaneStatus::default();
+        let now = t("2026-01-01T00:00:00Z");
+        let status_of = |type_: &str, r: Replicas| {
+            let mut i = inputs(&prev, true, r.available);
+            i.replicas = r;
+            compute(&i, &now)
+                .conditions
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == type_)
+                .map(|c| c.status)
+                .unwrap()
+        };
+        let r = |replicas, available, up_to_date| Replicas {
+            replicas,
+            ready: available,
+            available,
+            up_to_date,
+            observed_current: true,
+        };
+        // 1 -> 2: the pod exists at once, and the scale-up lasts until it is available.
+        assert_eq!(status_of("ScalingUp", r(2, 1, 2)), "True");
+        assert_eq!(status_of("ScalingUp", r(2, 2, 2)), "False");
+        // A rollout's surge pod (3 of 2, one not up to date): rolling out, not scaling.
+        assert_eq!(status_of("RollingOut", r(3, 2, 1)), "True");
+        assert_eq!(status_of("ScalingDown", r(3, 2, 1)), "False");
+        assert_eq!(status_of("ScalingUp", r(3, 2, 1)), "False");
+        // 3 -> 2 with every pod up to date: scaling down.
+        assert_eq!(status_of("ScalingDown", r(3, 3, 3)), "True");
     }
 
     #[test]
