@@ -285,18 +285,10 @@ impl Machine {
         let inside = format!("/tmp/import-{}.tar", std::process::id());
         let host = self.root().join(inside.trim_start_matches('/'));
         image.write(&host)?;
-        let imported = self
-            .exec(&[
-                "ctr",
-                "-n",
-                "k8s.io",
-                "images",
-                "import",
-                "--platform",
-                "linux/amd64",
-                &inside,
-            ])
-            .await;
+        let mut argv = vec!["ctr"];
+        argv.extend(crate::store::CTR_IMPORT);
+        argv.push(&inside);
+        let imported = self.exec(&argv).await;
         let _ = std::fs::remove_file(&host);
         imported.map(drop)
     }

@@ -25,6 +25,17 @@ use tokio::process::Command;
 
 use crate::image::ImageBuilder;
 
+/// `ctr` arguments that import an image tar into the namespace the kubelet's CRI uses
+/// (`k8s.io`), for this machine kind's platform; the tar's path follows.
+pub(crate) const CTR_IMPORT: [&str; 6] = [
+    "-n",
+    "k8s.io",
+    "images",
+    "import",
+    "--platform",
+    "linux/amd64",
+];
+
 /// A prepared store (see the module docs).
 #[derive(Debug, Clone)]
 pub struct ImageStore {
@@ -140,17 +151,7 @@ async fn make(
     for (i, image) in images.iter().enumerate() {
         let tar = work.join("tars").join(format!("{i}.tar"));
         image.write(&tar)?;
-        let out = ctr(&[
-            "-n",
-            "k8s.io",
-            "images",
-            "import",
-            "--platform",
-            "linux/amd64",
-        ])
-        .arg(&tar)
-        .output()
-        .await?;
+        let out = ctr(&CTR_IMPORT).arg(&tar).output().await?;
         if !out.status.success() {
             bail!(
                 "import {} into the image store: {}{}",

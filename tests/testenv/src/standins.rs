@@ -141,7 +141,7 @@ mod tests {
             Some("openstackclusters.infrastructure.cluster.x-k8s.io")
         );
         assert_eq!(
-            crd.metadata.labels.unwrap()["cluster.x-k8s.io/v1beta1"],
+            crd.metadata.labels.as_ref().unwrap()["cluster.x-k8s.io/v1beta1"],
             "v1alpha6"
         );
         assert_eq!(crd.spec.names.plural, "openstackclusters");
@@ -155,16 +155,17 @@ mod tests {
             ("v1alpha6", true, true)
         );
         assert!(v.subresources.as_ref().unwrap().status.is_some());
-        let spec = &v
-            .schema
-            .as_ref()
-            .unwrap()
-            .open_api_v3_schema
-            .as_ref()
-            .unwrap()
-            .properties
-            .as_ref()
-            .unwrap()["spec"];
+        // The `spec` schema of a CRD's first version.
+        let spec_of = |crd: &CustomResourceDefinition| {
+            crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .and_then(|s| s.properties.as_ref())
+                .map(|p| p["spec"].clone())
+                .unwrap()
+        };
+        let spec = spec_of(&crd);
         assert_eq!(spec.x_kubernetes_preserve_unknown_fields, Some(true));
         assert!(
             spec.properties
@@ -176,16 +177,7 @@ mod tests {
             &infrastructure_cluster_crd_yaml("PlainCluster", "v1beta2", &["v1beta2"], false),
         )
         .unwrap();
-        let plain_spec = &plain.spec.versions[0]
-            .schema
-            .as_ref()
-            .unwrap()
-            .open_api_v3_schema
-            .as_ref()
-            .unwrap()
-            .properties
-            .as_ref()
-            .unwrap()["spec"];
+        let plain_spec = spec_of(&plain);
         assert!(
             !plain_spec
                 .properties
