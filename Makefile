@@ -5,7 +5,7 @@ CARGO ?= cargo
 VERSION ?= v0.1.0
 OUT ?= out
 
-.PHONY: tools host-limits check test fmt-check clippy crds crds-check demo release bench
+.PHONY: tools host-limits check test fmt-check clippy crds crds-check demo release components bench
 
 ## tools: build the real programs the tests run (etcd; kube-apiserver, -controller-manager,
 ## -scheduler, kubeadm, kubectl, kubelet, kube-proxy, and the previous patch release's control
@@ -57,15 +57,20 @@ demo: tools host-limits
 	$(CARGO) build -q --locked -p kamaji-reconciler --bin manager
 	$(CARGO) run -q --locked -p kamaji-e2e --example demo
 
-## release: $(OUT)/control-plane-components.yaml + metadata.yaml for `clusterctl init
-## --control-plane kamaji` from a local repository (variables stay as ${VAR:=default}), and
+## release: $(OUT)/control-plane-components.yaml + metadata.yaml + the cluster templates for
+## `clusterctl init --control-plane kamaji` from a local repository (`make components`), and
 ## the manager as an OCI image tar, $(OUT)/manager-image.tar, named $(IMAGE) (README, "Install").
 IMAGE ?= ghcr.io/kamaji-rs/manager:$(VERSION)
-release: crds
-	mkdir -p $(OUT)
+release: crds components
 	$(CARGO) build -q --release --locked -p kamaji-reconciler --bin manager
 	$(CARGO) run -q --release --locked -p kamaji-machine --bin manager-image -- \
 	    --binary target/release/manager --reference $(IMAGE) --out $(OUT)/manager-image.tar
+
+## components: the clusterctl artifacts alone, no build (what the clusterctl init test installs
+## from its local repository): the CRDs, RBAC and manager manifests as one components file
+## (variables stay as ${VAR:=default}), metadata.yaml and templates/.
+components:
+	mkdir -p $(OUT)
 	{ for f in config/crd/bases/*.yaml config/rbac/*.yaml config/manager/*.yaml; do \
 	    case "$$f" in */kustomization.yaml) continue;; esac; echo '---'; cat "$$f"; done; } | sed 's|ghcr.io/kamaji-rs/manager:v0.1.0|$(IMAGE)|' \
 	    > $(OUT)/control-plane-components.yaml

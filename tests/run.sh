@@ -19,7 +19,7 @@ export RUST_TEST_THREADS=${RUST_TEST_THREADS:-2}
 export KAMAJI_ASSUME_REAL_PROGRAMS=1
 
 # The heavy suites, balanced by their run times on 2 cores (README).
-LANE_A=(lifecycle robustness workers)
+LANE_A=(lifecycle robustness workers clusterctl)
 LANE_B=(field_reports cases e2e_main)
 
 fail() { echo "make test: $*" >&2; exit 1; }

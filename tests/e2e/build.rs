@@ -13,5 +13,6 @@ fn main() {
         ("kamaji-e2e/robustness", Needs::ProgramsAndRoot),
         ("kamaji-e2e/field_reports", Needs::ProgramsAndRoot),
         ("kamaji-e2e/workers", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/clusterctl", Needs::ProgramsAndRoot),
     ]);
 }

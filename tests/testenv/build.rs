@@ -3,5 +3,8 @@
 use kamaji_test_gate::{Needs, gate};
 
 fn main() {
-    gate(&[("kamaji-testenv/local_cluster", Needs::Programs)]);
+    gate(&[
+        ("kamaji-testenv/local_cluster", Needs::Programs),
+        ("kamaji-testenv/cert_manager", Needs::Programs),
+    ]);
 }

@@ -204,6 +204,24 @@ cp "$capi_src"/core/config/crd/bases/*.yaml "$bin.tmp/crds/capi-core/"
 cp "$capi_src"/bootstrap/kubeadm/config/crd/bases/*.yaml "$bin.tmp/crds/capi-kubeadm-bootstrap/"
 cp "$capi_src"/core/config/webhook/manifests.yaml "$bin.tmp/webhooks/capi-core.yaml"
 cp "$capi_src"/bootstrap/kubeadm/config/webhook/manifests.yaml "$bin.tmp/webhooks/capi-kubeadm-bootstrap.yaml"
+# Cluster API's own provider components for `clusterctl init` from a local repository
+# (clusterctl's layout {provider-label}/{version}/{components}.yaml + metadata.yaml), rendered
+# as CAPI's `make release-manifests` renders them: its config/default with the release image
+# (registry.k8s.io/cluster-api/<image>:<version>, the name the locally built image is imported
+# under) and pull policy IfNotPresent, through the kustomize inside the built kubectl.
+render_components() { # CONFIG_DIR LABEL IMAGE FILE
+    local work out="$bin.tmp/clusterctl-repository/$2/$CAPI_VERSION"
+    work=$(mktemp -d) && mkdir -p "$out" || die "cannot create $out"
+    cp -r "$1" "$work/config" && chmod -R u+w "$work"
+    sed -i -e "s@image: .*@image: registry.k8s.io/cluster-api/$3:$CAPI_VERSION@" "$work/config/default/manager_image_patch.yaml"
+    sed -i -e "s@imagePullPolicy: .*@imagePullPolicy: IfNotPresent@" "$work/config/default/manager_pull_policy.yaml"
+    "$k8s_dir/bin/kubectl" kustomize "$work/config/default" >"$out/$4" 2>"$cache/render-$2.log" \
+        || die "rendering the $2 components failed: $(head -n1 "$cache/render-$2.log") (full log: $cache/render-$2.log)"
+    cp "$capi_src/metadata.yaml" "$out/metadata.yaml"
+    rm -rf "$work"
+}
+render_components "$capi_src/core/config" cluster-api cluster-api-controller core-components.yaml
+render_components "$capi_src/bootstrap/kubeadm/config" bootstrap-kubeadm kubeadm-bootstrap-controller bootstrap-components.yaml
 chmod -R u+w "$bin.tmp"
 rm -rf "$bin" && mv "$bin.tmp" "$bin"
 mkdir -p "$root/target"

@@ -25,13 +25,13 @@ use tracing::{error, info, warn};
     about = "kamaji-rs: a Cluster API control-plane provider running tenant control planes as pods"
 )]
 struct Args {
-    /// Watch only this namespace (empty: all namespaces).
-    #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
+    /// Watch only this namespace (empty or `""`: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE", default_value = "", value_parser = unquoted)]
     namespace: String,
     /// Reconcile only Clusters and control planes labelled
     /// `cluster.x-k8s.io/watch-filter=<value>` (Cluster API's convention; empty: all), so that
-    /// several managers split the tenants; each value elects its own leader.
-    #[arg(long, env = "WATCH_FILTER", default_value = "")]
+    /// several managers split the tenants; each value elects its own leader. Empty or `""`: all.
+    #[arg(long, env = "WATCH_FILTER", default_value = "", value_parser = unquoted)]
     watch_filter: String,
     /// Use a Lease so that only one replica reconciles.
     #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
@@ -64,6 +64,19 @@ struct Args {
     /// Log format: `text` or `json`.
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     log_format: String,
+}
+
+/// A flag value with one pair of surrounding double quotes removed: `""` is the empty string.
+/// clusterctl refuses a variable whose default is empty (`${VAR:=}` counts as unset), so the
+/// shipped manifest writes an optional value as `${VAR:=""}`, which clusterctl substitutes
+/// verbatim: `--watch-filter=""`.
+#[allow(clippy::unnecessary_wraps)] // clap's value_parser signature
+fn unquoted(value: &str) -> Result<String, std::convert::Infallible> {
+    Ok(value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(value)
+        .to_owned())
 }
 
 fn init_logging(format: &str) {
@@ -180,5 +193,24 @@ async fn sigterm() {
             s.recv().await;
         }
         Err(_) => std::future::pending::<()>().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_optional_flag_left_at_clusterctls_empty_default_means_none() {
+        let args = Args::parse_from(["manager", "--watch-filter=\"\"", "--namespace=\"\""]);
+        assert_eq!(
+            (args.watch_filter.as_str(), args.namespace.as_str()),
+            ("", "")
+        );
+        let args = Args::parse_from(["manager", "--watch-filter=shard-a", "--namespace=ns"]);
+        assert_eq!(
+            (args.watch_filter.as_str(), args.namespace.as_str()),
+            ("shard-a", "ns")
+        );
     }
 }

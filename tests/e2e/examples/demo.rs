@@ -74,7 +74,9 @@ async fn demo() -> Result<()> {
             .contains(&k.as_str())
         })
         .collect();
-    let manifest = with_machine_kind_settings(&kamaji_e2e::substitute(&template, &vars)?)?;
+    let manifest = kamaji_e2e::machines::with_machine_kind_settings(&kamaji_e2e::substitute(
+        &template, &vars,
+    )?)?;
     let name = vars
         .get("CLUSTER_NAME")
         .cloned()
@@ -196,24 +198,6 @@ fn nix_gettid() -> i32 {
         .ok()
         .and_then(|p| p.file_name()?.to_str()?.parse().ok())
         .unwrap_or_default()
-}
-
-/// The demo manifest with this machine kind's tenant settings merged into the
-/// KamajiControlPlane's spec ([`kamaji_e2e::machines::SETTINGS_FOR_THIS_MACHINE_KIND`]).
-fn with_machine_kind_settings(manifest: &str) -> Result<String> {
-    let settings: serde_json::Value =
-        serde_yaml::from_str(kamaji_e2e::machines::SETTINGS_FOR_THIS_MACHINE_KIND)?;
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(manifest) {
-        let mut v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
-        if v["kind"] == "KamajiControlPlane" {
-            for (k, s) in settings.as_object().context("settings are a mapping")? {
-                v["spec"][k] = s.clone();
-            }
-        }
-        docs.push(serde_yaml::to_string(&v)?);
-    }
-    Ok(docs.join("---\n"))
 }
 
 /// Waits until a CAPI Machine is Running with a nodeRef and its Node is Ready; its name.

@@ -33,6 +33,8 @@ use crate::manager::{Identity, Manager};
 pub struct Env {
     /// The stand-in infrastructure provider's machines (only from [`Env::start_with_machines`]).
     pub machines: Option<MachineProvider>,
+    /// The cert-manager stand-in (only with [`EnvBuilder::installed_by_clusterctl`]).
+    pub cert_manager: Option<kamaji_testenv::cert_manager::CertManagerStandIn>,
     pub(crate) manager: Manager,
     /// The management cluster's machines running the control-plane pods, and the
     /// load-balancer stand-in in front of them.
@@ -55,6 +57,7 @@ pub struct EnvBuilder {
     management_machines: usize,
     versions: Vec<String>,
     workers: bool,
+    clusterctl: bool,
 }
 
 impl Default for EnvBuilder {
@@ -63,6 +66,7 @@ impl Default for EnvBuilder {
             management_machines: 1,
             versions: Vec::new(),
             workers: false,
+            clusterctl: false,
         }
     }
 }
@@ -88,6 +92,18 @@ impl EnvBuilder {
     #[must_use]
     pub fn workers(mut self, on: bool) -> Self {
         self.workers = on;
+        self
+    }
+
+    /// Install Cluster API and kamaji-rs the way a platform engineer does (default: off):
+    /// the management cluster starts bare (no provider CRDs, no host-process CAPI), the
+    /// cert-manager stand-in runs, and `clusterctl init --core cluster-api --bootstrap kubeadm
+    /// --control-plane kamaji` installs the three providers from a local repository
+    /// ([`crate::clusterctl::init`]), each running as a pod of its image on the management
+    /// machines under its shipped RBAC; no manager host process is started.
+    #[must_use]
+    pub fn installed_by_clusterctl(mut self, on: bool) -> Self {
+        self.clusterctl = on;
         self
     }
 
@@ -126,7 +142,10 @@ impl Env {
 
     async fn launch(opts: EnvBuilder, shared: Option<&Env>) -> Result<Self> {
         let machines = opts.workers;
-        let mut management = ManagementMachines::builder().machines(opts.management_machines);
+        let by_clusterctl = opts.clusterctl;
+        let mut management = ManagementMachines::builder()
+            .machines(opts.management_machines)
+            .with_capi_images(by_clusterctl);
         for v in &opts.versions {
             management = management.with_version(v);
         }
@@ -135,7 +154,10 @@ impl Env {
         let (cluster, booted) = tokio::join!(
             LocalCluster::builder()
                 .controllers(true)
-                .kubeadm_bootstrap(machines)
+                .capi(!by_clusterctl)
+                .capi_crds(!by_clusterctl)
+                .kamaji_crds(!by_clusterctl)
+                .kubeadm_bootstrap(machines && !by_clusterctl)
                 .advertise_address(UNDERLAY_GATEWAY)
                 .cluster_cidr(MANAGEMENT_CLUSTER_CIDR)
                 .start(),
@@ -159,7 +181,16 @@ impl Env {
             let for_pods = SocketAddr::new(UNDERLAY_GATEWAY.into(), etcd.port());
             (Arc::new(etcd), ca, client, for_pods)
         };
-        let identity = Identity::install(&cluster).await?;
+        let (identity, cert_manager) = if by_clusterctl {
+            let cert_manager =
+                kamaji_testenv::cert_manager::CertManagerStandIn::start(cluster.client()).await?;
+            (
+                crate::clusterctl::init(&cluster, &management).await?,
+                Some(cert_manager),
+            )
+        } else {
+            (Identity::install(&cluster).await?, None)
+        };
         let provider = if machines {
             let tools = kamaji_testenv::Tools::locate()?;
             let images = kamaji_machine::ImageStore::prepare(
@@ -173,6 +204,7 @@ impl Env {
         };
         let mut env = Self {
             machines: provider,
+            cert_manager,
             manager: Manager::new(identity),
             management,
             datastore,
@@ -182,7 +214,9 @@ impl Env {
             cluster,
         };
         env.create_datastore("default", for_pods).await?;
-        env.start_manager()?;
+        if !by_clusterctl {
+            env.start_manager()?;
+        }
         Ok(env)
     }
 

@@ -24,6 +24,7 @@
 //! removes its machine; a finalizer keeps the object until then.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -562,6 +563,83 @@ spec:
         name: {name}
 "
     )
+}
+
+impl crate::Env {
+    /// Waits until exactly `n` CAPI Machines of `ns` are `Running` with a `nodeRef`; returns
+    /// their node names, sorted. On time-out the error carries the Machines' status, the stand-in
+    /// provider's failures and each machine's kubelet log.
+    pub async fn wait_machines_running(
+        &self,
+        ns: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<String>> {
+        let machines = self.capi(ns, "v1beta2", "Machine");
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let list = machines.list(&kube::api::ListParams::default()).await?;
+            let mut running: Vec<String> = list
+                .items
+                .iter()
+                .filter(|m| m.data["status"]["phase"] == "Running")
+                .filter_map(|m| {
+                    m.data["status"]["nodeRef"]["name"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .collect();
+            running.sort();
+            if running.len() == n && list.items.len() == n {
+                return Ok(running);
+            }
+            if tokio::time::Instant::now() > deadline {
+                let provider = self
+                    .machines
+                    .as_ref()
+                    .context("no worker machines (Env::builder().workers(true))")?;
+                let mut logs = String::new();
+                for m in provider.machine_names().await {
+                    if let Some(machine) = provider.machine(&m).await {
+                        let _ = writeln!(logs, "kubelet on {m}:\n{}", machine.kubelet_log_tail(30));
+                    }
+                }
+                bail!(
+                    "{n} Machines Running with a nodeRef not reached in {timeout:?}: {:#?}\nprovider failures: {:#?}\n{logs}",
+                    list.items
+                        .iter()
+                        .map(|m| (&m.metadata.name, &m.data["status"]["phase"]))
+                        .collect::<Vec<_>>(),
+                    provider.failures().await
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// `manifest` (a YAML stream) with this machine kind's tenant settings
+/// ([`SETTINGS_FOR_THIS_MACHINE_KIND`]) merged into every KamajiControlPlane's spec, as a user
+/// of this machine kind would write them into a generated cluster.
+///
+/// # Errors
+/// When `manifest` is not YAML.
+pub fn with_machine_kind_settings(manifest: &str) -> Result<String> {
+    let settings: Value = serde_yaml::from_str(SETTINGS_FOR_THIS_MACHINE_KIND)?;
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(manifest) {
+        let mut v: Value = serde::Deserialize::deserialize(doc)?;
+        if v.is_null() {
+            continue;
+        }
+        if v["kind"] == "KamajiControlPlane" {
+            for (k, s) in settings.as_object().context("settings are a mapping")? {
+                v["spec"][k] = s.clone();
+            }
+        }
+        docs.push(serde_yaml::to_string(&v)?);
+    }
+    Ok(docs.join("---\n"))
 }
 
 #[cfg(test)]

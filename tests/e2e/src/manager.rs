@@ -246,18 +246,7 @@ impl Env {
     pub async fn run_manager_as_pod(&mut self) -> Result<k8s_openapi::api::apps::v1::Deployment> {
         use k8s_openapi::api::apps::v1::Deployment;
         self.kill_manager();
-        let manifest = substitute(
-            &std::fs::read_to_string(workspace_root().join("config/manager/manager.yaml"))?,
-            &HashMap::new(),
-        )?;
-        let mut deployment = None;
-        for doc in serde_yaml::Deserializer::from_str(&manifest) {
-            let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
-            if v["kind"] == "Deployment" {
-                deployment = Some(v);
-            }
-        }
-        let deployment = deployment.context("config/manager/manager.yaml has no Deployment")?;
+        let deployment = shipped_manager_deployment()?;
         let image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
             .as_str()
             .context("the manager Deployment names no image")?
@@ -319,6 +308,25 @@ impl Env {
         }
         out
     }
+}
+
+/// The manager Deployment of `config/manager/manager.yaml` with its variables at their
+/// defaults, as `clusterctl init` substitutes them.
+///
+/// # Errors
+/// When the manifest cannot be read or holds no Deployment.
+pub fn shipped_manager_deployment() -> Result<serde_json::Value> {
+    let manifest = substitute(
+        &std::fs::read_to_string(workspace_root().join("config/manager/manager.yaml"))?,
+        &HashMap::new(),
+    )?;
+    for doc in serde_yaml::Deserializer::from_str(&manifest) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+        if v["kind"] == "Deployment" {
+            return Ok(v);
+        }
+    }
+    bail!("config/manager/manager.yaml has no Deployment")
 }
 
 /// The `manager` binary: `$KAMAJI_MANAGER_BIN`, else `target/<profile>/manager` beside the

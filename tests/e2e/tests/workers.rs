@@ -40,54 +40,6 @@ fn capi_machines(env: &Env, ns: &str) -> Api<DynamicObject> {
     env.capi(ns, "v1beta2", "Machine")
 }
 
-/// Waits until exactly `n` CAPI Machines of `ns` are `Running` with a `nodeRef`; returns
-/// their node names, sorted. On time-out the error carries the Machines' status, the stand-in
-/// provider's failures and each machine's kubelet log.
-async fn wait_machines_running(
-    env: &Env,
-    ns: &str,
-    n: usize,
-    timeout: Duration,
-) -> anyhow::Result<Vec<String>> {
-    let machines = capi_machines(env, ns);
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let list = machines.list(&ListParams::default()).await?;
-        let mut running: Vec<String> = list
-            .items
-            .iter()
-            .filter(|m| m.data["status"]["phase"] == "Running")
-            .filter_map(|m| {
-                m.data["status"]["nodeRef"]["name"]
-                    .as_str()
-                    .map(str::to_owned)
-            })
-            .collect();
-        running.sort();
-        if running.len() == n && list.items.len() == n {
-            return Ok(running);
-        }
-        if tokio::time::Instant::now() > deadline {
-            let provider = env.machines.as_ref().unwrap();
-            let mut logs = String::new();
-            for m in provider.machine_names().await {
-                if let Some(machine) = provider.machine(&m).await {
-                    let _ = writeln!(logs, "kubelet on {m}:\n{}", machine.kubelet_log_tail(30));
-                }
-            }
-            anyhow::bail!(
-                "{n} Machines Running with a nodeRef not reached in {timeout:?}: {:#?}\nprovider failures: {:#?}\n{logs}",
-                list.items
-                    .iter()
-                    .map(|m| (&m.metadata.name, &m.data["status"]["phase"]))
-                    .collect::<Vec<_>>(),
-                provider.failures().await
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
 /// Waits until kube-proxy is Running and Ready on every one of `nodes` and every CoreDNS
 /// replica is Running and Ready on one of them.
 async fn wait_addons_on(
@@ -184,7 +136,7 @@ fn two_workers_join_through_cabpk_run_dns_and_proxy_stay_ready_across_control_pl
         env.apply_yaml(&machine_deployment(ns, name, "md-0", 2)).await?;
 
         // Both CAPI Machines run with a nodeRef, through CABPK's data and a real kubeadm join.
-        let workers = wait_machines_running(&env, ns, 2, 4 * MINUTE).await?;
+        let workers = env.wait_machines_running(ns, 2, 4 * MINUTE).await?;
         eprintln!("2 workers joined and Running {:?} after the MachineDeployment", joined_at.elapsed());
         for w in &workers {
             assert!(w.starts_with("md-0-"), "{w}");
@@ -358,7 +310,7 @@ fn two_workers_join_through_cabpk_run_dns_and_proxy_stay_ready_across_control_pl
         let mds = env.capi(ns, "v1beta2", "MachineDeployment");
         mds.patch("md-0", &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"replicas": 1}})))
             .await?;
-        let remaining = wait_machines_running(&env, ns, 1, 4 * MINUTE).await?;
+        let remaining = env.wait_machines_running(ns, 1, 4 * MINUTE).await?;
         let removed: Vec<&String> = workers.iter().filter(|w| !remaining.contains(w)).collect();
         assert_eq!(removed.len(), 1);
         let removed = removed[0].clone();

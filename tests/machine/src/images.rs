@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use kamaji_testenv::{KUBERNETES_VERSION, Tools};
+use kamaji_testenv::{CAPI_VERSION, KUBERNETES_VERSION, Tools};
 
 use crate::image::ImageBuilder;
 use crate::machine::PAUSE_IMAGE;
@@ -148,6 +148,41 @@ fn kube_proxy(tools: &Tools) -> Result<ImageBuilder> {
     std::fs::metadata(nft_root.join("usr/sbin/nft"))
         .context("nft is missing from the tools (run `make tools`)")?;
     Ok(image)
+}
+
+/// The image of a Cluster API controller as its release names it
+/// (`registry.k8s.io/cluster-api/cluster-api-controller:v1.14.2`), the name the components of
+/// [`Tools::clusterctl_repository`] ask for.
+#[must_use]
+pub fn capi_image(name: &str) -> String {
+    format!("registry.k8s.io/cluster-api/{name}:{CAPI_VERSION}")
+}
+
+/// The Cluster API core manager and CABPK as their release images are made (the static
+/// program at `/manager`, the command their Deployments run, user 65532 as in their
+/// distroless base), from the programs `make tools` built.
+///
+/// # Errors
+/// When a program is missing.
+pub fn capi_images(tools: &Tools) -> Result<Vec<ImageBuilder>> {
+    [
+        ("cluster-api-controller", "capi-manager"),
+        (
+            "kubeadm-bootstrap-controller",
+            "capi-kubeadm-bootstrap-manager",
+        ),
+    ]
+    .into_iter()
+    .map(|(image, program)| {
+        let binary = tools.path(program);
+        std::fs::metadata(&binary)
+            .with_context(|| format!("{} is missing (run `make tools`)", binary.display()))?;
+        Ok(ImageBuilder::new(&capi_image(image))?
+            .file("/manager", binary, 0o755)
+            .entrypoint(["/manager"])
+            .user(MANAGER_USER))
+    })
+    .collect()
 }
 
 /// The user the manager image runs as (`nonroot` of distroless images).

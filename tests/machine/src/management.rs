@@ -57,6 +57,7 @@ static INDICES: Mutex<BTreeSet<u8>> = Mutex::new(BTreeSet::new());
 pub struct Builder {
     machines: usize,
     versions: Vec<String>,
+    capi_images: bool,
 }
 
 impl Default for Builder {
@@ -64,6 +65,7 @@ impl Default for Builder {
         Self {
             machines: 1,
             versions: vec![KUBERNETES_VERSION.to_owned()],
+            capi_images: false,
         }
     }
 }
@@ -86,6 +88,14 @@ impl Builder {
         self
     }
 
+    /// Also import Cluster API's controller images ([`crate::images::capi_images`]), for
+    /// `clusterctl init` to run the core manager and CABPK as pods (default: off).
+    #[must_use]
+    pub fn with_capi_images(mut self, on: bool) -> Self {
+        self.capi_images = on;
+        self
+    }
+
     /// Starts the machines and joins them to `cluster`; returns once every Node is Ready
     /// and routed.
     ///
@@ -102,7 +112,7 @@ impl Builder {
     /// # Errors
     /// When a machine does not come up.
     pub async fn boot(self, tools: &Tools) -> Result<BootedMachines> {
-        let store = image_store(tools, &self.versions).await?;
+        let store = image_store(tools, &self.versions, self.capi_images).await?;
         let indices = take_indices(self.machines)?;
         let pid = std::process::id();
         let starts = indices.0.iter().map(|i| {
@@ -155,9 +165,12 @@ impl Drop for Indices {
 
 /// The images of every management machine: pause, kube-proxy, the netcheck test client and
 /// the control-plane images of `versions`, in a store made once for them.
-async fn image_store(tools: &Tools, versions: &[String]) -> Result<ImageStore> {
+async fn image_store(tools: &Tools, versions: &[String], capi: bool) -> Result<ImageStore> {
     let mut images = node_images(tools)?;
     images.push(netcheck(tools)?);
+    if capi {
+        images.extend(crate::images::capi_images(tools)?);
+    }
     for version in versions {
         images.extend(control_plane_images(tools, version)?);
     }

@@ -35,6 +35,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(90);
 #[allow(clippy::struct_excessive_bools)] // independent on/off switches of a builder
 pub struct Builder {
     capi: bool,
+    capi_crds: bool,
     controllers: bool,
     kamaji_crds: bool,
     crd_dirs: Vec<PathBuf>,
@@ -51,6 +52,7 @@ impl Default for Builder {
             cluster_cidr: None,
             kubeadm_bootstrap: false,
             capi: true,
+            capi_crds: true,
             controllers: false,
             kamaji_crds: true,
             crd_dirs: Vec::new(),
@@ -66,6 +68,15 @@ impl Builder {
     #[must_use]
     pub fn capi(mut self, on: bool) -> Self {
         self.capi = on;
+        self
+    }
+
+    /// Install the Cluster API CRDs (default: on). Off, with [`Builder::capi`] and
+    /// [`Builder::kamaji_crds`] off too, the cluster holds no provider's CRDs: a bare
+    /// management cluster for `clusterctl init` to install them.
+    #[must_use]
+    pub fn capi_crds(mut self, on: bool) -> Self {
+        self.capi_crds = on;
         self
     }
 
@@ -314,8 +325,11 @@ impl LocalCluster {
     }
 
     async fn install_crds(&mut self, opts: &Builder) -> Result<()> {
-        let core_crds = capi::read_crds(&self.tools.capi_core_crds())?;
-        let mut crds = core_crds;
+        let mut crds = if opts.capi_crds || opts.capi {
+            capi::read_crds(&self.tools.capi_core_crds())?
+        } else {
+            Vec::new()
+        };
         let webhook_port = free_port()?;
         if opts.capi {
             for crd in &mut crds {

@@ -21,6 +21,7 @@ mod apiserver;
 pub mod apply;
 mod audit;
 mod capi;
+pub mod cert_manager;
 mod cluster;
 mod etcd;
 pub mod kubeadm;
@@ -32,6 +33,7 @@ mod tools;
 pub mod wait;
 
 pub use audit::AuditEvent;
+pub use cert_manager::CertManagerStandIn;
 pub use cluster::{Builder, LocalCluster, readyz};
 pub use etcd::{Etcd, EtcdTls};
 pub use kubeconfig::client_from_kubeconfig;
@@ -40,6 +42,11 @@ pub use tools::{Tools, workspace_root};
 
 /// Kubernetes version of the binaries that `tests/tools` builds (the tenant version under test).
 pub const KUBERNETES_VERSION: &str = "v1.36.3";
+
+/// Cluster API version of the core manager, CABPK and clusterctl that `tests/tools` builds, and
+/// of the provider components it renders for a local clusterctl repository
+/// ([`Tools::clusterctl_repository`]).
+pub const CAPI_VERSION: &str = "v1.14.2";
 
 /// The previous patch release, whose kube-apiserver, kube-controller-manager and kube-scheduler
 /// `tests/tools` also builds (under `versions/<tag>/`), for upgrade tests.

@@ -68,6 +68,18 @@ impl Tools {
     pub fn capi_core_webhooks(&self) -> PathBuf {
         self.bin.join("webhooks/capi-core.yaml")
     }
+
+    /// Cluster API's own providers as a local clusterctl repository
+    /// (`{provider-label}/{version}/{components}.yaml` with `metadata.yaml`):
+    /// `cluster-api/<CAPI_VERSION>/core-components.yaml` and
+    /// `bootstrap-kubeadm/<CAPI_VERSION>/bootstrap-components.yaml`, rendered from the CAPI
+    /// module's `config/default` as its `make release-manifests` does, naming the images
+    /// `registry.k8s.io/cluster-api/{cluster-api-controller,kubeadm-bootstrap-controller}:<version>`
+    /// with pull policy `IfNotPresent`.
+    #[must_use]
+    pub fn clusterctl_repository(&self) -> PathBuf {
+        self.bin.join("clusterctl-repository")
+    }
 }
 
 /// The kamaji-rs workspace root (two levels above this crate).

@@ -1,0 +1,392 @@
+//! kamaji-rs installed and used the Cluster API way (issue 13): a bare management cluster of
+//! real machines, `clusterctl init --core cluster-api --bootstrap kubeadm --control-plane
+//! kamaji` from a local repository (Cluster API's components rendered from its module,
+//! kamaji-rs's from `make components`; every provider a pod of its image under its shipped
+//! RBAC; cert-manager played by the test environment's stand-in), then `clusterctl generate
+//! cluster` from `templates/`, applied, until `clusterctl describe cluster` shows the control
+//! plane Available and a worker Ready.
+
+#![cfg(real_programs_as_root)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kamaji_e2e::machines::{machine_deployment, with_machine_kind_settings};
+use kamaji_e2e::{Env, serial};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+
+const MINUTE: Duration = Duration::from_mins(1);
+
+/// The Deployments `clusterctl init` installed, by namespace: each available, each running as
+/// its own ServiceAccount.
+const PROVIDERS: [(&str, &str, &str); 3] = [
+    ("capi-system", "capi-controller-manager", "capi-manager"),
+    (
+        "capi-kubeadm-bootstrap-system",
+        "capi-kubeadm-bootstrap-controller-manager",
+        "capi-kubeadm-bootstrap-manager",
+    ),
+    ("kamaji-rs-system", "kamaji-rs-manager", "kamaji-rs-manager"),
+];
+
+#[kamaji_e2e::test]
+async fn clusterctl_init_installs_the_providers_as_pods_and_a_generated_cluster_gets_a_worker() {
+    let _serial = serial();
+    let env = Env::builder()
+        .installed_by_clusterctl(true)
+        .workers(true)
+        .start()
+        .await
+        .unwrap();
+    let client = env.client();
+
+    // What clusterctl installed: its inventory, and each provider a pod of its image under
+    // its own ServiceAccount (the manager's: leader election, probes, metrics port as shipped).
+    let inventory: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "clusterctl.cluster.x-k8s.io",
+            "v1alpha3",
+            "Provider",
+        )),
+    );
+    let mut installed: Vec<String> = inventory
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| {
+            format!(
+                "{}:{}",
+                p.metadata.name.as_deref().unwrap_or_default(),
+                p.data["version"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    installed.sort();
+    assert_eq!(
+        installed,
+        [
+            format!("bootstrap-kubeadm:{}", kamaji_testenv::CAPI_VERSION),
+            format!("cluster-api:{}", kamaji_testenv::CAPI_VERSION),
+            format!(
+                "control-plane-kamaji:{}",
+                kamaji_e2e::clusterctl::provider_version()
+            ),
+        ]
+    );
+    for (ns, deployment, account) in PROVIDERS {
+        let d = Api::<Deployment>::namespaced(client.clone(), ns)
+            .get(deployment)
+            .await
+            .unwrap();
+        assert!(
+            d.status
+                .as_ref()
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0)
+                >= 1,
+            "{ns}/{deployment} is not available: {:?}",
+            d.status
+        );
+        let pods = Api::<Pod>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        assert!(
+            pods.items.iter().any(|p| {
+                let spec = p.spec.as_ref().unwrap();
+                spec.service_account_name.as_deref() == Some(account) && spec.node_name.is_some()
+            }),
+            "no pod of {ns}/{deployment} runs as {account} on a machine"
+        );
+    }
+    let manager_pods = Api::<Pod>::namespaced(client.clone(), "kamaji-rs-system")
+        .list(&ListParams::default().labels("app.kubernetes.io/component=manager"))
+        .await
+        .unwrap();
+    let holder = Api::<Lease>::namespaced(client.clone(), "kamaji-rs-system")
+        .get("kamaji-rs-manager")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(
+        manager_pods
+            .items
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some(holder.as_str())),
+        "the Lease is held by {holder:?}, not by a manager pod"
+    );
+
+    // A cluster from templates/, as a user generates it: the variables clusterctl lists, then
+    // the manifest with this machine kind's kubelet and kube-proxy settings.
+    let template = kamaji_testenv::workspace_root().join("templates/cluster-template-demo.yaml");
+    let template = template.display().to_string();
+    let listed = env
+        .clusterctl(&[
+            "generate",
+            "cluster",
+            "demo",
+            "--from",
+            &template,
+            "--list-variables",
+        ])
+        .unwrap();
+    for variable in [
+        "CLUSTER_NAME",
+        "CONTROL_PLANE_MACHINE_COUNT",
+        "KUBERNETES_VERSION",
+        "NAMESPACE",
+        "POD_CIDR",
+    ] {
+        assert!(
+            listed.contains(variable),
+            "{variable} not listed:\n{listed}"
+        );
+    }
+    let (ns, name) = ("tenants", "demo");
+    env.namespace(ns).await.unwrap();
+    let generated = env
+        .clusterctl(&[
+            "generate",
+            "cluster",
+            name,
+            "--from",
+            &template,
+            "--target-namespace",
+            ns,
+            "--control-plane-machine-count",
+            "1",
+            "--kubernetes-version",
+            kamaji_testenv::KUBERNETES_VERSION,
+        ])
+        .unwrap();
+    let manifest = with_machine_kind_settings(&generated).unwrap();
+    env.apply_yaml(&manifest).await.unwrap();
+    env.wait_cluster_condition(ns, name, "ControlPlaneAvailable", "True", 5 * MINUTE)
+        .await
+        .unwrap();
+    env.apply_yaml(&machine_deployment(ns, name, "md-0", 1))
+        .await
+        .unwrap();
+    let workers = env.wait_machines_running(ns, 1, 5 * MINUTE).await.unwrap();
+    let tenant = env.tenant_client(ns, name).await.unwrap();
+    kube::runtime::wait::await_condition(
+        Api::<Node>::all(tenant),
+        &workers[0],
+        |n: Option<&Node>| {
+            n.and_then(|n| n.status.as_ref())
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        },
+    )
+    .await
+    .unwrap();
+
+    // clusterctl describe shows the control plane, Available, and the worker.
+    let described = env
+        .clusterctl(&[
+            "describe",
+            "cluster",
+            name,
+            "--namespace",
+            ns,
+            "--show-conditions",
+            "all",
+            "--grouping=false",
+        ])
+        .unwrap();
+    println!("{described}");
+    // The first `condition` line under the object line containing `object`.
+    let condition = |object: &str, condition: &str| {
+        let mut lines = described.lines().skip_while(|l| !l.contains(object));
+        assert!(lines.next().is_some(), "no {object} in:\n{described}");
+        lines
+            .find(|l| l.contains(&format!("─{condition} ")))
+            .unwrap_or_else(|| panic!("no {condition} under {object}:\n{described}"))
+            .to_owned()
+    };
+    let available = condition(
+        &format!("KamajiControlPlane {ns}/{name}-control-plane"),
+        "Available",
+    );
+    assert!(
+        available.contains("True"),
+        "control plane not Available:\n{described}"
+    );
+    let ready = condition(&format!("Machine {ns}/md-0-"), "Ready");
+    assert!(ready.contains("True"), "worker not Ready:\n{described}");
+
+    // clusterctl upgrade apply to a newer version: the manager is replaced, and no tenant
+    // control plane rolls (its Deployments' templates and its Secrets stay as they were).
+    let before = tenant_objects(&env, ns).await;
+    let next = kamaji_e2e::clusterctl::next_provider_version();
+    let image = kamaji_e2e::clusterctl::manager_image_for(&next);
+    kamaji_e2e::clusterctl::import_manager_image(&env.management, &image)
+        .await
+        .unwrap();
+    env.clusterctl(&[
+        "upgrade",
+        "apply",
+        "--control-plane",
+        &format!("kamaji-rs-system/kamaji:{next}"),
+    ])
+    .unwrap();
+    let ip = wait_manager_serving(&env, &image).await;
+    wait_reconciled(&ip).await;
+    assert_eq!(
+        before,
+        tenant_objects(&env, ns).await,
+        "the upgrade changed the tenant's objects"
+    );
+    let upgraded = inventory
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some("control-plane-kamaji"))
+        .expect("control-plane-kamaji in clusterctl's inventory");
+    assert_eq!(upgraded.data["version"], next.as_str());
+
+    // clusterctl delete --control-plane kamaji: the provider goes, the tenants stay (CRDs and
+    // objects are kept unless --include-crd, as clusterctl documents it) and keep serving.
+    env.clusterctl(&["delete", "--control-plane", "kamaji"])
+        .unwrap();
+    assert!(
+        Api::<Deployment>::namespaced(client.clone(), "kamaji-rs-system")
+            .get_opt("kamaji-rs-manager")
+            .await
+            .unwrap()
+            .is_none(),
+        "clusterctl delete left the manager"
+    );
+    assert!(
+        env.capi(ns, "v1beta2", "Cluster")
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let tenant = env.tenant_client(ns, name).await.unwrap();
+    assert_eq!(
+        tenant
+            .request_text(http::Request::get("/readyz").body(Vec::new()).unwrap())
+            .await
+            .unwrap(),
+        "ok"
+    );
+    assert_eq!(before, tenant_objects(&env, ns).await);
+}
+
+/// The tenant namespace's control-plane Deployments (generation and pod template) and Secrets
+/// (resource version and data), by name.
+async fn tenant_objects(env: &Env, ns: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for d in Api::<Deployment>::namespaced(env.client(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        out.insert(
+            format!("Deployment/{}", d.metadata.name.clone().unwrap_or_default()),
+            format!(
+                "{:?} {}",
+                d.metadata.generation,
+                serde_json::to_string(&d.spec.map(|s| s.template)).unwrap()
+            ),
+        );
+    }
+    for secret in Api::<Secret>::namespaced(env.client(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        out.insert(
+            format!(
+                "Secret/{}",
+                secret.metadata.name.clone().unwrap_or_default()
+            ),
+            format!(
+                "{:?} {}",
+                secret.metadata.resource_version,
+                serde_json::to_string(&secret.data).unwrap()
+            ),
+        );
+    }
+    out
+}
+
+/// Waits until the manager Deployment runs `image` on all its replicas and one of its pods is
+/// Ready and holds the Lease; that pod's IP.
+async fn wait_manager_serving(env: &Env, image: &str) -> String {
+    let deployments = Api::<Deployment>::namespaced(env.client(), "kamaji-rs-system");
+    let pods = Api::<Pod>::namespaced(env.client(), "kamaji-rs-system");
+    let leases = Api::<Lease>::namespaced(env.client(), "kamaji-rs-system");
+    let deadline = tokio::time::Instant::now() + 3 * MINUTE;
+    loop {
+        let d = deployments.get("kamaji-rs-manager").await.unwrap();
+        let runs = d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .is_some_and(|s| s.containers[0].image.as_deref() == Some(image));
+        let holder = leases
+            .get_opt("kamaji-rs-manager")
+            .await
+            .unwrap()
+            .and_then(|l| l.spec?.holder_identity)
+            .unwrap_or_default();
+        if runs
+            && !holder.is_empty()
+            && let Some(pod) = pods.get_opt(&holder).await.unwrap()
+        {
+            let spec_image = pod.spec.as_ref().map(|s| s.containers[0].image.clone());
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if spec_image == Some(Some(image.to_owned())) && ready {
+                return pod.status.and_then(|s| s.pod_ip).unwrap();
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the manager did not come up with {image} holding the Lease ({holder}):\n{}",
+            env.pods_report("kamaji-rs-system").await
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Waits until the manager at pod IP `ip` has finished a reconcile pass (its
+/// `kamaji_reconcile_total` counter on the shipped metrics port).
+async fn wait_reconciled(ip: &str) {
+    let deadline = tokio::time::Instant::now() + 2 * MINUTE;
+    loop {
+        let text = match reqwest::get(format!("http://{ip}:8080/metrics")).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let passes: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("kamaji_reconcile_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        if passes >= 1.0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new manager made no reconcile pass:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
