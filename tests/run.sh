@@ -19,8 +19,8 @@ export RUST_TEST_THREADS=${RUST_TEST_THREADS:-2}
 export KAMAJI_ASSUME_REAL_PROGRAMS=1
 
 # The heavy suites, balanced by their run times on 2 cores (README).
-LANE_A=(lifecycle robustness workers clusterctl)
-LANE_B=(field_reports cases e2e_main)
+LANE_A=(lifecycle cases clusterctl)
+LANE_B=(field_reports robustness workers e2e_main)
 
 fail() { echo "make test: $*" >&2; exit 1; }
 

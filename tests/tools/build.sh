@@ -127,6 +127,10 @@ chain_kubernetes() {
         kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
         kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
         kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler >"$results/prev" || exit 1
+    # The previous release's kubelet, for worker Machines of that version (a topology upgrade
+    # starts from it): its own module, so the control-plane group's cache stays valid.
+    build k8s-prev-kubelet "$K8S_PREV_VERSION" "$(k8s_ldflags_for "$K8S_PREV_VERSION")" \
+        kubelet=k8s.io/kubernetes/cmd/kubelet >"$results/prevkubelet" || exit 1
 }
 chain_others() {
     local capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI_VERSION -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14"
@@ -173,7 +177,7 @@ for _ in 1 2; do
         exit 1
     fi
 done
-for group in etcd k8s prev capi containerd runc cni coredns netcheck nft; do
+for group in etcd k8s prev prevkubelet capi containerd runc cni coredns netcheck nft; do
     printf -v "${group}_dir" '%s' "$(cat "$results/$group")"
 done
 
@@ -191,7 +195,7 @@ fi
 capi_src=$(cd "$here/capi" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api 2>/dev/null) \
     || die "cannot locate sigs.k8s.io/cluster-api $CAPI_VERSION in the module cache"
 
-all_dirs="$etcd_dir $k8s_dir $prev_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $pause_dir $nft_dir $netcheck_dir"
+all_dirs="$etcd_dir $k8s_dir $prev_dir $prevkubelet_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $pause_dir $nft_dir $netcheck_dir"
 bin="$cache/bin-$(echo "$all_dirs" | sha256sum | cut -c1-12)"
 rm -rf "$bin.tmp" && mkdir -p "$bin.tmp/crds/capi-core" "$bin.tmp/crds/capi-kubeadm-bootstrap" "$bin.tmp/webhooks"
 for d in "$etcd_dir" "$k8s_dir" "$capi_dir" "$containerd_dir" "$runc_dir" "$coredns_dir" "$pause_dir" "$netcheck_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
@@ -199,7 +203,7 @@ for d in "$etcd_dir" "$k8s_dir" "$capi_dir" "$containerd_dir" "$runc_dir" "$core
 mkdir -p "$bin.tmp/cni" && ln -sf "$cni_dir"/bin/* "$bin.tmp/cni/"
 ln -sfn "$nft_dir/root" "$bin.tmp/nft-root"
 mkdir -p "$bin.tmp/versions/$K8S_PREV_VERSION"
-ln -sf "$prev_dir"/bin/* "$bin.tmp/versions/$K8S_PREV_VERSION/"
+ln -sf "$prev_dir"/bin/* "$prevkubelet_dir"/bin/* "$bin.tmp/versions/$K8S_PREV_VERSION/"
 cp "$capi_src"/core/config/crd/bases/*.yaml "$bin.tmp/crds/capi-core/"
 cp "$capi_src"/bootstrap/kubeadm/config/crd/bases/*.yaml "$bin.tmp/crds/capi-kubeadm-bootstrap/"
 cp "$capi_src"/core/config/webhook/manifests.yaml "$bin.tmp/webhooks/capi-core.yaml"

@@ -154,7 +154,7 @@ pub async fn init(cluster: &LocalCluster, machines: &ManagementMachines) -> Resu
         "--wait-providers".to_owned(),
         "--wait-provider-timeout=300".to_owned(),
     ];
-    tokio::task::spawn_blocking(move || run(&clusterctl, &home, &kubeconfig, &args)).await??;
+    tokio::task::spawn_blocking(move || run(&clusterctl, &home, &kubeconfig, &args, &[])).await??;
     let namespace = deployment["metadata"]["namespace"]
         .as_str()
         .unwrap_or_default()
@@ -180,12 +180,19 @@ fn clusterctl_home(cluster: &LocalCluster) -> PathBuf {
     cluster.dir().join("clusterctl-home")
 }
 
-/// Runs `clusterctl args… --kubeconfig=<kubeconfig>` with version checks off and `home` as its
-/// home; its combined output, or an error carrying it.
-fn run(clusterctl: &Path, home: &Path, kubeconfig: &Path, args: &[String]) -> Result<String> {
+/// Runs `clusterctl args… --kubeconfig=<kubeconfig>` with version checks off, `home` as its
+/// home and `vars` in its environment; its combined output, or an error carrying it.
+fn run(
+    clusterctl: &Path,
+    home: &Path,
+    kubeconfig: &Path,
+    args: &[String],
+    vars: &[(&str, &str)],
+) -> Result<String> {
     std::fs::create_dir_all(home)?;
     let out = Command::new(clusterctl)
         .args(args)
+        .envs(vars.iter().copied())
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
@@ -244,12 +251,19 @@ impl Env {
     /// Version checks are off and its configuration directory is private, so it never
     /// reaches the network.
     pub fn clusterctl(&self, args: &[&str]) -> Result<String> {
+        self.clusterctl_with(args, &[])
+    }
+
+    /// [`Env::clusterctl`] with variables `vars` set in its environment (as a user exports
+    /// them for `clusterctl generate cluster`).
+    pub fn clusterctl_with(&self, args: &[&str], vars: &[(&str, &str)]) -> Result<String> {
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         run(
             &self.cluster.tools().path("clusterctl"),
             &clusterctl_home(&self.cluster),
             self.cluster.kubeconfig_path(),
             &args,
+            vars,
         )
     }
 }

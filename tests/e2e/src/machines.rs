@@ -22,6 +22,10 @@
 //!
 //! Deleting a StandInMachine (CAPI does it after draining and deleting the Node) stops and
 //! removes its machine; a finalizer keeps the object until then.
+//!
+//! A machine runs the kubelet of its Machine's `spec.version` (the tools' own, or a built
+//! previous release's), as the image a cloud boots for that version would. A `StandInCluster`
+//! (the infrastructure cluster of a ClusterClass topology) is provisioned at once.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -41,16 +45,19 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-/// The stand-in's CRDs: `StandInMachine` and `StandInMachineTemplate`
+/// The stand-in's CRDs: `StandInMachine`, `StandInMachineTemplate`, `StandInCluster` and
+/// `StandInClusterTemplate`
 /// (`infrastructure.cluster.x-k8s.io/v1alpha1`, CAPI contract labels, any content accepted),
 /// as one YAML stream.
 #[must_use]
 pub fn standin_machine_crds() -> String {
     let contracts = ["v1beta1", "v1beta2"];
     format!(
-        "{}---\n{}",
+        "{}---\n{}---\n{}---\n{}",
         infrastructure_crd_yaml("StandInMachine", "v1alpha1", &contracts, true),
-        infrastructure_crd_yaml("StandInMachineTemplate", "v1alpha1", &contracts, false)
+        infrastructure_crd_yaml("StandInMachineTemplate", "v1alpha1", &contracts, false),
+        infrastructure_crd_yaml("StandInCluster", "v1alpha1", &contracts, true),
+        infrastructure_crd_yaml("StandInClusterTemplate", "v1alpha1", &contracts, false)
     )
 }
 
@@ -129,9 +136,19 @@ impl MachineProvider {
                 "StandInMachine",
             ));
             let standins: Api<DynamicObject> = Api::all_with(s.client.clone(), &ar);
-            let machine_events = watcher(capi_machines(&s.client), watcher::Config::default());
-            let standin_events = watcher(standins, watcher::Config::default());
-            let mut events = futures::stream::select(machine_events, standin_events).boxed();
+            let clusters: Api<DynamicObject> = Api::all_with(
+                s.client.clone(),
+                &ApiResource::from_gvk(&GroupVersionKind::gvk(
+                    "infrastructure.cluster.x-k8s.io",
+                    "v1alpha1",
+                    "StandInCluster",
+                )),
+            );
+            let mut events = futures::stream::select_all([
+                watcher(capi_machines(&s.client), watcher::Config::default()).boxed(),
+                watcher(standins, watcher::Config::default()).boxed(),
+                watcher(clusters, watcher::Config::default()).boxed(),
+            ]);
             while let Some(event) = events.next().await {
                 let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event else {
                     continue;
@@ -196,6 +213,35 @@ impl State {
         }
     }
 
+    /// A `StandInCluster` is provisioned at once (the cluster's network, as a cloud's would
+    /// be, needs nothing here): `status.initialization.provisioned` (contract v1beta2) and
+    /// `status.ready` (v1beta1). Its control-plane endpoint is the control plane's to give.
+    async fn provision_cluster(&self, ns: &str, obj: &DynamicObject) -> Result<()> {
+        if obj.data["status"]["initialization"]["provisioned"] == true
+            || obj.metadata.deletion_timestamp.is_some()
+        {
+            return Ok(());
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            ns,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk(
+                "infrastructure.cluster.x-k8s.io",
+                "v1alpha1",
+                "StandInCluster",
+            )),
+        );
+        api.patch_status(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"initialization": {"provisioned": true}, "ready": true}}),
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
     async fn handle(self: &Arc<Self>, obj: &DynamicObject) -> Result<()> {
         let kind = obj
             .types
@@ -203,6 +249,9 @@ impl State {
             .map(|t| t.kind.as_str())
             .unwrap_or_default();
         let ns = obj.namespace().unwrap_or_default();
+        if kind == "StandInCluster" {
+            return self.provision_cluster(&ns, obj).await;
+        }
         if kind == "StandInMachine" {
             if obj.metadata.deletion_timestamp.is_some() {
                 return self.delete(&ns, obj).await;
@@ -292,6 +341,11 @@ impl State {
                     name: name.to_owned(),
                     index,
                     images: self.images.clone(),
+                    // The Machine's version, as the image a cloud boots for it has its kubelet.
+                    kubelet_version: spec["version"]
+                        .as_str()
+                        .filter(|v| *v != kamaji_testenv::KUBERNETES_VERSION)
+                        .map(str::to_owned),
                 },
             )
             .await?,
@@ -619,7 +673,8 @@ impl crate::Env {
 }
 
 /// `manifest` (a YAML stream) with this machine kind's tenant settings
-/// ([`SETTINGS_FOR_THIS_MACHINE_KIND`]) merged into every KamajiControlPlane's spec, as a user
+/// ([`SETTINGS_FOR_THIS_MACHINE_KIND`]) merged into every KamajiControlPlane's spec (and
+/// KamajiControlPlaneTemplate's `spec.template.spec`), as a user
 /// of this machine kind would write them into a generated cluster.
 ///
 /// # Errors
@@ -632,10 +687,16 @@ pub fn with_machine_kind_settings(manifest: &str) -> Result<String> {
         if v.is_null() {
             continue;
         }
-        if v["kind"] == "KamajiControlPlane" {
-            for (k, s) in settings.as_object().context("settings are a mapping")? {
-                v["spec"][k] = s.clone();
+        let spec = match v["kind"].as_str() {
+            Some("KamajiControlPlane") => &mut v["spec"],
+            Some("KamajiControlPlaneTemplate") => &mut v["spec"]["template"]["spec"],
+            _ => {
+                docs.push(serde_yaml::to_string(&v)?);
+                continue;
             }
+        };
+        for (k, s) in settings.as_object().context("settings are a mapping")? {
+            spec[k] = s.clone();
         }
         docs.push(serde_yaml::to_string(&v)?);
     }

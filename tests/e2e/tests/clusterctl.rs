@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
-use kamaji_e2e::machines::{machine_deployment, with_machine_kind_settings};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kamaji_e2e::machines::with_machine_kind_settings;
 use kamaji_e2e::{Env, serial};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
@@ -33,11 +33,13 @@ const PROVIDERS: [(&str, &str, &str); 3] = [
 ];
 
 #[kamaji_e2e::test]
-async fn clusterctl_init_installs_the_providers_as_pods_and_a_generated_cluster_gets_a_worker() {
+async fn clusterctl_installs_the_providers_as_pods_then_generated_plain_and_clusterclass_clusters_work_through_upgrade_and_delete()
+ {
     let _serial = serial();
     let env = Env::builder()
         .installed_by_clusterctl(true)
         .workers(true)
+        .version(kamaji_testenv::PREVIOUS_KUBERNETES_VERSION)
         .start()
         .await
         .unwrap();
@@ -172,24 +174,7 @@ async fn clusterctl_init_installs_the_providers_as_pods_and_a_generated_cluster_
     env.wait_cluster_condition(ns, name, "ControlPlaneAvailable", "True", 5 * MINUTE)
         .await
         .unwrap();
-    env.apply_yaml(&machine_deployment(ns, name, "md-0", 1))
-        .await
-        .unwrap();
-    let workers = env.wait_machines_running(ns, 1, 5 * MINUTE).await.unwrap();
-    let tenant = env.tenant_client(ns, name).await.unwrap();
-    kube::runtime::wait::await_condition(
-        Api::<Node>::all(tenant),
-        &workers[0],
-        |n: Option<&Node>| {
-            n.and_then(|n| n.status.as_ref())
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        },
-    )
-    .await
-    .unwrap();
-
-    // clusterctl describe shows the control plane, Available, and the worker.
+    // clusterctl describe shows the control plane, Available.
     let described = env
         .clusterctl(&[
             "describe",
@@ -220,12 +205,15 @@ async fn clusterctl_init_installs_the_providers_as_pods_and_a_generated_cluster_
         available.contains("True"),
         "control plane not Available:\n{described}"
     );
-    let ready = condition(&format!("Machine {ns}/md-0-"), "Ready");
-    assert!(ready.contains("True"), "worker not Ready:\n{described}");
+
+    // A ClusterClass topology from templates/, with a worker, upgraded through
+    // spec.topology.version.
+    let class_ns = "classes";
+    topology_upgrades_the_control_plane_before_the_workers(&env, class_ns, "topo").await;
 
     // clusterctl upgrade apply to a newer version: the manager is replaced, and no tenant
     // control plane rolls (its Deployments' templates and its Secrets stay as they were).
-    let before = tenant_objects(&env, ns).await;
+    let before = tenant_objects(&env, &[ns, class_ns]).await;
     let next = kamaji_e2e::clusterctl::next_provider_version();
     let image = kamaji_e2e::clusterctl::manager_image_for(&next);
     kamaji_e2e::clusterctl::import_manager_image(&env.management, &image)
@@ -242,8 +230,8 @@ async fn clusterctl_init_installs_the_providers_as_pods_and_a_generated_cluster_
     wait_reconciled(&ip).await;
     assert_eq!(
         before,
-        tenant_objects(&env, ns).await,
-        "the upgrade changed the tenant's objects"
+        tenant_objects(&env, &[ns, class_ns]).await,
+        "the upgrade changed the tenants' objects"
     );
     let upgraded = inventory
         .list(&ListParams::default())
@@ -282,20 +270,30 @@ async fn clusterctl_init_installs_the_providers_as_pods_and_a_generated_cluster_
             .unwrap(),
         "ok"
     );
-    assert_eq!(before, tenant_objects(&env, ns).await);
+    assert_eq!(before, tenant_objects(&env, &[ns, class_ns]).await);
 }
 
-/// The tenant namespace's control-plane Deployments (generation and pod template) and Secrets
-/// (resource version and data), by name.
-async fn tenant_objects(env: &Env, ns: &str) -> BTreeMap<String, String> {
+/// The tenant namespaces' control-plane Deployments (generation and pod template) and Secrets
+/// (resource version and data), by namespace and name.
+async fn tenant_objects(env: &Env, namespaces: &[&str]) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
+    for ns in namespaces {
+        tenant_objects_of(env, ns, &mut out).await;
+    }
+    out
+}
+
+async fn tenant_objects_of(env: &Env, ns: &str, out: &mut BTreeMap<String, String>) {
     for d in Api::<Deployment>::namespaced(env.client(), ns)
         .list(&ListParams::default())
         .await
         .unwrap()
     {
         out.insert(
-            format!("Deployment/{}", d.metadata.name.clone().unwrap_or_default()),
+            format!(
+                "{ns}/Deployment/{}",
+                d.metadata.name.clone().unwrap_or_default()
+            ),
             format!(
                 "{:?} {}",
                 d.metadata.generation,
@@ -320,7 +318,6 @@ async fn tenant_objects(env: &Env, ns: &str) -> BTreeMap<String, String> {
             ),
         );
     }
-    out
 }
 
 /// Waits until the manager Deployment runs `image` on all its replicas and one of its pods is
@@ -388,5 +385,246 @@ async fn wait_reconciled(ip: &str) {
             "the new manager made no reconcile pass:\n{text}"
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The topology flavour's infrastructure, as a provider's templates would be created beside it.
+const STANDIN_INFRASTRUCTURE: &str = "
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: StandInClusterTemplate
+metadata: {name: standin}
+spec: {template: {spec: {}}}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: StandInMachineTemplate
+metadata: {name: standin}
+spec: {template: {spec: {}}}
+";
+
+/// When each step of a topology version upgrade was first seen (seconds since the patch).
+#[derive(Debug, Default)]
+struct UpgradeOrder {
+    control_plane_spec: Option<f64>,
+    control_plane_status: Option<f64>,
+    workers_spec: Option<f64>,
+}
+
+/// A cluster of `templates/cluster-template-topology.yaml` at the previous release with one
+/// worker, on the stand-in infrastructure, until Available; then `spec.topology.version` to the
+/// tools' release: Cluster API must change the workers' version only after the
+/// KamajiControlPlane's `status.version` reports it; the rolled worker joins, and `clusterctl
+/// describe` shows the control plane Available and the worker Ready.
+async fn topology_upgrades_the_control_plane_before_the_workers(env: &Env, ns: &str, name: &str) {
+    let (from, to) = (
+        kamaji_testenv::PREVIOUS_KUBERNETES_VERSION,
+        kamaji_testenv::KUBERNETES_VERSION,
+    );
+    env.namespace(ns).await.unwrap();
+    let mut standins = String::new();
+    for doc in STANDIN_INFRASTRUCTURE.split("---") {
+        let mut v: serde_json::Value = serde_yaml::from_str(doc).unwrap();
+        v["metadata"]["namespace"] = ns.into();
+        standins.push_str(&serde_yaml::to_string(&v).unwrap());
+        standins.push_str("---\n");
+    }
+    env.apply_yaml(&standins).await.unwrap();
+
+    let template =
+        kamaji_testenv::workspace_root().join("templates/cluster-template-topology.yaml");
+    let template = template.display().to_string();
+    let listed = env
+        .clusterctl(&[
+            "generate",
+            "cluster",
+            name,
+            "--from",
+            &template,
+            "--list-variables",
+        ])
+        .unwrap();
+    for variable in [
+        "INFRASTRUCTURE_API_VERSION",
+        "INFRASTRUCTURE_CLUSTER_TEMPLATE_KIND",
+        "INFRASTRUCTURE_MACHINE_TEMPLATE_NAME",
+        "WORKER_MACHINE_COUNT",
+    ] {
+        assert!(
+            listed.contains(variable),
+            "{variable} not listed:\n{listed}"
+        );
+    }
+    let generated = env
+        .clusterctl_with(
+            &[
+                "generate",
+                "cluster",
+                name,
+                "--from",
+                &template,
+                "--target-namespace",
+                ns,
+                "--control-plane-machine-count",
+                "1",
+                "--worker-machine-count",
+                "1",
+                "--kubernetes-version",
+                from,
+            ],
+            &[
+                (
+                    "INFRASTRUCTURE_API_VERSION",
+                    "infrastructure.cluster.x-k8s.io/v1alpha1",
+                ),
+                (
+                    "INFRASTRUCTURE_CLUSTER_TEMPLATE_KIND",
+                    "StandInClusterTemplate",
+                ),
+                ("INFRASTRUCTURE_CLUSTER_TEMPLATE_NAME", "standin"),
+                (
+                    "INFRASTRUCTURE_MACHINE_TEMPLATE_KIND",
+                    "StandInMachineTemplate",
+                ),
+                ("INFRASTRUCTURE_MACHINE_TEMPLATE_NAME", "standin"),
+            ],
+        )
+        .unwrap();
+    env.apply_yaml(&with_machine_kind_settings(&generated).unwrap())
+        .await
+        .unwrap();
+    env.wait_cluster_condition(ns, name, "Available", "True", 6 * MINUTE)
+        .await
+        .unwrap();
+    let workers = env.wait_machines_running(ns, 1, 2 * MINUTE).await.unwrap();
+    println!("{from}: Cluster Available, worker {workers:?}");
+
+    // spec.topology.version: the control plane first, the workers once its status says so.
+    let kcps = Api::<DynamicObject>::namespaced_with(
+        env.client(),
+        ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "controlplane.cluster.x-k8s.io",
+            "v1alpha2",
+            "KamajiControlPlane",
+        )),
+    );
+    let deployments = env.capi(ns, "v1beta2", "MachineDeployment");
+    // Cluster API's webhook refuses a version change while a MachineDeployment is still
+    // completing its roll-out; a user waits for it as this does.
+    env.wait_cluster_condition(ns, name, "WorkersAvailable", "True", 2 * MINUTE)
+        .await
+        .unwrap();
+    let patch = serde_json::json!({"spec": {"topology": {"version": to}}});
+    let deadline = tokio::time::Instant::now() + 2 * MINUTE;
+    while let Err(e) = env
+        .capi(ns, "v1beta2", "Cluster")
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        assert!(
+            e.to_string().contains("completing a previous upgrade")
+                && tokio::time::Instant::now() < deadline,
+            "{e}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let started = tokio::time::Instant::now();
+    let mut order = UpgradeOrder::default();
+    loop {
+        let at = started.elapsed().as_secs_f64();
+        let kcp = &kcps.list(&ListParams::default()).await.unwrap().items[0];
+        let md = &deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items[0];
+        if order.control_plane_spec.is_none() && kcp.data["spec"]["version"] == to {
+            order.control_plane_spec = Some(at);
+        }
+        if order.control_plane_status.is_none() && kcp.data["status"]["version"] == to {
+            order.control_plane_status = Some(at);
+        }
+        if order.workers_spec.is_none() && md.data["spec"]["template"]["spec"]["version"] == to {
+            order.workers_spec = Some(at);
+        }
+        if order.workers_spec.is_some() {
+            break;
+        }
+        assert!(
+            at < 360.0,
+            "the upgrade did not reach the workers: {order:?}\n{}",
+            env.pods_report(ns).await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!("upgrade order (s after the patch): {order:?}");
+    let (Some(cp), Some(status), Some(workers_at)) = (
+        order.control_plane_spec,
+        order.control_plane_status,
+        order.workers_spec,
+    ) else {
+        panic!("a step was never seen: {order:?}");
+    };
+    assert!(
+        cp <= status && status <= workers_at,
+        "Cluster API touched the workers before the control plane ran {to}: {order:?}"
+    );
+    // The rolled worker joins the upgraded control plane.
+    let machines = env.capi(ns, "v1beta2", "Machine");
+    let deadline = tokio::time::Instant::now() + 5 * MINUTE;
+    loop {
+        let list = machines.list(&ListParams::default()).await.unwrap().items;
+        if list.len() == 1
+            && list[0].data["spec"]["version"] == to
+            && list[0].data["status"]["phase"] == "Running"
+            && list[0].data["status"]["nodeRef"]["name"].is_string()
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no worker Machine of {to} Running alone: {:?}",
+            list.iter()
+                .map(|m| (
+                    &m.metadata.name,
+                    &m.data["spec"]["version"],
+                    &m.data["status"]["phase"]
+                ))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    env.wait_cluster_condition(ns, name, "Available", "True", 2 * MINUTE)
+        .await
+        .unwrap();
+    let described = env
+        .clusterctl(&[
+            "describe",
+            "cluster",
+            name,
+            "--namespace",
+            ns,
+            "--show-conditions",
+            "all",
+            "--grouping=false",
+        ])
+        .unwrap();
+    println!("{described}");
+    for (object, condition) in [
+        ("KamajiControlPlane ", "Available"),
+        (&*format!("Machine {ns}/{name}-md-0-"), "Ready"),
+    ] {
+        let mut lines = described.lines().skip_while(|l| !l.contains(object));
+        assert!(lines.next().is_some(), "no {object} in:\n{described}");
+        let line = lines
+            .find(|l| l.contains(&format!("─{condition} ")))
+            .unwrap_or_else(|| panic!("no {condition} under {object}:\n{described}"));
+        assert!(
+            line.contains("True"),
+            "{object}: {condition} is not True:\n{described}"
+        );
     }
 }

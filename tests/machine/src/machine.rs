@@ -111,6 +111,10 @@ pub struct MachineSpec {
     pub index: u8,
     /// The images containerd has from the start (a copy of the store).
     pub images: ImageStore,
+    /// The built version whose kubelet the machine runs (`versions/<v>/kubelet` of the tools,
+    /// first on its `PATH`), as a machine image of that Kubernetes version has it; `None`:
+    /// the tools' own ([`kamaji_testenv::KUBERNETES_VERSION`]).
+    pub kubelet_version: Option<String>,
 }
 
 /// A running machine (see the module docs).
@@ -180,8 +184,18 @@ impl Machine {
         let ledger = Path::new(STATE_DIR).join(format!("{}-{}.json", record.owner, spec.name));
         std::fs::write(&ledger, serde_json::to_vec(&record)?)?;
 
+        let version_bin = match &spec.kubelet_version {
+            Some(v) => {
+                let bin = tools.bin_dir().join("versions").join(v);
+                std::fs::metadata(bin.join("kubelet")).with_context(|| {
+                    format!("no kubelet of {v} in {} (`make tools`)", bin.display())
+                })?;
+                format!("{}:", bin.display())
+            }
+            None => String::new(),
+        };
         let path = format!(
-            "{}:{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "{}:{version_bin}{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             dir.path().join("bin").display(),
             tools.bin_dir().display()
         );

@@ -122,6 +122,7 @@ impl Builder {
                     name: format!("mgmt-{pid}-{i}"),
                     index: *i,
                     images: store.clone(),
+                    kubelet_version: None,
                 },
             )
         });

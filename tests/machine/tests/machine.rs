@@ -28,6 +28,7 @@ fn a_machine_runs_containers_from_imported_images_and_leaves_nothing_behind() ->
                 name: "m-smoke".into(),
                 index: 1,
                 images: store,
+                kubelet_version: None,
             },
         )
         .await?;
