@@ -163,15 +163,7 @@ pub async fn init(cluster: &LocalCluster, machines: &ManagementMachines) -> Resu
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let kubeconfig = cluster
-        .service_account_kubeconfig(&namespace, &service_account)
-        .await?;
-    Ok(Identity {
-        user: format!("system:serviceaccount:{namespace}:{service_account}"),
-        namespace,
-        service_account,
-        kubeconfig,
-    })
+    Identity::of(cluster, namespace, service_account).await
 }
 
 /// clusterctl's home: its configuration directory (`$XDG_CONFIG_HOME/cluster-api`) is private

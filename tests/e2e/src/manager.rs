@@ -75,6 +75,19 @@ impl Identity {
                 .await
                 .with_context(|| format!("apply {}", file.display()))?;
         }
+        Self::of(cluster, namespace, service_account).await
+    }
+
+    /// The identity of ServiceAccount `namespace/service_account` of `cluster`, with a
+    /// kubeconfig holding a fresh token of it.
+    ///
+    /// # Errors
+    /// When the token cannot be requested.
+    pub async fn of(
+        cluster: &LocalCluster,
+        namespace: String,
+        service_account: String,
+    ) -> Result<Self> {
         let kubeconfig = cluster
             .service_account_kubeconfig(&namespace, &service_account)
             .await?;

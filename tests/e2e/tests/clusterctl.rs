@@ -128,82 +128,37 @@ async fn clusterctl_installs_the_providers_as_pods_then_generated_plain_and_clus
 
     // A cluster from templates/, as a user generates it: the variables clusterctl lists, then
     // the manifest with this machine kind's kubelet and kube-proxy settings.
-    let template = kamaji_testenv::workspace_root().join("templates/cluster-template-demo.yaml");
-    let template = template.display().to_string();
-    let listed = env
-        .clusterctl(&[
-            "generate",
-            "cluster",
-            "demo",
-            "--from",
-            &template,
-            "--list-variables",
-        ])
-        .unwrap();
-    for variable in [
-        "CLUSTER_NAME",
-        "CONTROL_PLANE_MACHINE_COUNT",
-        "KUBERNETES_VERSION",
-        "NAMESPACE",
-        "POD_CIDR",
-    ] {
-        assert!(
-            listed.contains(variable),
-            "{variable} not listed:\n{listed}"
-        );
-    }
     let (ns, name) = ("tenants", "demo");
     env.namespace(ns).await.unwrap();
-    let generated = env
-        .clusterctl(&[
-            "generate",
-            "cluster",
-            name,
-            "--from",
-            &template,
-            "--target-namespace",
-            ns,
-            "--control-plane-machine-count",
-            "1",
-            "--kubernetes-version",
-            kamaji_testenv::KUBERNETES_VERSION,
-        ])
-        .unwrap();
+    let generated = generate(
+        &env,
+        "cluster-template-demo.yaml",
+        (ns, name),
+        kamaji_testenv::KUBERNETES_VERSION,
+        0,
+        &[
+            "CLUSTER_NAME",
+            "CONTROL_PLANE_MACHINE_COUNT",
+            "KUBERNETES_VERSION",
+            "NAMESPACE",
+            "POD_CIDR",
+        ],
+        &[],
+    );
     let manifest = with_machine_kind_settings(&generated).unwrap();
     env.apply_yaml(&manifest).await.unwrap();
     env.wait_cluster_condition(ns, name, "ControlPlaneAvailable", "True", 5 * MINUTE)
         .await
         .unwrap();
     // clusterctl describe shows the control plane, Available.
-    let described = env
-        .clusterctl(&[
-            "describe",
-            "cluster",
-            name,
-            "--namespace",
-            ns,
-            "--show-conditions",
-            "all",
-            "--grouping=false",
-        ])
-        .unwrap();
-    println!("{described}");
-    // The first `condition` line under the object line containing `object`.
-    let condition = |object: &str, condition: &str| {
-        let mut lines = described.lines().skip_while(|l| !l.contains(object));
-        assert!(lines.next().is_some(), "no {object} in:\n{described}");
-        lines
-            .find(|l| l.contains(&format!("─{condition} ")))
-            .unwrap_or_else(|| panic!("no {condition} under {object}:\n{described}"))
-            .to_owned()
-    };
-    let available = condition(
-        &format!("KamajiControlPlane {ns}/{name}-control-plane"),
-        "Available",
-    );
-    assert!(
-        available.contains("True"),
-        "control plane not Available:\n{described}"
+    describe_shows_true(
+        &env,
+        ns,
+        name,
+        &[(
+            &format!("KamajiControlPlane {ns}/{name}-control-plane"),
+            "Available",
+        )],
     );
 
     // A ClusterClass topology from templates/, with a worker, upgraded through
@@ -401,10 +356,39 @@ metadata: {name: standin}
 spec: {template: {spec: {}}}
 ";
 
+/// Whether every Deployment of `api` runs images of `version` on all its replicas, rolled out
+/// and available.
+async fn rolled_to(api: &Api<Deployment>, version: &str) -> bool {
+    let list = api.list(&ListParams::default()).await.unwrap().items;
+    !list.is_empty()
+        && list.iter().all(|d| {
+            let images_of_version = d
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .is_some_and(|p| {
+                    p.containers.iter().any(|c| {
+                        c.image
+                            .as_deref()
+                            .is_some_and(|i| i.ends_with(&format!(":{version}")))
+                    })
+                });
+            let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let status = d.status.clone().unwrap_or_default();
+            images_of_version
+                && status.observed_generation == d.metadata.generation
+                && status.updated_replicas == Some(replicas)
+                && status.available_replicas == Some(replicas)
+                && status.replicas == Some(replicas)
+        })
+}
+
 /// When each step of a topology version upgrade was first seen (seconds since the patch).
 #[derive(Debug, Default)]
 struct UpgradeOrder {
     control_plane_spec: Option<f64>,
+    /// Every control-plane pod of the tenant's Deployment runs the new version's images.
+    control_plane_rolled: Option<f64>,
     control_plane_status: Option<f64>,
     workers_spec: Option<f64>,
 }
@@ -429,65 +413,35 @@ async fn topology_upgrades_the_control_plane_before_the_workers(env: &Env, ns: &
     }
     env.apply_yaml(&standins).await.unwrap();
 
-    let template =
-        kamaji_testenv::workspace_root().join("templates/cluster-template-topology.yaml");
-    let template = template.display().to_string();
-    let listed = env
-        .clusterctl(&[
-            "generate",
-            "cluster",
-            name,
-            "--from",
-            &template,
-            "--list-variables",
-        ])
-        .unwrap();
-    for variable in [
-        "INFRASTRUCTURE_API_VERSION",
-        "INFRASTRUCTURE_CLUSTER_TEMPLATE_KIND",
-        "INFRASTRUCTURE_MACHINE_TEMPLATE_NAME",
-        "WORKER_MACHINE_COUNT",
-    ] {
-        assert!(
-            listed.contains(variable),
-            "{variable} not listed:\n{listed}"
-        );
-    }
-    let generated = env
-        .clusterctl_with(
-            &[
-                "generate",
-                "cluster",
-                name,
-                "--from",
-                &template,
-                "--target-namespace",
-                ns,
-                "--control-plane-machine-count",
-                "1",
-                "--worker-machine-count",
-                "1",
-                "--kubernetes-version",
-                from,
-            ],
-            &[
-                (
-                    "INFRASTRUCTURE_API_VERSION",
-                    "infrastructure.cluster.x-k8s.io/v1alpha1",
-                ),
-                (
-                    "INFRASTRUCTURE_CLUSTER_TEMPLATE_KIND",
-                    "StandInClusterTemplate",
-                ),
-                ("INFRASTRUCTURE_CLUSTER_TEMPLATE_NAME", "standin"),
-                (
-                    "INFRASTRUCTURE_MACHINE_TEMPLATE_KIND",
-                    "StandInMachineTemplate",
-                ),
-                ("INFRASTRUCTURE_MACHINE_TEMPLATE_NAME", "standin"),
-            ],
-        )
-        .unwrap();
+    let generated = generate(
+        env,
+        "cluster-template-topology.yaml",
+        (ns, name),
+        from,
+        1,
+        &[
+            "INFRASTRUCTURE_API_VERSION",
+            "INFRASTRUCTURE_CLUSTER_TEMPLATE_KIND",
+            "INFRASTRUCTURE_MACHINE_TEMPLATE_NAME",
+            "WORKER_MACHINE_COUNT",
+        ],
+        &[
+            (
+                "INFRASTRUCTURE_API_VERSION",
+                "infrastructure.cluster.x-k8s.io/v1alpha1",
+            ),
+            (
+                "INFRASTRUCTURE_CLUSTER_TEMPLATE_KIND",
+                "StandInClusterTemplate",
+            ),
+            ("INFRASTRUCTURE_CLUSTER_TEMPLATE_NAME", "standin"),
+            (
+                "INFRASTRUCTURE_MACHINE_TEMPLATE_KIND",
+                "StandInMachineTemplate",
+            ),
+            ("INFRASTRUCTURE_MACHINE_TEMPLATE_NAME", "standin"),
+        ],
+    );
     env.apply_yaml(&with_machine_kind_settings(&generated).unwrap())
         .await
         .unwrap();
@@ -544,6 +498,11 @@ async fn topology_upgrades_the_control_plane_before_the_workers(env: &Env, ns: &
         if order.control_plane_spec.is_none() && kcp.data["spec"]["version"] == to {
             order.control_plane_spec = Some(at);
         }
+        if order.control_plane_rolled.is_none()
+            && rolled_to(&Api::<Deployment>::namespaced(env.client(), ns), to).await
+        {
+            order.control_plane_rolled = Some(at);
+        }
         if order.control_plane_status.is_none() && kcp.data["status"]["version"] == to {
             order.control_plane_status = Some(at);
         }
@@ -561,15 +520,23 @@ async fn topology_upgrades_the_control_plane_before_the_workers(env: &Env, ns: &
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     println!("upgrade order (s after the patch): {order:?}");
-    let (Some(cp), Some(status), Some(workers_at)) = (
+    let (Some(cp), Some(rolled), Some(status), Some(workers_at)) = (
         order.control_plane_spec,
+        order.control_plane_rolled,
         order.control_plane_status,
         order.workers_spec,
     ) else {
-        panic!("a step was never seen: {order:?}");
+        panic!(
+            "Cluster API changed the workers' version before the control plane ran {to} \
+             (a step not seen by then): {order:?}"
+        );
     };
     assert!(
-        cp <= status && status <= workers_at,
+        cp <= rolled && rolled <= status,
+        "status.version reported {to} before the control plane ran it: {order:?}"
+    );
+    assert!(
+        status <= workers_at,
         "Cluster API touched the workers before the control plane ran {to}: {order:?}"
     );
     // The rolled worker joins the upgraded control plane.
@@ -600,6 +567,21 @@ async fn topology_upgrades_the_control_plane_before_the_workers(env: &Env, ns: &
     env.wait_cluster_condition(ns, name, "Available", "True", 2 * MINUTE)
         .await
         .unwrap();
+    describe_shows_true(
+        env,
+        ns,
+        name,
+        &[
+            ("KamajiControlPlane ", "Available"),
+            (&format!("Machine {ns}/{name}-md-0-"), "Ready"),
+        ],
+    );
+}
+
+/// `clusterctl describe cluster ns/name` (every condition, no grouping) shows, for each
+/// `(object, condition)`, the first `condition` line under the first object line containing
+/// `object` as `True`.
+fn describe_shows_true(env: &Env, ns: &str, name: &str, expected: &[(&str, &str)]) {
     let described = env
         .clusterctl(&[
             "describe",
@@ -613,10 +595,7 @@ async fn topology_upgrades_the_control_plane_before_the_workers(env: &Env, ns: &
         ])
         .unwrap();
     println!("{described}");
-    for (object, condition) in [
-        ("KamajiControlPlane ", "Available"),
-        (&*format!("Machine {ns}/{name}-md-0-"), "Ready"),
-    ] {
+    for (object, condition) in expected {
         let mut lines = described.lines().skip_while(|l| !l.contains(object));
         assert!(lines.next().is_some(), "no {object} in:\n{described}");
         let line = lines
@@ -627,4 +606,58 @@ async fn topology_upgrades_the_control_plane_before_the_workers(env: &Env, ns: &
             "{object}: {condition} is not True:\n{described}"
         );
     }
+}
+
+/// `clusterctl generate cluster` from `templates/<file>`, as a user runs it: first
+/// `--list-variables` must list each of `variables`; then the cluster `(ns, name)` at `version`
+/// with one control-plane replica and `workers` workers, `vars` exported.
+fn generate(
+    env: &Env,
+    file: &str,
+    (ns, name): (&str, &str),
+    version: &str,
+    workers: u32,
+    variables: &[&str],
+    vars: &[(&str, &str)],
+) -> String {
+    let template = kamaji_testenv::workspace_root()
+        .join("templates")
+        .join(file);
+    let template = template.display().to_string();
+    let listed = env
+        .clusterctl(&[
+            "generate",
+            "cluster",
+            name,
+            "--from",
+            &template,
+            "--list-variables",
+        ])
+        .unwrap();
+    for variable in variables {
+        assert!(
+            listed.contains(variable),
+            "{variable} not listed:\n{listed}"
+        );
+    }
+    let workers = workers.to_string();
+    env.clusterctl_with(
+        &[
+            "generate",
+            "cluster",
+            name,
+            "--from",
+            &template,
+            "--target-namespace",
+            ns,
+            "--control-plane-machine-count",
+            "1",
+            "--worker-machine-count",
+            &workers,
+            "--kubernetes-version",
+            version,
+        ],
+        vars,
+    )
+    .unwrap()
 }
