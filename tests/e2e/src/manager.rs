@@ -245,58 +245,6 @@ impl Env {
 }
 
 impl Env {
-    /// Runs the manager as `clusterctl init` installs it: the image of the manager binary
-    /// ([`manager_binary`], written as `make release` writes it,
-    /// [`kamaji_machine::images::manager_image`]) imported into every management machine's
-    /// containerd under the name `config/manager/manager.yaml` gives by default, then that
-    /// manifest applied as written with its default variables (its ServiceAccount, leader
-    /// election, probes, metrics port, non-root read-only container). The host process is
-    /// stopped first. Returns the Deployment once it is available.
-    ///
-    /// # Errors
-    /// When the image cannot be built or imported, or the Deployment does not become
-    /// available in two minutes (the message carries the provider namespace's pods and events).
-    pub async fn run_manager_as_pod(&mut self) -> Result<k8s_openapi::api::apps::v1::Deployment> {
-        use k8s_openapi::api::apps::v1::Deployment;
-        self.kill_manager();
-        let deployment = shipped_manager_deployment()?;
-        let image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
-            .as_str()
-            .context("the manager Deployment names no image")?
-            .to_owned();
-        let built = kamaji_machine::images::manager_image(&manager_binary()?, &image)?;
-        for machine in self.management.machines() {
-            machine.import_image(&built).await?;
-        }
-        self.cluster.apply_value(&deployment).await?;
-        let ns = self.manager.identity.namespace.clone();
-        let name = deployment["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let waited = self
-            .wait_for(
-                kube::Api::<Deployment>::namespaced(self.client(), &ns),
-                "manager Deployment",
-                &name,
-                "available",
-                std::time::Duration::from_mins(2),
-                |d: &Deployment| {
-                    d.status
-                        .as_ref()
-                        .and_then(|s| s.available_replicas)
-                        .unwrap_or(0)
-                        >= 1
-                },
-                |d| format!("{:?}", d.status),
-            )
-            .await;
-        match waited {
-            Ok(d) => Ok(d),
-            Err(e) => Err(e.context(self.manager_pod_logs().await)),
-        }
-    }
-
     /// The logs of the manager pods (for failure messages).
     pub async fn manager_pod_logs(&self) -> String {
         use k8s_openapi::api::core::v1::Pod;

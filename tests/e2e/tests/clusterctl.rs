@@ -125,6 +125,11 @@ async fn clusterctl_installs_the_providers_as_pods_then_generated_plain_and_clus
             .any(|p| p.metadata.name.as_deref() == Some(holder.as_str())),
         "the Lease is held by {holder:?}, not by a manager pod"
     );
+    let security = manager_pods.items[0].spec.as_ref().unwrap().containers[0]
+        .security_context
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(security.read_only_root_filesystem, Some(true));
 
     // A cluster from templates/, as a user generates it: the variables clusterctl lists, then
     // the manifest with this machine kind's kubelet and kube-proxy settings.
@@ -226,6 +231,16 @@ async fn clusterctl_installs_the_providers_as_pods_then_generated_plain_and_clus
         "ok"
     );
     assert_eq!(before, tenant_objects(&env, &[ns, class_ns]).await);
+    // Every write of the manager was its ServiceAccount's (the audit log's user) under the
+    // shipped RBAC, and none was refused.
+    let writes = env.manager_writes().unwrap();
+    assert!(!writes.is_empty());
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.response_status.as_ref().is_none_or(|s| s.code != 403)),
+        "a write of the manager was forbidden"
+    );
 }
 
 /// The tenant namespaces' control-plane Deployments (generation and pod template) and Secrets

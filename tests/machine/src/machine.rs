@@ -129,6 +129,8 @@ pub struct Machine {
     ledger: PathBuf,
     record: Record,
     daemons: Vec<Child>,
+    /// The mount namespace, held open until the clean-up of `Drop` has run (see [`Record`]).
+    _namespace_pin: std::fs::File,
 }
 
 /// The ledger entry of one machine.
@@ -140,6 +142,33 @@ struct Record {
     mount_namespace: u64,
     /// The cgroup root name (`kamaji-machine-<owner pid>-<name>`).
     cgroup_root: String,
+    /// The namespace holder's pid and start time (`/proc/<pid>/stat` field 22): while that
+    /// process lives, `mount_namespace` is still this machine's. Once the namespace is freed
+    /// the kernel hands its inode number to the next namespace (another machine's), so a
+    /// sweep kills by namespace only while the holder lives (0: unknown, never).
+    #[serde(default)]
+    holder: u32,
+    #[serde(default)]
+    holder_start: u64,
+}
+
+impl Record {
+    /// Whether the holder this record names still runs (so its namespace is still ours).
+    fn holder_alive(&self) -> bool {
+        self.holder_start != 0 && start_time(self.holder) == Some(self.holder_start)
+    }
+}
+
+/// A process's start time in clock ticks after boot (`/proc/<pid>/stat` field 22).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command (field 2) is in parentheses and may hold spaces: count after the last ')'.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 impl Machine {
@@ -174,11 +203,17 @@ impl Machine {
             .context("start the machine's namespace holder (unshare)")?;
         let holder_pid = holder.id().context("holder pid")?;
         let mount_namespace = wait_for_new_mount_namespace(holder_pid).await?;
+        // Held open for the machine's life: the namespace (and so its inode number) cannot be
+        // freed and reused by another machine before this one's clean-up has run.
+        let namespace_pin = std::fs::File::open(format!("/proc/{holder_pid}/ns/mnt"))
+            .context("open the machine's mount namespace")?;
         let record = Record {
             owner: std::process::id(),
             mount_namespace,
             // With the owner's pid: machines of two test processes may share a name.
             cgroup_root: format!("kamaji-machine-{}-{}", std::process::id(), spec.name),
+            holder: holder_pid,
+            holder_start: start_time(holder_pid).unwrap_or(0),
         };
         std::fs::create_dir_all(STATE_DIR)?;
         let ledger = Path::new(STATE_DIR).join(format!("{}-{}.json", record.owner, spec.name));
@@ -209,6 +244,7 @@ impl Machine {
             ledger,
             record,
             daemons: Vec::new(),
+            _namespace_pin: namespace_pin,
         };
         machine.write_work_files(tools)?;
         spec.images
@@ -505,16 +541,24 @@ impl Drop for Machine {
             let _ = daemon.start_kill();
         }
         let _ = self.holder.start_kill();
-        clean_up(&self.record);
+        // The namespace is pinned by `_namespace_pin` (dropped after this), so its inode is
+        // still this machine's.
+        clean_up(&self.record, true);
         let _ = std::fs::remove_file(&self.ledger);
     }
 }
 
-/// Kills every process of the machine and removes its cgroup directories.
-fn clean_up(record: &Record) {
+/// Kills every process of the machine (those in its mount namespace only when
+/// `by_namespace`: the namespace is known to be still the machine's) and removes its cgroup
+/// directories.
+fn clean_up(record: &Record, by_namespace: bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let mut pids = processes_in_mount_namespace(record.mount_namespace);
+        let mut pids = if by_namespace {
+            processes_in_mount_namespace(record.mount_namespace)
+        } else {
+            Vec::new()
+        };
         pids.extend(processes_in_cgroups(&record.cgroup_root));
         pids.retain(|p| *p != std::process::id());
         if pids.is_empty() || Instant::now() > deadline {
@@ -551,7 +595,9 @@ fn sweep() {
             continue;
         }
         tracing::warn!(cgroup = %record.cgroup_root, "cleaning up a machine left by a killed run");
-        clean_up(&record);
+        // Its namespace only while its holder (same pid and start time) still pins it: a freed
+        // namespace's inode number may already be another machine's. Its cgroups always.
+        clean_up(&record, record.holder_alive());
         let _ = std::fs::remove_file(entry.path());
     }
 }
@@ -785,6 +831,26 @@ mod tests {
         .unwrap();
         std::fs::write(dir.path().join("max_user_watches"), format!("{watches}\n")).unwrap();
         dir
+    }
+
+    #[test]
+    fn a_stale_record_names_its_namespace_only_while_its_holder_runs() {
+        let me = std::process::id();
+        let record = |holder, holder_start| Record {
+            owner: 1,
+            mount_namespace: 1,
+            cgroup_root: String::new(),
+            holder,
+            holder_start,
+        };
+        let started = start_time(me).expect("our own start time");
+        assert!(record(me, started).holder_alive());
+        // Same pid, another start: the pid was reused, and so may the namespace's inode be.
+        assert!(!record(me, started + 1).holder_alive());
+        // A ledger written before the holder was recorded.
+        let old: Record =
+            serde_json::from_str(r#"{"owner":1,"mount_namespace":2,"cgroup_root":"x"}"#).unwrap();
+        assert!(!old.holder_alive());
     }
 
     #[test]
