@@ -205,15 +205,11 @@ impl Env {
 
     /// A counter or gauge of the manager's `/metrics` (sum over label sets), 0 if unreachable.
     pub async fn manager_metric(&self, name: &str) -> f64 {
-        let url = format!("http://127.0.0.1:{}/metrics", self.manager.metrics_port);
-        let Ok(resp) = reqwest::get(url).await else {
-            return 0.0;
-        };
-        let text = resp.text().await.unwrap_or_default();
-        text.lines()
-            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        metric_at(
+            &format!("http://127.0.0.1:{}/metrics", self.manager.metrics_port),
+            name,
+        )
+        .await
     }
 
     /// Kills the manager with SIGKILL (a crash).
@@ -269,6 +265,19 @@ impl Env {
         }
         out
     }
+}
+
+/// A counter or gauge of the Prometheus text at `url` (summed over label sets), 0 if the
+/// endpoint does not answer.
+pub async fn metric_at(url: &str, name: &str) -> f64 {
+    let Ok(resp) = reqwest::get(url).await else {
+        return 0.0;
+    };
+    let text = resp.text().await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// The manager Deployment of `config/manager/manager.yaml` with its variables at their

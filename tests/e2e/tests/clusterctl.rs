@@ -336,23 +336,12 @@ async fn wait_manager_serving(env: &Env, image: &str) -> String {
 /// Waits until the manager at pod IP `ip` has finished a reconcile pass (its
 /// `kamaji_reconcile_total` counter on the shipped metrics port).
 async fn wait_reconciled(ip: &str) {
+    let url = format!("http://{ip}:8080/metrics");
     let deadline = tokio::time::Instant::now() + 2 * MINUTE;
-    loop {
-        let text = match reqwest::get(format!("http://{ip}:8080/metrics")).await {
-            Ok(r) => r.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        };
-        let passes: f64 = text
-            .lines()
-            .filter(|l| l.starts_with("kamaji_reconcile_total"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum();
-        if passes >= 1.0 {
-            return;
-        }
+    while kamaji_e2e::manager::metric_at(&url, "kamaji_reconcile_total").await < 1.0 {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the new manager made no reconcile pass:\n{text}"
+            "the new manager at {url} made no reconcile pass"
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
