@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, Container, ResourceRequirements, SecurityContext, Toleration,
     TopologySpreadConstraint, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -124,6 +124,25 @@ pub struct KamajiControlPlaneSpec {
     /// every replica ran): a stuck upgrade can be backed out to it.
     #[schemars(length(min = 1, max = 256), regex(pattern = validation::VERSION_PATTERN))]
     pub version: String,
+
+    /// Rollout options (Cluster API v1beta2 control-plane contract, `spec.rollout`; ClusterClass
+    /// topology copies `Cluster.spec.topology.controlPlane.rollout` here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutSpec>,
+}
+
+/// `spec.rollout` (Cluster API control-plane contract; `KubeadmControlPlane.spec.rollout`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// Replace every control-plane pod created before this time (RFC 3339), once it has
+    /// passed, even if nothing else changed: a rolling replacement of the Deployment's pods, as
+    /// `kubectl rollout restart` does, one pass after the time (the controller wakes up for it).
+    /// A time in the future rolls nothing yet; a time already passed when the control plane is
+    /// created rolls nothing (its pods are newer); removing the field or moving it back rolls
+    /// nothing. (Contract field `spec.rollout.after`, formerly `rolloutAfter`.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Time>,
 }
 
 #[allow(clippy::unnecessary_wraps)] // serde default functions must return the field type
@@ -1313,6 +1332,7 @@ mod tests {
             control_plane_endpoint: None,
             replicas: None,
             version: "v1.30.2".to_owned(),
+            rollout: None,
         })
         .unwrap();
         assert_eq!(

@@ -14,7 +14,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kamaji_api::KamajiControlPlane;
 use kamaji_machine::ManagementMachines;
-use kamaji_machine::management::MANAGEMENT_CLUSTER_CIDR;
+use kamaji_machine::management::{
+    MANAGEMENT_CLUSTER_CIDR, SECOND_MANAGEMENT_CLUSTER_CIDR, SECOND_MANAGEMENT_SERVICE_CIDR,
+};
 use kamaji_machine::network::UNDERLAY_GATEWAY;
 use kamaji_testenv::pki::CertPair;
 use kamaji_testenv::{Etcd, LocalCluster};
@@ -111,6 +113,13 @@ impl EnvBuilder {
     pub async fn start(self) -> Result<Env> {
         Env::launch(self, None).await
     }
+
+    /// Starts a second management cluster (its own etcd, API server, controllers, machines,
+    /// providers as the options say) whose `default` DataStore is `source`'s datastore etcd:
+    /// two management clusters that reach one shared datastore (the `clusterctl move` setup).
+    pub async fn start_sharing_datastore(self, source: &Env) -> Result<Env> {
+        Env::launch(self, Some(source)).await
+    }
 }
 
 impl Env {
@@ -133,13 +142,6 @@ impl Env {
         Self::builder().workers(true).start().await
     }
 
-    /// Starts a second management cluster (its own etcd, API server, controllers, CAPI core
-    /// manager, node and manager) whose `default` DataStore is `source`'s datastore etcd, as
-    /// two management clusters that reach one shared datastore (the `clusterctl move` setup).
-    pub async fn start_sharing_datastore(source: &Env) -> Result<Self> {
-        Self::launch(EnvBuilder::default(), Some(source)).await
-    }
-
     async fn launch(opts: EnvBuilder, shared: Option<&Env>) -> Result<Self> {
         let machines = opts.workers;
         let by_clusterctl = opts.clusterctl;
@@ -151,15 +153,23 @@ impl Env {
         }
         // The machines boot (containerd, images) while the cluster starts.
         let tools = kamaji_testenv::Tools::locate()?;
+        let mut builder = LocalCluster::builder();
+        if shared.is_some() {
+            builder = builder.service_cidr(SECOND_MANAGEMENT_SERVICE_CIDR);
+        }
         let (cluster, booted) = tokio::join!(
-            LocalCluster::builder()
+            builder
                 .controllers(true)
                 .capi(!by_clusterctl)
                 .capi_crds(!by_clusterctl)
                 .kamaji_crds(!by_clusterctl)
                 .kubeadm_bootstrap(machines && !by_clusterctl)
                 .advertise_address(UNDERLAY_GATEWAY)
-                .cluster_cidr(MANAGEMENT_CLUSTER_CIDR)
+                .cluster_cidr(if shared.is_some() {
+                    SECOND_MANAGEMENT_CLUSTER_CIDR
+                } else {
+                    MANAGEMENT_CLUSTER_CIDR
+                })
                 .start(),
             management.boot(&tools),
         );

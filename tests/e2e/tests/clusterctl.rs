@@ -580,6 +580,125 @@ async fn topology_upgrades_the_control_plane_before_the_workers(env: &Env, ns: &
             (&format!("Machine {ns}/{name}-md-0-"), "Ready"),
         ],
     );
+    rollout_after_through_the_topology(env, ns, name).await;
+}
+
+/// `Cluster.spec.topology.controlPlane.rollout.after` (the contract's `spec.rollout.after`):
+/// topology copies it onto the KamajiControlPlane; no control-plane pod is replaced before the
+/// time, every one is after it (the manager wakes up for it: no other event comes), and the
+/// worker stays as it was.
+async fn rollout_after_through_the_topology(env: &Env, ns: &str, name: &str) {
+    use kamaji_reconciler::reconcile::plan::deployment::ROLLOUT_AFTER_ANNOTATION;
+    let second = |t: k8s_openapi::jiff::Timestamp| {
+        k8s_openapi::jiff::Timestamp::from_second(t.as_second()).unwrap()
+    };
+    let after = second(k8s_openapi::jiff::Timestamp::now()) + Duration::from_secs(30);
+    let machines_before = machine_names(env, ns).await;
+    env.capi(ns, "v1beta2", "Cluster")
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"topology": {
+                "controlPlane": {"rollout": {"after": after.to_string()}}}}})),
+        )
+        .await
+        .unwrap();
+    let kcps = Api::<kamaji_api::KamajiControlPlane>::namespaced(env.client(), ns);
+    let deployments = Api::<Deployment>::namespaced(env.client(), ns);
+    let pods = Api::<Pod>::namespaced(env.client(), ns);
+    let rollout_annotation = |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.as_ref()?.annotations.as_ref())
+            .and_then(|a| a.get(ROLLOUT_AFTER_ANNOTATION).cloned())
+    };
+    // Before the time: topology has copied it, and the pods are as they were.
+    let before = pods.list(&ListParams::default()).await.unwrap().items;
+    let copied = tokio::time::Instant::now() + 20 * Duration::from_secs(1);
+    loop {
+        let kcp = &kcps.list(&ListParams::default()).await.unwrap().items[0];
+        let spec_after = kcp.spec.rollout.as_ref().and_then(|r| r.after.clone());
+        if spec_after.map(|t| t.0) == Some(after) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < copied,
+            "topology did not copy rollout.after onto the KamajiControlPlane"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    while k8s_openapi::jiff::Timestamp::now() + Duration::from_secs(2) < after {
+        for d in deployments.list(&ListParams::default()).await.unwrap() {
+            assert_eq!(
+                rollout_annotation(&d),
+                None,
+                "the control plane rolled before spec.rollout.after"
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // After it: every pod replaced by one created at or after the time.
+    let deadline = tokio::time::Instant::now() + 4 * MINUTE;
+    loop {
+        let list = deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let annotated = list
+            .iter()
+            .all(|d| rollout_annotation(d) == Some(after.to_string()));
+        let live: Vec<Pod> = pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        let replaced = live.iter().all(|p| {
+            p.metadata
+                .creation_timestamp
+                .as_ref()
+                .is_some_and(|c| c.0 >= after)
+        }) && before
+            .iter()
+            .all(|old| live.iter().all(|p| p.metadata.name != old.metadata.name));
+        if annotated
+            && replaced
+            && rolled_to(&deployments, kamaji_testenv::KUBERNETES_VERSION).await
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the control plane was not replaced after spec.rollout.after {after}:\n{}",
+            env.pods_report(ns).await
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    env.wait_cluster_condition(ns, name, "Available", "True", 2 * MINUTE)
+        .await
+        .unwrap();
+    assert_eq!(
+        machine_names(env, ns).await,
+        machines_before,
+        "a control-plane rollout replaced a worker"
+    );
+}
+
+async fn machine_names(env: &Env, ns: &str) -> Vec<String> {
+    let mut names: Vec<String> = env
+        .capi(ns, "v1beta2", "Machine")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|m| m.metadata.name)
+        .collect();
+    names.sort();
+    names
 }
 
 /// `clusterctl describe cluster ns/name` (every condition, no grouping) shows, for each

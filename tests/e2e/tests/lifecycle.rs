@@ -691,17 +691,29 @@ async fn identity(env: &Env, ns: &str) -> std::collections::BTreeMap<String, Str
 }
 
 /// B19 items 3–4: `clusterctl move` (the real one) of namespace tenant-a to a second
-/// management cluster that reaches the same datastore. The dry run lists every Secret of the
+/// management cluster that reaches the same datastore, both installed by `clusterctl init`
+/// (Cluster API and the kamaji-rs manager run as pods of their images under their shipped
+/// RBAC on each side: the source's manager releases the finalizer for the move, the target's
+/// takes the tenant over). The dry run lists every Secret of the
 /// tenant; after the move the target runs the control plane with the CA, SA key, front-proxy
 /// CA, datastore client certificate and kubeconfig first created, so credentials issued before
 /// the move (a client certificate, a ServiceAccount token) keep working and new joins pass.
 #[kamaji_e2e::test]
 async fn b19_clusterctl_move_keeps_the_tenant_identity() {
     let _serial = serial();
-    let source = Env::start().await.unwrap();
-    source.label_crds_as_clusterctl_init_does().await.unwrap();
-    // The address the load balancer hands out, and keeps for the Service after the move.
-    let address = format!("127.99.{}.10", std::process::id() % 250);
+    let source = Env::builder()
+        .installed_by_clusterctl(true)
+        .start()
+        .await
+        .unwrap();
+    // The address the load balancer hands out, and keeps for the Service after the move: one
+    // of the pool on the underlay, which the managers' pods reach (a loopback address would be
+    // a pod's own).
+    let address = kamaji_machine::network::load_balancer_addresses()
+        .unwrap()
+        .last()
+        .unwrap()
+        .to_string();
     source.namespace("tenant-a").await.unwrap();
     source
         .apply_yaml(
@@ -748,8 +760,11 @@ async fn b19_clusterctl_move_keeps_the_tenant_identity() {
     let (ds, creds) = datastore_admin(&source);
     let keys_before = datastore::count_prefix(&ds, &creds, &prefix).await.unwrap();
 
-    let target = Env::start_sharing_datastore(&source).await.unwrap();
-    target.label_crds_as_clusterctl_init_does().await.unwrap();
+    let target = Env::builder()
+        .installed_by_clusterctl(true)
+        .start_sharing_datastore(&source)
+        .await
+        .unwrap();
     let to = format!(
         "--to-kubeconfig={}",
         target.cluster.kubeconfig_path().display()
@@ -1333,9 +1348,9 @@ async fn managers_with_a_watch_filter_split_the_tenants_by_label() {
 
 /// The contract conditions as Cluster API mirrors them onto the Cluster (issue 13):
 /// `ControlPlaneAvailable=False` with kamaji-rs's reason while the tenant is not ready, then
-/// `RollingOut`, `ScalingUp` and `Deleting` each `True` on the Cluster while the control plane
-/// does that (it scales down too; see below). A watch on the Cluster records every condition
-/// it ever carried.
+/// `RollingOut`, `ScalingUp`, `ScalingDown` and `Deleting` each `True` on the Cluster while
+/// the control plane does that. A watch on the Cluster records every condition it ever
+/// carried.
 #[kamaji_e2e::test]
 async fn the_cluster_mirrors_available_rolling_out_scaling_and_deleting() {
     use futures::StreamExt as _;
@@ -1432,11 +1447,9 @@ async fn the_cluster_mirrors_available_rolling_out_scaling_and_deleting() {
             && r == kamaji_api::conditions::reasons::NOT_AVAILABLE),
         "{seen:#?}"
     );
-    // ScalingDown is not required here: the Deployment stops counting a pod the moment it
-    // starts terminating, so a scale-down of one API server pod shows for no longer than a pass
-    // (what would make it last — the current template's terminating pods — the Deployment's
-    // status does not tell).
-    for type_ in ["RollingOut", "ScalingUp", "Deleting"] {
+    // ScalingDown lasts while the removed pod terminates (its API server serves through the
+    // pre-stop pause), long enough for Cluster API to mirror it.
+    for type_ in ["RollingOut", "ScalingUp", "ScalingDown", "Deleting"] {
         assert!(
             had(type_, "True"),
             "{type_}=True never on the Cluster: {seen:#?}"

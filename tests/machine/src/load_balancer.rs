@@ -184,12 +184,13 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Reconciles addresses and listeners on every Service change; retries failed binds (an
-/// address another stand-in still holds) every 2 s.
+/// Reconciles addresses and listeners on every Service change; retries failed binds and
+/// requested addresses another stand-in still holds (a Service moved from another cluster
+/// whose old Service is still going) every 2 s.
 async fn run(state: Arc<State>) {
     let mut listeners: HashMap<SocketAddr, Listener> = HashMap::new();
     loop {
-        let desired = desired(&state).await;
+        let (desired, unassigned) = desired(&state).await;
         listeners.retain(|addr, _| desired.contains_key(addr));
         let mut bind_failed = false;
         for (addr, node_port) in desired {
@@ -212,7 +213,7 @@ async fn run(state: Arc<State>) {
                 }
             }
         }
-        if bind_failed {
+        if bind_failed || unassigned {
             tokio::select! {
                 () = state.kick.notified() => {}
                 () = tokio::time::sleep(Duration::from_secs(2)) => {}
@@ -224,10 +225,11 @@ async fn run(state: Arc<State>) {
 }
 
 /// Listen address → node port for every TCP port of every `LoadBalancer` Service; assigns
-/// and frees addresses.
-async fn desired(state: &State) -> BTreeMap<SocketAddr, u16> {
+/// and frees addresses. The flag: a Service got no address this time.
+async fn desired(state: &State) -> (BTreeMap<SocketAddr, u16>, bool) {
     let mut out = BTreeMap::new();
     let mut seen = BTreeSet::new();
+    let mut unassigned = false;
     for svc in state.services.state() {
         let Some(spec) = &svc.spec else { continue };
         if spec.type_.as_deref() != Some("LoadBalancer") {
@@ -236,6 +238,7 @@ async fn desired(state: &State) -> BTreeMap<SocketAddr, u16> {
         let key = format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any());
         seen.insert(key.clone());
         let Some(ip) = assign(state, &svc, &key).await else {
+            unassigned = true;
             continue;
         };
         for port in spec.ports.iter().flatten() {
@@ -265,7 +268,7 @@ async fn desired(state: &State) -> BTreeMap<SocketAddr, u16> {
             }
         }
     }
-    out
+    (out, unassigned)
 }
 
 /// The Service's address (see the module docs), written to its status when it differs.

@@ -44,6 +44,15 @@ use crate::store::ImageStore;
 /// `10.244.0.0/16` so both can be routed in the test's namespace.
 pub const MANAGEMENT_CLUSTER_CIDR: &str = "10.220.0.0/16";
 
+/// The pod network of a second management cluster in the same test (the `clusterctl move`
+/// target): its own, since both clusters' machines share the underlay and the test's
+/// namespace routes each Node's pod CIDR to its machine.
+pub const SECOND_MANAGEMENT_CLUSTER_CIDR: &str = "10.221.0.0/16";
+
+/// The service network of that second management cluster: the test's namespace routes a
+/// cluster's service CIDR to its first machine, so two clusters need two.
+pub const SECOND_MANAGEMENT_SERVICE_CIDR: &str = "10.0.1.0/24";
+
 /// Machine indices `0..10` (`10.200.0.10`–`.19`) are the management machines'; stand-in
 /// infrastructure providers number their machines from 20.
 const MAX_MACHINES: u8 = 10;

@@ -103,6 +103,9 @@ pub struct Replicas {
     pub available: i32,
     /// Pods of the current template.
     pub up_to_date: i32,
+    /// Pods terminating (the Deployment's `status.terminatingReplicas`, Kubernetes v1.35+
+    /// by default; 0 where the management cluster does not report it).
+    pub terminating: i32,
     /// The Deployment controller has seen the current spec.
     pub observed_current: bool,
 }
@@ -118,6 +121,7 @@ impl Replicas {
             ready: s.ready_replicas.unwrap_or(0),
             available: s.available_replicas.unwrap_or(0),
             up_to_date: s.updated_replicas.unwrap_or(0),
+            terminating: s.terminating_replicas.unwrap_or(0),
             observed_current: s.observed_generation.unwrap_or(0)
                 >= d.metadata.generation.unwrap_or(0),
         }
@@ -320,7 +324,17 @@ fn contract_conditions(
             Cond::no(types::SCALING_UP, reasons::NOT_SCALING_UP, "")
         },
     );
-    // The surge pod of a rollout is not a scale-down.
+    // The surge pod of a rollout is not a scale-down. A scale-down lasts until the removed
+    // pods are gone, as a KubeadmControlPlane's lasts until its Machines are deleted: the
+    // Deployment stops counting a pod in `replicas` the moment it starts terminating (its
+    // kube-apiserver still serves for API_SERVER_PRE_STOP_SECONDS), so a scale-down under way
+    // stays one while pods terminate; terminating pods after a rollout never start one.
+    let was_scaling_down = inputs
+        .previous
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == types::SCALING_DOWN && c.status == "True");
     conds.push(if r.replicas > inputs.desired && !rolling_out {
         Cond::yes(
             types::SCALING_DOWN,
@@ -328,6 +342,15 @@ fn contract_conditions(
             format!(
                 "scaling down from {} to {} pods",
                 r.replicas, inputs.desired
+            ),
+        )
+    } else if was_scaling_down && r.terminating > 0 && !rolling_out {
+        Cond::yes(
+            types::SCALING_DOWN,
+            reasons::SCALING_DOWN,
+            format!(
+                "scaling down to {} pods: {} pods terminating",
+                inputs.desired, r.terminating
             ),
         )
     } else {
@@ -383,6 +406,7 @@ mod tests {
                 ready: available,
                 available,
                 up_to_date: 2,
+                terminating: 0,
                 observed_current: true,
             },
             selector: Some("kamaji.clastix.io/name=demo".into()),
@@ -413,6 +437,7 @@ mod tests {
             ready: available,
             available,
             up_to_date,
+            terminating: 0,
             observed_current: true,
         };
         // 1 -> 2: the pod exists at once, and the scale-up lasts until it is available.
@@ -424,6 +449,43 @@ mod tests {
         assert_eq!(status_of("ScalingUp", r(3, 2, 1)), "False");
         // 3 -> 2 with every pod up to date: scaling down.
         assert_eq!(status_of("ScalingDown", r(3, 3, 3)), "True");
+    }
+
+    #[test]
+    fn a_scale_down_lasts_while_its_pods_terminate_and_a_rollouts_leftovers_start_none() {
+        let now = t("2026-01-01T00:00:00Z");
+        let step = |prev: &KamajiControlPlaneStatus, replicas, terminating, up_to_date| {
+            let mut i = inputs(prev, true, 1);
+            i.desired = 1;
+            i.replicas = Replicas {
+                replicas,
+                ready: replicas,
+                available: replicas,
+                up_to_date,
+                terminating,
+                observed_current: true,
+            };
+            compute(&i, &now)
+        };
+        let scaling_down = |s: &KamajiControlPlaneStatus| {
+            s.conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "ScalingDown")
+                .map(|c| c.status.clone())
+                .unwrap()
+        };
+        // 2 -> 1: the pass that patched the Deployment still sees 2 pods.
+        let s1 = step(&KamajiControlPlaneStatus::default(), 2, 0, 2);
+        assert_eq!(scaling_down(&s1), "True");
+        // The Deployment counts 1 pod; the other terminates: still scaling down.
+        let s2 = step(&s1, 1, 1, 1);
+        assert_eq!(scaling_down(&s2), "True");
+        // It is gone: done.
+        let s3 = step(&s2, 1, 0, 1);
+        assert_eq!(scaling_down(&s3), "False");
+        // An old pod terminating after a rollout is no scale-down.
+        assert_eq!(scaling_down(&step(&s3, 1, 1, 1)), "False");
     }
 
     #[test]

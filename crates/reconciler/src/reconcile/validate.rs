@@ -231,6 +231,8 @@ pub struct ValidSpec {
     pub components: [ComponentSpec; 3],
     /// `spec.deployment`.
     pub pod: PodSettings,
+    /// `spec.rollout.after`: pods created before it are replaced once it has passed.
+    pub rollout_after: Option<k8s_openapi::jiff::Timestamp>,
     /// The kubeadm artifacts' inputs, validated (the endpoint is set by the plan step).
     pub tenant: Tenant,
 }
@@ -350,6 +352,12 @@ pub fn validate(
         datastore_name: datastore_name(kcp, default_datastore).to_owned(),
         components: Component::ALL.map(|c| component(fields, c)),
         pod: pod_settings(fields),
+        rollout_after: kcp
+            .spec
+            .rollout
+            .as_ref()
+            .and_then(|r| r.after.as_ref())
+            .map(|t| t.0),
         tenant,
     })
 }

@@ -149,6 +149,7 @@ pub async fn apply(
             }
         };
     remove_legacy_secrets(ctx, spec, &cp.legacy, &deployment).await?;
+    let rollout_due = cp.rollout_due;
     let requeue = tenant(
         kcp,
         ctx,
@@ -172,6 +173,8 @@ pub async fn apply(
         )
         .await?;
     }
+    // spec.rollout.after produces no event when it passes: look again then.
+    let requeue = rollout_due.map_or(requeue, |due| requeue.min(due));
     Ok(Flow::Continue(Applied {
         deployment: Some(deployment),
         requeue: Action::requeue(requeue),

@@ -2,9 +2,11 @@
 //! kube-scheduler in one pod template, their arguments and key-material layout from
 //! kamaji-bootstrap's [`controlplane`](kamaji_bootstrap::controlplane), PKI mounted read-only
 //! with mode 0600, probes, the whole `spec.deployment` section, and a pod-template annotation
-//! carrying the hash of the mounted key material so a reissued certificate rolls the pods.
+//! carrying the hash of the mounted key material so a reissued certificate rolls the pods;
+//! [`rollout`] turns `spec.rollout.after` into another pod-template annotation.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
@@ -20,6 +22,81 @@ use kamaji_bootstrap::controlplane::{
 
 use super::{API_SERVER_PORT_NAME, PKI_HASH_ANNOTATION, common_labels, meta, selector_labels};
 use crate::reconcile::validate::ValidSpec;
+
+/// Pod-template annotation holding the `spec.rollout.after` (RFC 3339) the pods were last
+/// replaced for; changing it is what replaces them.
+pub const ROLLOUT_AFTER_ANNOTATION: &str = "controlplane.cluster.x-k8s.io/kamaji-rs-rollout-after";
+
+/// What `spec.rollout.after` asks of the pod template at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollout {
+    /// The value of [`ROLLOUT_AFTER_ANNOTATION`] the template carries (`None`: no annotation).
+    pub annotation: Option<String>,
+    /// While the time is ahead: how long until it passes (the pass must look again then, since
+    /// nothing else produces an event at that moment).
+    pub due_in: Option<Duration>,
+}
+
+/// The rollout annotation for `after` (`spec.rollout.after`) given the stored Deployment and
+/// `now` (Cluster API's `rolloutAfter` rule: pods created before the time are replaced once it
+/// has passed).
+///
+/// - The time has passed: the annotation carries it. If the stored template carries another
+///   value (or none), the template changes and the Deployment replaces every pod, once; a new
+///   Deployment is simply created with it (its pods are newer than the time).
+/// - The time is ahead, or the field is unset: the stored value is kept, so nothing rolls
+///   before the time, and removing the field or moving it into the future rolls nothing.
+#[must_use]
+pub fn rollout(
+    after: Option<k8s_openapi::jiff::Timestamp>,
+    stored: Option<&Deployment>,
+    now: SystemTime,
+) -> Rollout {
+    let kept = stored
+        .and_then(|d| {
+            d.spec
+                .as_ref()?
+                .template
+                .metadata
+                .as_ref()?
+                .annotations
+                .as_ref()
+        })
+        .and_then(|a| a.get(ROLLOUT_AFTER_ANNOTATION))
+        .cloned();
+    let Some(after) = after else {
+        return Rollout {
+            annotation: kept,
+            due_in: None,
+        };
+    };
+    match SystemTime::from(after).duration_since(now) {
+        // Ahead: nothing yet.
+        Ok(ahead) if !ahead.is_zero() => Rollout {
+            annotation: kept,
+            due_in: Some(ahead),
+        },
+        _ => Rollout {
+            annotation: Some(after.to_string()),
+            due_in: None,
+        },
+    }
+}
+
+/// Sets (or leaves out) the rollout annotation on `d`'s pod template.
+pub fn annotate_rollout(d: &mut Deployment, rollout: &Rollout) {
+    let Some(value) = rollout.annotation.as_ref() else {
+        return;
+    };
+    if let Some(spec) = d.spec.as_mut() {
+        spec.template
+            .metadata
+            .get_or_insert_with(ObjectMeta::default)
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(ROLLOUT_AFTER_ANNOTATION.to_owned(), value.clone());
+    }
+}
 
 /// Mode of mounted key files: owner read/write only.
 pub const SECRET_MODE: i32 = 0o600;
@@ -202,5 +279,79 @@ pub fn deployment(
             ..DeploymentSpec::default()
         }),
         status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn stored(annotation: Option<&str>) -> Deployment {
+        let mut d = Deployment {
+            spec: Some(DeploymentSpec::default()),
+            ..Deployment::default()
+        };
+        if let Some(a) = annotation {
+            annotate_rollout(
+                &mut d,
+                &Rollout {
+                    annotation: Some(a.to_owned()),
+                    due_in: None,
+                },
+            );
+        }
+        d
+    }
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn rollout_after_rolls_once_after_the_time_and_never_before() {
+        let t = at("2026-12-02T12:00:00Z");
+        let before = SystemTime::from(at("2026-12-02T11:59:30Z"));
+        let after = SystemTime::from(at("2026-12-02T12:00:01Z"));
+        // Ahead: the stored template stays as it is, and the pass looks again at the time.
+        assert_eq!(
+            rollout(Some(t), Some(&stored(None)), before),
+            Rollout {
+                annotation: None,
+                due_in: Some(Duration::from_secs(30)),
+            }
+        );
+        assert_eq!(
+            rollout(Some(t), Some(&stored(Some("2026-01-01T00:00:00Z"))), before).annotation,
+            Some("2026-01-01T00:00:00Z".to_owned())
+        );
+        // Passed: the template carries the time (a change, so the Deployment replaces its pods).
+        let passed = rollout(Some(t), Some(&stored(None)), after);
+        assert_eq!(passed.annotation.as_deref(), Some("2026-12-02T12:00:00Z"));
+        assert_eq!(passed.due_in, None);
+        // Exactly at the time counts as passed.
+        assert_eq!(
+            rollout(Some(t), None, SystemTime::from(t)).annotation,
+            passed.annotation
+        );
+        // Once rolled, later passes ask for the same template: no second roll.
+        assert_eq!(
+            rollout(Some(t), Some(&stored(passed.annotation.as_deref())), after),
+            passed
+        );
+    }
+
+    #[test]
+    fn removing_rollout_after_rolls_nothing() {
+        let kept = rollout(
+            None,
+            Some(&stored(Some("2026-12-02T12:00:00Z"))),
+            SystemTime::now(),
+        );
+        assert_eq!(kept.annotation.as_deref(), Some("2026-12-02T12:00:00Z"));
+        assert_eq!(rollout(None, None, SystemTime::now()).annotation, None);
+        let mut d = stored(None);
+        annotate_rollout(&mut d, &rollout(None, None, SystemTime::now()));
+        assert_eq!(d, stored(None), "no annotation without the field");
     }
 }

@@ -96,6 +96,8 @@ pub struct ControlPlane {
     pub leaves: Vec<LeafSecret>,
     /// The Deployment.
     pub deployment: Deployment,
+    /// How long until `spec.rollout.after` passes, while it is ahead.
+    pub rollout_due: Option<std::time::Duration>,
     /// Secrets under v0.1 names to remove once every replica mounts the new ones.
     pub legacy: Vec<Secret>,
     /// The tenant's kubeadm artifacts, when its API answered this pass.
@@ -268,7 +270,13 @@ fn control_plane(
     .collect();
     let pki_hash = pki::mounted_hash(&leaves, datastore_client, roots);
     let cp = control_plane_spec(spec, datastore, &endpoint);
-    let deployment = deployment::deployment(spec, &cp, owner, &pki_hash);
+    let mut deployment = deployment::deployment(spec, &cp, owner, &pki_hash);
+    let rollout = deployment::rollout(
+        spec.rollout_after,
+        observed.deployment.as_ref(),
+        settings.now,
+    );
+    deployment::annotate_rollout(&mut deployment, &rollout);
     let tenant = if observed.reachable {
         Some(tenant_objects(spec, datastore, &roots.material, &endpoint)?)
     } else {
@@ -278,6 +286,7 @@ fn control_plane(
         endpoint,
         leaves,
         deployment,
+        rollout_due: rollout.due_in,
         legacy: legacy.into_iter().map(|(_, s)| s).collect(),
         tenant,
     })
