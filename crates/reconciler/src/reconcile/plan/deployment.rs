@@ -46,6 +46,8 @@ pub struct Rollout {
 ///   Deployment is simply created with it (its pods are newer than the time).
 /// - The time is ahead, or the field is unset: the stored value is kept, so nothing rolls
 ///   before the time, and removing the field or moving it into the future rolls nothing.
+/// - The time has passed but the stored template was already replaced for a later time: kept
+///   (its pods are newer than the time), so moving the field back rolls nothing.
 #[must_use]
 pub fn rollout(
     after: Option<k8s_openapi::jiff::Timestamp>,
@@ -76,8 +78,17 @@ pub fn rollout(
             annotation: kept,
             due_in: Some(ahead),
         },
+        // Passed: pods replaced for this time or a later one are newer than it already.
         _ => Rollout {
-            annotation: Some(after.to_string()),
+            annotation: match kept {
+                Some(k)
+                    if k.parse::<k8s_openapi::jiff::Timestamp>()
+                        .is_ok_and(|t| t >= after) =>
+                {
+                    Some(k)
+                }
+                _ => Some(after.to_string()),
+            },
             due_in: None,
         },
     }
@@ -338,6 +349,17 @@ mod tests {
         assert_eq!(
             rollout(Some(t), Some(&stored(passed.annotation.as_deref())), after),
             passed
+        );
+        // Moved back to an earlier time: the pods are newer than it, nothing rolls.
+        let earlier = at("2026-12-02T11:00:00Z");
+        assert_eq!(
+            rollout(
+                Some(earlier),
+                Some(&stored(passed.annotation.as_deref())),
+                after
+            )
+            .annotation,
+            passed.annotation
         );
     }
 
