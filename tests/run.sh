@@ -3,12 +3,15 @@
 # test of the workspace with the real-program suites compiled in.
 #
 # Arranged for 2 cores (README, "Tests"):
-#   1. The Go tools build (tests/tools/build.sh) runs in the background while cargo checks
-#      the format, runs clippy -D warnings and the CRD drift check, and builds every test,
-#      the suites gated on the programs included (KAMAJI_ASSUME_REAL_PROGRAMS=1).
+#   1. The Go tools build (tests/tools/build.sh --defer-previous) runs in the background while
+#      cargo checks the format, runs clippy -D warnings and the CRD drift check, and builds
+#      every test, the suites gated on the programs included (KAMAJI_ASSUME_REAL_PROGRAMS=1).
 #   2. The end-to-end suites that start a management cluster on real machines run in two
 #      lanes side by side (the tests of one suite still one at a time); every other test
 #      target, the unit tests and the doc tests run in the second lane after its suites.
+#      The previous patch release's programs (upgrade tests) build meanwhile, on a cold cache
+#      a quarter of the Go build: the suites that run that version (NEEDS_PREVIOUS) come
+#      last in their lanes and wait for it.
 # A suite's output is printed whole when it ends; the run fails if any suite failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,24 +22,41 @@ export RUST_TEST_THREADS=${RUST_TEST_THREADS:-2}
 export KAMAJI_ASSUME_REAL_PROGRAMS=1
 
 # The heavy suites, balanced by their run times on 2 cores (README).
-LANE_A=(lifecycle cases clusterctl)
-LANE_B=(field_reports robustness workers e2e_main)
+LANE_A=(cases lifecycle clusterctl)
+LANE_B=(robustness workers e2e_main field_reports)
+# The suites with tests that run PREVIOUS_KUBERNETES_VERSION (tests/testenv).
+NEEDS_PREVIOUS=(lifecycle clusterctl field_reports)
 
 fail() { echo "make test: $*" >&2; exit 1; }
 
 mkdir -p target
-tests/tools/build.sh >/dev/null &
+logs=$(mktemp -d)
+phase() { echo "make test: $* at $((SECONDS / 60)) min $((SECONDS % 60)) s"; }
+tests/tools/build.sh --defer-previous >/dev/null &
 tools=$!
 $cargo fmt --all -- --check || { kill "$tools" 2>/dev/null; fail "cargo fmt --check failed: run cargo fmt"; }
 # clippy, the CRD drift check and the test build run while Go builds: they need the programs'
 # presence, not the programs.
 $cargo clippy --workspace --all-targets --locked -- -D warnings || { kill "$tools" 2>/dev/null; fail "clippy failed"; }
+phase "clippy passed"
 make -s crds-check || { kill "$tools" 2>/dev/null; fail "the committed CRDs differ from the generated ones: run make crds"; }
 $cargo test --workspace --all-targets --locked --no-run || { kill "$tools" 2>/dev/null; fail "the tests do not build"; }
 # The manager the end-to-end suites run (they bring it up to date first; this makes that a
 # no-op instead of a build racing the first suites).
 $cargo build -q --locked -p kamaji-reconciler --bin manager || { kill "$tools" 2>/dev/null; fail "the manager does not build"; }
+phase "the tests are built"
 wait "$tools" || fail "building the tools failed (see the line above)"
+phase "the tools are built (the previous release's programs next)"
+# The previous release's programs, while the first suites run (a no-op once built).
+(
+    if tests/tools/build.sh >"$logs/previous.log" 2>&1; then touch "$logs/previous.ok"; fi
+    phase "the previous release's programs are built" >"$logs/previous.done"
+) &
+# wait_previous: returns once the previous release's programs are built; fails if they failed.
+wait_previous() {
+    while [ ! -f "$logs/previous.done" ]; do sleep 5; done
+    [ -f "$logs/previous.ok" ]
+}
 
 # Every test target of the workspace (`cargo metadata`), the heavy ones excepted.
 mapfile -t all < <($cargo metadata --no-deps --format-version 1 --locked |
@@ -50,10 +70,15 @@ for t in "${LANE_A[@]}" "${LANE_B[@]}"; do
     [[ " ${all[*]} " == *" $t "* ]] || fail "lane suite $t is not a test target"
 done
 
-logs=$(mktemp -d)
 # run_suite NAME ARGS...: one cargo test invocation, its output kept and printed when done.
 run_suite() {
     local name=$1; shift
+    if [[ " ${NEEDS_PREVIOUS[*]} " == *" $name "* ]] && ! wait_previous; then
+        echo "=== $name: FAILED (the previous release's programs did not build)"
+        cat "$logs/previous.log"
+        touch "$logs/$name.failed"
+        return
+    fi
     local start=$SECONDS
     if $cargo test --workspace --locked "$@" >"$logs/$name.log" 2>&1; then
         echo "=== $name: ok ($((SECONDS - start)) s)"
@@ -77,6 +102,7 @@ a=$!
 lane_b &
 b=$!
 wait "$a" "$b"
+cat "$logs/previous.done" 2>/dev/null
 failed=$(cd "$logs" && ls -- *.failed 2>/dev/null | sed 's/\.failed$//' | tr '\n' ' ')
 rm -rf "$logs"
 [ -z "$failed" ] || fail "failed suites: $failed"

@@ -2,7 +2,11 @@
 # Builds the real Kubernetes, etcd and Cluster API programs that the tests run,
 # from the Go module proxy, into a per-machine cache outside the repository.
 #
-#   tests/tools/build.sh            build what is missing, print the bin directory
+#   tests/tools/build.sh                    build what is missing, print the bin directory
+#   tests/tools/build.sh --defer-previous   the same without building the previous release's
+#                                           programs (k8s-prev, k8s-prev-kubelet): the bin
+#                                           directory links them where a later plain run puts
+#                                           them, so only tests of that version wait for it
 #
 # Cache: ${KAMAJI_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kamaji-rs/tools}/<group>-<version>-<hash>/
 # keyed by the pinned version and a hash of the group's go.mod/go.sum, so a
@@ -34,13 +38,23 @@ die() { echo "make tools: $*" >&2; exit 1; }
 command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH (install Go >= 1.26 and retry)"
 mkdir -p "$cache" || die "cannot create the tools cache $cache"
 
+defer_previous=false
+case "${1:-}" in
+    --defer-previous) defer_previous=true ;;
+    "") ;;
+    *) die "unknown argument $1 (expected nothing or --defer-previous)" ;;
+esac
+
 hash_of() { cat "$1/go.mod" "$1"/go.sum "$1"/*.go 2>/dev/null | sha256sum | cut -c1-12; }
+# dir_of GROUP VERSION: the group's cache directory (known before it is built).
+dir_of() { echo "$cache/$1-$2-$(hash_of "$here/$1")"; }
 
 # build GROUP VERSION LDFLAGS OUT=PKG...
 # Static (CGO_ENABLED=0) unless TOOL_CGO=1; TOOL_TAGS are Go build tags.
 build() {
     local group=$1 version=$2 ldflags=$3; shift 3
-    local dir="$cache/$group-$version-$(hash_of "$here/$group")"
+    local dir
+    dir=$(dir_of "$group" "$version")
     if [ -f "$dir/.complete" ]; then echo "$dir"; return 0; fi
     rm -rf "$dir" && mkdir -p "$dir/bin"
     local log="$cache/$group-$version.log"
@@ -123,6 +137,11 @@ chain_kubernetes() {
         kubectl=k8s.io/kubernetes/cmd/kubectl \
         kubelet=k8s.io/kubernetes/cmd/kubelet \
         kube-proxy=k8s.io/kubernetes/cmd/kube-proxy >"$results/k8s" || exit 1
+    if $defer_previous; then
+        dir_of k8s-prev "$K8S_PREV_VERSION" >"$results/prev"
+        dir_of k8s-prev-kubelet "$K8S_PREV_VERSION" >"$results/prevkubelet"
+        return 0
+    fi
     build k8s-prev "$K8S_PREV_VERSION" "$(k8s_ldflags_for "$K8S_PREV_VERSION")" \
         kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
         kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
@@ -196,14 +215,27 @@ capi_src=$(cd "$here/capi" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api 2
     || die "cannot locate sigs.k8s.io/cluster-api $CAPI_VERSION in the module cache"
 
 all_dirs="$etcd_dir $k8s_dir $prev_dir $prevkubelet_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $pause_dir $nft_dir $netcheck_dir"
-bin="$cache/bin-$(echo "$all_dirs" | sha256sum | cut -c1-12)"
+# Keyed by the groups' directories and this script (which decides the layout): a finished bin
+# directory is kept as it is, since tests may be running programs from it (a deferred run's
+# previous-release links start to resolve when a later run has built their groups).
+bin="$cache/bin-$( (echo "$all_dirs"; cat "${BASH_SOURCE[0]}") | sha256sum | cut -c1-12)"
+mkdir -p "$root/target"
+if [ -d "$bin" ]; then
+    echo "$bin" >"$root/target/tools-bin"
+    echo "$bin"
+    exit 0
+fi
 rm -rf "$bin.tmp" && mkdir -p "$bin.tmp/crds/capi-core" "$bin.tmp/crds/capi-kubeadm-bootstrap" "$bin.tmp/webhooks"
 for d in "$etcd_dir" "$k8s_dir" "$capi_dir" "$containerd_dir" "$runc_dir" "$coredns_dir" "$pause_dir" "$netcheck_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
 # CNI plugins in their own directory (containerd's cni bin_dirs); nft's unpacked root.
 mkdir -p "$bin.tmp/cni" && ln -sf "$cni_dir"/bin/* "$bin.tmp/cni/"
 ln -sfn "$nft_dir/root" "$bin.tmp/nft-root"
 mkdir -p "$bin.tmp/versions/$K8S_PREV_VERSION"
-ln -sf "$prev_dir"/bin/* "$prevkubelet_dir"/bin/* "$bin.tmp/versions/$K8S_PREV_VERSION/"
+# By name: under --defer-previous the groups are not built yet.
+for program in kube-apiserver kube-controller-manager kube-scheduler; do
+    ln -sf "$prev_dir/bin/$program" "$bin.tmp/versions/$K8S_PREV_VERSION/"
+done
+ln -sf "$prevkubelet_dir/bin/kubelet" "$bin.tmp/versions/$K8S_PREV_VERSION/"
 cp "$capi_src"/core/config/crd/bases/*.yaml "$bin.tmp/crds/capi-core/"
 cp "$capi_src"/bootstrap/kubeadm/config/crd/bases/*.yaml "$bin.tmp/crds/capi-kubeadm-bootstrap/"
 cp "$capi_src"/core/config/webhook/manifests.yaml "$bin.tmp/webhooks/capi-core.yaml"
@@ -227,7 +259,6 @@ render_components() { # CONFIG_DIR LABEL IMAGE FILE
 render_components "$capi_src/core/config" cluster-api cluster-api-controller core-components.yaml
 render_components "$capi_src/bootstrap/kubeadm/config" bootstrap-kubeadm kubeadm-bootstrap-controller bootstrap-components.yaml
 chmod -R u+w "$bin.tmp"
-rm -rf "$bin" && mv "$bin.tmp" "$bin"
-mkdir -p "$root/target"
+mv "$bin.tmp" "$bin"
 echo "$bin" >"$root/target/tools-bin"
 echo "$bin"

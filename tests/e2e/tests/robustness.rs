@@ -72,7 +72,15 @@ async fn a_resync_of_ten_available_control_planes_makes_no_write() {
         writes.len(),
         writes
             .iter()
-            .map(|w| format!("{} {}", w.verb, w.request_u_r_i))
+            .map(|w| format!(
+                "{} {} {}",
+                w.verb,
+                w.request_u_r_i,
+                w.request_object
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            ))
             .collect::<Vec<_>>()
     );
 }

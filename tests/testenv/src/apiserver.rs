@@ -15,7 +15,8 @@ pub(crate) struct ApiServerConfig<'a> {
     pub advertise_address: Option<std::net::Ipv4Addr>,
 }
 
-/// Audit policy: every request at `Metadata` level (no bodies, so no Secret data in logs).
+/// Audit policy: every request at `Metadata` level (no bodies, so no Secret data in logs),
+/// but writes to infrastructure and control-plane objects with their request bodies.
 pub(crate) const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -25,6 +26,10 @@ rules:
 - level: Request
   verbs: [create, update, patch]
   resources: [{group: infrastructure.cluster.x-k8s.io}]
+# Writes to control planes with their bodies (a status patch says what a reconcile changed).
+- level: Request
+  verbs: [create, update, patch]
+  resources: [{group: controlplane.cluster.x-k8s.io}]
 - level: Metadata
 ";
 

@@ -22,7 +22,7 @@ pub struct AuditEvent {
     #[serde(default)]
     pub response_status: Option<AuditStatus>,
     /// The request body (for a patch, the patch), where the policy logs it (level `Request`:
-    /// writes to `infrastructure.cluster.x-k8s.io`).
+    /// writes to `infrastructure.cluster.x-k8s.io` and `controlplane.cluster.x-k8s.io`).
     #[serde(default)]
     pub request_object: Option<serde_json::Value>,
 }
