@@ -26,6 +26,11 @@ pub struct Config {
     /// Resync of healthy control planes, to notice tenant-side drift (deleted cluster-info,
     /// changed RBAC), which produces no event in the management cluster.
     pub resync: Duration,
+    /// How long an available control plane's status keeps saying so through a passing failure
+    /// (`--transient-failure-grace-seconds`): a lost `/readyz`, tenant write or management
+    /// API call ([`crate::reconcile::status::transient_setback`]) is reported once it has
+    /// lasted this long, and looked at again every [`Config::unreachable_requeue`] meanwhile.
+    pub transient_grace: Duration,
 }
 
 impl Default for Config {
@@ -36,6 +41,7 @@ impl Default for Config {
             management_domain: "cluster.local".into(),
             unreachable_requeue: Duration::from_secs(2),
             resync: Duration::from_mins(10),
+            transient_grace: Duration::from_secs(30),
         }
     }
 }
@@ -105,9 +111,34 @@ pub struct Context {
     /// when they were read; trusted for [`Config::resync`] ([`crate::infrastructure`]).
     pub infrastructure_kinds:
         Mutex<HashMap<(String, String), (Instant, crate::infrastructure::InfrastructureKind)>>,
+    /// When each control plane (by `namespace/name`) first met the transient setback its
+    /// status is being held back for ([`Config::transient_grace`]).
+    pub setbacks: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
+    /// Whether the transient setback of `key` (first met now, or earlier) is still within
+    /// [`Config::transient_grace`]; once it is not, it is forgotten (the status reports it).
+    pub fn hold_setback(&self, key: &str) -> bool {
+        let now = Instant::now();
+        let Ok(mut m) = self.setbacks.lock() else {
+            return false;
+        };
+        let first = *m.entry(key.to_owned()).or_insert(now);
+        let held = now.duration_since(first) < self.config.transient_grace;
+        if !held {
+            m.remove(key);
+        }
+        held
+    }
+
+    /// Forgets a setback of `key` (the pass found none).
+    pub fn end_setback(&self, key: &str) {
+        if let Ok(mut m) = self.setbacks.lock() {
+            m.remove(key);
+        }
+    }
+
     /// Whether drift of the object `uid` from the desired object with `hash` was accepted.
     #[must_use]
     pub fn drift_settled(&self, uid: &str, hash: &str) -> bool {
@@ -150,6 +181,7 @@ impl Context {
             bootstrapped: Mutex::new(HashMap::new()),
             settled_drift: Mutex::new(HashMap::new()),
             infrastructure_kinds: Mutex::new(HashMap::new()),
+            setbacks: Mutex::new(HashMap::new()),
         }
     }
 }

@@ -61,6 +61,11 @@ struct Args {
     /// Seconds between drift checks of healthy control planes.
     #[arg(long, env = "RESYNC_SECONDS", default_value_t = 600)]
     resync_seconds: u64,
+    /// Seconds an available control plane's status keeps saying so through a passing failure
+    /// (a lost `/readyz` through the endpoint, a failed tenant or management API call); a
+    /// failure that lasts longer is reported.
+    #[arg(long, env = "TRANSIENT_FAILURE_GRACE_SECONDS", default_value_t = 30)]
+    transient_failure_grace_seconds: u64,
     /// Log format: `text` or `json`.
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     log_format: String,
@@ -132,6 +137,7 @@ async fn main() -> Result<()> {
         key_algorithm,
         management_domain: args.cluster_domain.clone(),
         resync: Duration::from_secs(args.resync_seconds),
+        transient_grace: Duration::from_secs(args.transient_failure_grace_seconds),
         ..Config::default()
     };
     let ctx = Arc::new(Context::new(client.clone(), config));

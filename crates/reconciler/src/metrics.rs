@@ -57,6 +57,9 @@ pub struct Metrics {
     pub ssa_conflicts: Counter,
     /// Objects applied again because the live object no longer held what kamaji-rs set.
     pub drift_corrections: Counter,
+    /// Passes whose status was held back as a transient setback within its grace
+    /// (`kamaji_status_setbacks_held_total`).
+    pub setbacks_held: Counter,
     tenant_conditions: Mutex<HashMap<String, Vec<(String, String)>>>,
 }
 
@@ -71,6 +74,7 @@ impl Default for Metrics {
         let tenants = Family::<TenantLabels, Gauge>::default();
         let ssa_conflicts = Counter::default();
         let drift_corrections = Counter::default();
+        let setbacks_held = Counter::default();
         registry.register("reconcile", "Reconcile passes", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -103,6 +107,11 @@ impl Default for Metrics {
             "Objects applied again because the live object no longer held what kamaji-rs set",
             drift_corrections.clone(),
         );
+        registry.register(
+            "status_setbacks_held",
+            "Passes whose status was held back: a passing failure of an available control plane, within its grace",
+            setbacks_held.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -113,6 +122,7 @@ impl Default for Metrics {
             tenants,
             ssa_conflicts,
             drift_corrections,
+            setbacks_held,
             tenant_conditions: Mutex::new(HashMap::new()),
         }
     }

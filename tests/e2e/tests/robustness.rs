@@ -1,5 +1,6 @@
 //! The manager under stress against the real chain: a resync of healthy control planes writes
-//! nothing, and a manager killed at random points during provisioning neither loses nor
+//! nothing, a passing outage of an endpoint is held back while a lasting one is reported, and
+//! a manager killed at random points during provisioning neither loses nor
 //! regenerates key material.
 
 #![cfg(real_programs_as_root)]
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
+use kamaji_api::KamajiControlPlane;
 use kamaji_e2e::{Env, f0, secret_text, serial};
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -83,6 +85,66 @@ async fn a_resync_of_ten_available_control_planes_makes_no_write() {
             ))
             .collect::<Vec<_>>()
     );
+}
+
+#[kamaji_e2e::test]
+async fn a_passing_outage_of_the_endpoint_is_held_back_and_a_lasting_one_reported() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    env.f0_available("blip", "demo", 1).await.unwrap();
+    settle(&env, 1.0).await;
+    // The load balancer in front of the endpoint closes new connections for 20 s while a pass
+    // runs (an annotation starts one). The pods stay available, so the pass holds its
+    // setback back: no write, and the status still says Available.
+    let held = env
+        .manager_metric("kamaji_status_setbacks_held_total")
+        .await;
+    let before = env.manager_writes().unwrap().len();
+    let lb = env.management.load_balancer();
+    lb.outage("blip", "demo", Duration::from_secs(20)).unwrap();
+    let poke =
+        |n: &str| serde_json::json!({"metadata": {"annotations": {"kamaji-rs.test/poke": n}}});
+    env.patch_kcp("blip", "demo", poke("1")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(22)).await;
+    settle(&env, 0.0).await;
+    assert!(
+        env.manager_metric("kamaji_status_setbacks_held_total")
+            .await
+            > held,
+        "no pass met the outage"
+    );
+    let writes: Vec<_> = env
+        .manager_writes()
+        .unwrap()
+        .into_iter()
+        .skip(before)
+        .map(|w| format!("{} {}", w.verb, w.request_u_r_i))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "a passing outage was written: {writes:?}"
+    );
+    let kcp = Api::<KamajiControlPlane>::namespaced(env.client(), "blip")
+        .get("demo")
+        .await
+        .unwrap();
+    assert_eq!(kcp.status.and_then(|s| s.ready), Some(true));
+
+    // An outage that outlasts the grace (30 s) is reported, and so is its end.
+    lb.outage("blip", "demo", Duration::from_secs(60)).unwrap();
+    let started = tokio::time::Instant::now();
+    env.patch_kcp("blip", "demo", poke("2")).await.unwrap();
+    env.wait_kcp_condition("blip", "demo", "Available", "False", MINUTE)
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(28),
+        "reported before the grace ran out: {:?}",
+        started.elapsed()
+    );
+    env.wait_kcp_condition("blip", "demo", "Available", "True", 2 * MINUTE)
+        .await
+        .unwrap();
 }
 
 #[kamaji_e2e::test]

@@ -16,6 +16,10 @@
 //! ([`crate::network`]), so the test, the manager and every machine and pod reach them; an
 //! address is handed to one stand-in at a time per test process. Nothing else is
 //! implemented: no health checks beyond a failed connect, no UDP, no `externalTrafficPolicy`.
+//!
+//! For tests of what a passing network failure does, [`LoadBalancer::outage`] closes every new
+//! connection to a Service's address for a while, as a cloud load balancer does while it fails
+//! over.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -46,8 +50,12 @@ pub struct LoadBalancer {
     id: u64,
     client: Client,
     assigned: Arc<Mutex<BTreeMap<String, Ipv4Addr>>>,
+    outages: Outages,
     task: JoinHandle<()>,
 }
+
+/// Addresses whose new connections are closed until the instant given.
+type Outages = Arc<Mutex<BTreeMap<Ipv4Addr, tokio::time::Instant>>>;
 
 impl std::fmt::Debug for LoadBalancer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -65,6 +73,7 @@ struct State {
     nodes: Vec<Ipv4Addr>,
     kick: Arc<Notify>,
     assigned: Arc<Mutex<BTreeMap<String, Ipv4Addr>>>,
+    outages: Outages,
 }
 
 struct Listener {
@@ -107,6 +116,7 @@ impl LoadBalancer {
             .await
             .context("the load-balancer stand-in's Service watch did not start in 30 s")??;
         let assigned = Arc::new(Mutex::new(BTreeMap::new()));
+        let outages = Outages::default();
         let state = Arc::new(State {
             id,
             client: client.clone(),
@@ -114,6 +124,7 @@ impl LoadBalancer {
             nodes,
             kick,
             assigned: Arc::clone(&assigned),
+            outages: Arc::clone(&outages),
         });
         let task = tokio::spawn(async move {
             let _watch = AbortOnDrop(watch);
@@ -123,8 +134,28 @@ impl LoadBalancer {
             id,
             client,
             assigned,
+            outages,
             task,
         })
+    }
+
+    /// Closes every new connection to the address of Service `namespace/name` for `duration`
+    /// from now (connections already open stay up), as a load balancer failing over does.
+    ///
+    /// # Errors
+    /// When this stand-in has assigned the Service no address.
+    pub fn outage(&self, namespace: &str, name: &str, duration: Duration) -> Result<()> {
+        let key = format!("{namespace}/{name}");
+        let ip = self
+            .assigned
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).copied())
+            .with_context(|| format!("service {key} has no address from this stand-in"))?;
+        if let Ok(mut outages) = self.outages.lock() {
+            outages.insert(ip, tokio::time::Instant::now() + duration);
+        }
+        Ok(())
     }
 
     /// Waits (at most `timeout`) until Service `namespace/name` has its address from this
@@ -203,8 +234,12 @@ async fn run(state: Arc<State>) {
             match TcpListener::bind(addr).await {
                 Ok(sock) => {
                     let node_port = Arc::new(Mutex::new(node_port));
-                    let task =
-                        tokio::spawn(serve(sock, state.nodes.clone(), Arc::clone(&node_port)));
+                    let task = tokio::spawn(serve(
+                        sock,
+                        state.nodes.clone(),
+                        Arc::clone(&node_port),
+                        Arc::clone(&state.outages),
+                    ));
                     listeners.insert(addr, Listener { node_port, task });
                 }
                 Err(e) => {
@@ -329,13 +364,30 @@ async fn assign(state: &State, svc: &Service, key: &str) -> Option<Ipv4Addr> {
 }
 
 /// Accepts connections and splices each to `<node>:<node port>`, starting at the next node
-/// each time and trying the others when one does not answer within 2 s.
-async fn serve(sock: TcpListener, nodes: Vec<Ipv4Addr>, node_port: Arc<Mutex<u16>>) {
+/// each time and trying the others when one does not answer within 2 s; closes them at once
+/// during an outage of the listening address.
+async fn serve(
+    sock: TcpListener,
+    nodes: Vec<Ipv4Addr>,
+    node_port: Arc<Mutex<u16>>,
+    outages: Outages,
+) {
     let mut next = 0usize;
     loop {
         let Ok((mut conn, _)) = sock.accept().await else {
             continue;
         };
+        let out = match sock.local_addr() {
+            Ok(SocketAddr::V4(a)) => outages.lock().is_ok_and(|o| {
+                o.get(a.ip())
+                    .is_some_and(|until| *until > tokio::time::Instant::now())
+            }),
+            _ => false,
+        };
+        if out {
+            drop(conn);
+            continue;
+        }
         let port = node_port.lock().map(|p| *p).unwrap_or_default();
         next = next.wrapping_add(1);
         let nodes = nodes.clone();

@@ -25,7 +25,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use self::gates::Gate;
 use self::status::{Cond, Replicas, StatusInputs};
@@ -128,7 +128,7 @@ pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Resul
     let mut report = Report::default();
     let result = Box::pin(steps(&kcp, &ctx, &mut report)).await;
     let write = match &result {
-        Ok(None) => Ok(()), // finalizer released: the object is going away
+        Ok(None) => Ok(Written::Done), // finalizer released: the object is going away
         Ok(Some(_)) => finish(&kcp, &ctx, report).await,
         Err(e) => {
             // The status shows what this pass found before it failed, and why it failed;
@@ -143,8 +143,20 @@ pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Resul
         .observe(started.elapsed().as_secs_f64());
     let action = result?;
     ctx.errors.reset(&object_key(&kcp));
-    write?;
+    if write? == Written::Held {
+        // A held setback produces no event when it passes or lasts: look again soon.
+        return Ok(Action::requeue(ctx.config.unreachable_requeue));
+    }
     Ok(action.unwrap_or_else(Action::await_change))
+}
+
+/// What [`finish`] did with the pass's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// Written, or nothing to write.
+    Done,
+    /// Held back: a transient setback within its grace ([`status::transient_setback`]).
+    Held,
 }
 
 /// The steps; `Ok(None)` when the object is about to go (no status to write).
@@ -236,11 +248,14 @@ async fn steps(
     }
 }
 
-/// Publishes the pass's events and writes its status: the only status write.
-async fn finish(kcp: &KamajiControlPlane, ctx: &Context, mut report: Report) -> Result<(), Error> {
-    for (type_, reason, note) in std::mem::take(&mut report.events) {
-        publish(ctx, kcp, type_, reason, &note).await;
-    }
+/// Publishes the pass's events and writes its status: the only status write. A transient
+/// setback of an available control plane ([`status::transient_setback`]) is held back, events
+/// included, until it has lasted [`crate::context::Config::transient_grace`].
+async fn finish(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    mut report: Report,
+) -> Result<Written, Error> {
     // A paused pass reconciles nothing: it changes only the Paused condition.
     let paused = report
         .conditions
@@ -278,6 +293,19 @@ async fn finish(kcp: &KamajiControlPlane, ctx: &Context, mut report: Report) -> 
         ),
         None => status::conditions_only(&prev, &report.conditions, generation, &now),
     };
+    let key = object_key(kcp);
+    if report.facts.is_some() && status::transient_setback(&prev, &next) {
+        if ctx.hold_setback(&key) {
+            debug!(kcp = %key, "holding back a transient setback of the status");
+            ctx.metrics.setbacks_held.inc();
+            return Ok(Written::Held);
+        }
+    } else {
+        ctx.end_setback(&key);
+    }
+    for (type_, reason, note) in std::mem::take(&mut report.events) {
+        publish(ctx, kcp, type_, reason, &note).await;
+    }
     if status::newly_initialized(&prev, &next) {
         if let Some(created) = kcp.metadata.creation_timestamp.as_ref() {
             ctx.metrics
@@ -305,7 +333,9 @@ async fn finish(kcp: &KamajiControlPlane, ctx: &Context, mut report: Report) -> 
             ),
         );
     }
-    write_status(kcp, ctx, &prev, &next).await
+    write_status(kcp, ctx, &prev, &next)
+        .await
+        .map(|()| Written::Done)
 }
 
 async fn write_status(

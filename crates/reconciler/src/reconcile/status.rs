@@ -246,6 +246,50 @@ pub fn newly_initialized(prev: &KamajiControlPlaneStatus, next: &KamajiControlPl
     !initialized(prev) && initialized(next)
 }
 
+/// Condition types that a passing failure can turn from `True` while the control plane's pods
+/// stay available: `Available` (one `/readyz` through the endpoint that failed),
+/// `TenantBootstrapped` (one tenant write that failed) and `Reconciled` (one management API
+/// call that failed).
+const TRANSIENT_TYPES: [&str; 3] = [
+    types::AVAILABLE,
+    types::TENANT_BOOTSTRAPPED,
+    types::RECONCILED,
+];
+
+/// Whether `next` sets the stored status `prev` back only the way a passing failure does: the
+/// control plane was available (`ready`), the generation and every replica counter are the
+/// same, and the only changes are `ready` and conditions of [`TRANSIENT_TYPES`] that were
+/// `True` and are not. The caller holds such a status back while the failure is younger than
+/// its grace period (`Config::transient_grace`), so that one probe lost to load does not flap
+/// `Available` (and the Cluster's `ControlPlaneAvailable`) for every watcher.
+#[must_use]
+pub fn transient_setback(prev: &KamajiControlPlaneStatus, next: &KamajiControlPlaneStatus) -> bool {
+    if prev.ready != Some(true)
+        || prev == next
+        || prev.observed_generation != next.observed_generation
+    {
+        return false;
+    }
+    let prev_conditions = prev.conditions.as_deref().unwrap_or_default();
+    let mut masked = next.clone();
+    masked.ready = prev.ready;
+    for c in masked.conditions.iter_mut().flatten() {
+        if !TRANSIENT_TYPES.contains(&c.type_.as_str()) {
+            continue;
+        }
+        let Some(old) = prev_conditions.iter().find(|p| p.type_ == c.type_) else {
+            return false;
+        };
+        if old != c {
+            if old.status != "True" || c.status == "True" {
+                return false;
+            }
+            *c = old.clone();
+        }
+    }
+    masked == *prev
+}
+
 /// The CAPI contract conditions: `Initialized`, `Available`, `RollingOut`, `ScalingUp`,
 /// `ScalingDown` (capi-contract.md items 29–32).
 fn contract_conditions(
@@ -390,6 +434,83 @@ mod tests {
             &t("2026-01-03T00:00:00Z"),
         );
         assert_eq!(flipped[0].last_transition_time, t("2026-01-03T00:00:00Z"));
+    }
+
+    /// An available control plane's status, then the same pass with its probe lost.
+    fn available_then_unreachable() -> (KamajiControlPlaneStatus, KamajiControlPlaneStatus) {
+        let empty = KamajiControlPlaneStatus::default();
+        let mut bootstrapped = inputs(&empty, true, 2);
+        bootstrapped.conditions = vec![
+            Cond::yes(types::TENANT_BOOTSTRAPPED, reasons::READY, "applied"),
+            Cond::yes(types::RECONCILED, reasons::RECONCILE_SUCCEEDED, ""),
+        ];
+        let prev = compute(&bootstrapped, &t("2026-01-01T00:00:00Z"));
+        assert_eq!(prev.ready, Some(true));
+        let mut lost = inputs(&prev, false, 2);
+        lost.conditions = vec![
+            Cond::no(
+                types::TENANT_BOOTSTRAPPED,
+                reasons::WAITING_FOR_API_SERVER,
+                "waiting for the API server to answer /readyz through the endpoint",
+            ),
+            Cond::yes(types::RECONCILED, reasons::RECONCILE_SUCCEEDED, ""),
+        ];
+        let next = compute(&lost, &t("2026-01-01T00:01:00Z"));
+        (prev, next)
+    }
+
+    #[test]
+    fn a_lost_probe_of_an_available_control_plane_is_a_transient_setback() {
+        let (prev, next) = available_then_unreachable();
+        assert_eq!(next.ready, Some(false));
+        assert!(transient_setback(&prev, &next));
+        // The same pass once it is stored is no setback (nothing to hold), nor is recovery.
+        assert!(!transient_setback(&next, &next));
+        assert!(!transient_setback(&next, &prev));
+        assert!(!transient_setback(&prev, &prev));
+    }
+
+    #[test]
+    fn a_setback_with_other_changes_is_reported_at_once() {
+        let (prev, next) = available_then_unreachable();
+        // A pod lost: the counters say more than a lost probe.
+        let mut pods = next.clone();
+        pods.available_replicas = Some(1);
+        assert!(!transient_setback(&prev, &pods));
+        // A spec change.
+        let mut spec = next.clone();
+        spec.observed_generation = Some(2);
+        assert!(!transient_setback(&prev, &spec));
+        // Another condition changed too (the certificates).
+        let mut certs = next.clone();
+        certs
+            .conditions
+            .get_or_insert_with(Vec::new)
+            .push(Condition {
+                type_: types::CERTIFICATES_AVAILABLE.into(),
+                status: "False".into(),
+                reason: "Missing".into(),
+                message: String::new(),
+                observed_generation: Some(1),
+                last_transition_time: t("2026-01-01T00:01:00Z"),
+            });
+        assert!(!transient_setback(&prev, &certs));
+        // A control plane that was not available has nothing to hold.
+        let mut unavailable = prev.clone();
+        unavailable.ready = Some(false);
+        assert!(!transient_setback(&unavailable, &next));
+    }
+
+    #[test]
+    fn a_transient_condition_that_changes_but_stays_true_is_no_setback() {
+        let (prev, _) = available_then_unreachable();
+        let mut next = prev.clone();
+        for c in next.conditions.iter_mut().flatten() {
+            if c.type_ == types::TENANT_BOOTSTRAPPED {
+                c.message = "another message".into();
+            }
+        }
+        assert!(!transient_setback(&prev, &next));
     }
 
     fn inputs(
