@@ -131,7 +131,7 @@ async fn a_passing_outage_of_the_endpoint_is_held_back_and_a_lasting_one_reporte
     assert_eq!(kcp.status.and_then(|s| s.ready), Some(true));
 
     // An outage that outlasts the grace (30 s) is reported, and so is its end.
-    lb.outage("blip", "demo", Duration::from_secs(60)).unwrap();
+    lb.outage("blip", "demo", MINUTE).unwrap();
     let started = tokio::time::Instant::now();
     env.patch_kcp("blip", "demo", poke("2")).await.unwrap();
     env.wait_kcp_condition("blip", "demo", "Available", "False", MINUTE)
