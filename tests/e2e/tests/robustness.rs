@@ -62,29 +62,31 @@ async fn a_resync_of_ten_available_control_planes_makes_no_write() {
     let before = env.manager_writes().unwrap().len();
     env.start_manager().unwrap();
     settle(&env, 10.0).await;
-    let writes: Vec<_> = env
-        .manager_writes()
+    let writes = writes_since(&env, before);
+    assert!(
+        writes.is_empty(),
+        "a no-op resync wrote {} times: {writes:?}",
+        writes.len()
+    );
+}
+
+/// The manager's writes after the first `before` of the audit log, each as `verb URI body`
+/// (the body where the audit policy keeps it).
+fn writes_since(env: &Env, before: usize) -> Vec<String> {
+    env.manager_writes()
         .unwrap()
         .into_iter()
         .skip(before)
-        .collect();
-    assert!(
-        writes.is_empty(),
-        "a no-op resync wrote {} times: {:?}",
-        writes.len(),
-        writes
-            .iter()
-            .map(|w| format!(
+        .map(|w| {
+            let body = w.request_object.as_ref().map(ToString::to_string);
+            format!(
                 "{} {} {}",
                 w.verb,
                 w.request_u_r_i,
-                w.request_object
-                    .as_ref()
-                    .map(ToString::to_string)
-                    .unwrap_or_default()
-            ))
-            .collect::<Vec<_>>()
-    );
+                body.unwrap_or_default()
+            )
+        })
+        .collect()
 }
 
 #[kamaji_e2e::test]
@@ -107,13 +109,7 @@ async fn a_passing_outage_of_the_endpoint_is_held_back_and_a_lasting_one_reporte
     env.patch_kcp("blip", "demo", poke("1")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(22)).await;
     settle(&env, 0.0).await;
-    let writes: Vec<_> = env
-        .manager_writes()
-        .unwrap()
-        .into_iter()
-        .skip(before)
-        .map(|w| format!("{} {}", w.verb, w.request_u_r_i))
-        .collect();
+    let writes = writes_since(&env, before);
     assert!(
         writes.is_empty(),
         "a passing outage was written: {writes:?}"

@@ -145,13 +145,9 @@ impl LoadBalancer {
     /// # Errors
     /// When this stand-in has assigned the Service no address.
     pub fn outage(&self, namespace: &str, name: &str, duration: Duration) -> Result<()> {
-        let key = format!("{namespace}/{name}");
-        let ip = self
-            .assigned
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&key).copied())
-            .with_context(|| format!("service {key} has no address from this stand-in"))?;
+        let ip = self.assigned_ip(namespace, name).with_context(|| {
+            format!("service {namespace}/{name} has no address from this stand-in")
+        })?;
         if let Ok(mut outages) = self.outages.lock() {
             outages.insert(ip, tokio::time::Instant::now() + duration);
         }
@@ -185,16 +181,19 @@ impl LoadBalancer {
         .with_context(|| {
             format!("service {namespace}/{name} got no load-balancer address in {timeout:?}")
         })??;
-        let key = format!("{namespace}/{name}");
-        let ip = self
-            .assigned
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&key).copied())
-            .with_context(|| {
-                format!("service {key} has an address this stand-in did not assign")
-            })?;
+        let ip = self.assigned_ip(namespace, name).with_context(|| {
+            format!("service {namespace}/{name} has an address this stand-in did not assign")
+        })?;
         Ok(SocketAddr::new(ip.into(), port))
+    }
+
+    /// The address this stand-in assigned Service `namespace/name`, if any.
+    fn assigned_ip(&self, namespace: &str, name: &str) -> Option<Ipv4Addr> {
+        self.assigned
+            .lock()
+            .ok()?
+            .get(&format!("{namespace}/{name}"))
+            .copied()
     }
 }
 
