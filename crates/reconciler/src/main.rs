@@ -219,4 +219,13 @@ mod tests {
             ("shard-a", "ns")
         );
     }
+
+    #[test]
+    fn the_transient_failure_grace_defaults_to_30_seconds_and_is_set_by_its_flag() {
+        let args = Args::parse_from(["manager"]);
+        assert_eq!(args.transient_failure_grace_seconds, 30);
+        let args = Args::parse_from(["manager", "--transient-failure-grace-seconds=5"]);
+        assert_eq!(args.transient_failure_grace_seconds, 5);
+        assert!(Args::try_parse_from(["manager", "--transient-failure-grace-seconds=-1"]).is_err());
+    }
 }
