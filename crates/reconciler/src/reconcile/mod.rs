@@ -56,6 +56,7 @@ struct Facts {
     version: String,
     selector: String,
     deployment: Option<k8s_openapi::api::apps::v1::Deployment>,
+    template_changed: bool,
     reachable: bool,
     kubeconfig_exists: bool,
 }
@@ -72,6 +73,7 @@ impl Facts {
             version: spec.version_tag.clone(),
             selector,
             deployment: observed.deployment.clone(),
+            template_changed: false,
             reachable: observed.reachable,
             kubeconfig_exists: observed.reachable
                 || observed
@@ -241,6 +243,7 @@ async fn steps(
         Flow::Continue(applied) => {
             if let Some(facts) = report.facts.as_mut() {
                 facts.deployment = applied.deployment;
+                facts.template_changed = applied.template_changed;
             }
             Ok(Some(applied.requeue))
         }
@@ -287,6 +290,7 @@ async fn finish(
                 version: Some(f.version.clone()),
                 api_reachable: f.reachable,
                 kubeconfig_exists: f.kubeconfig_exists,
+                template_changed: f.template_changed,
                 conditions: report.conditions,
             },
             &now,

@@ -147,6 +147,10 @@ pub struct StatusInputs<'a> {
     pub api_reachable: bool,
     /// Whether the `<cluster>-kubeconfig` Secret exists.
     pub kubeconfig_exists: bool,
+    /// Whether this pass changed the Deployment's pod template. Until the Deployment
+    /// controller has observed a new spec its counters describe the old one; this tells a
+    /// rollout (a new template) from a scale (only `replicas` changed) in that window.
+    pub template_changed: bool,
     /// Conditions computed by the pipeline steps (gates, PKI, datastore, endpoint, bootstrap).
     pub conditions: Vec<Cond>,
 }
@@ -166,8 +170,17 @@ pub fn compute(inputs: &StatusInputs<'_>, now: &Time) -> KamajiControlPlaneStatu
     let initialized = was_initialized || (inputs.api_reachable && inputs.kubeconfig_exists);
     let r = inputs.replicas;
     let available = initialized && inputs.api_reachable && r.available > 0;
-    let rolling_out =
-        r.up_to_date < r.replicas || !r.observed_current || r.up_to_date < inputs.desired;
+    // While the Deployment controller has not observed the current spec, a rollout is one this
+    // pass started (a new template) or one already reported; a spec that changed only
+    // `replicas` is a scale, not a rollout.
+    let was_rolling_out = prev
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == types::ROLLING_OUT && c.status == "True");
+    let rolling_out = r.up_to_date < r.replicas
+        || r.up_to_date < inputs.desired
+        || (!r.observed_current && (inputs.template_changed || was_rolling_out));
     let mut conds = inputs.conditions.clone();
     conds.extend(contract_conditions(
         inputs,
@@ -534,8 +547,42 @@ mod tests {
             version: Some("v1.36.3".into()),
             api_reachable: reachable,
             kubeconfig_exists: true,
+            template_changed: false,
             conditions: vec![],
         }
+    }
+
+    /// The status of condition `type_` in `s`.
+    fn condition(s: &KamajiControlPlaneStatus, type_: &str) -> String {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+            .unwrap()
+    }
+
+    #[test]
+    fn a_new_template_not_yet_observed_is_a_rollout_and_a_new_replica_count_is_not() {
+        let now = t("2026-01-01T00:00:00Z");
+        let pass = |prev: &KamajiControlPlaneStatus, template_changed, observed_current| {
+            let mut i = inputs(prev, true, 2);
+            i.template_changed = template_changed;
+            i.replicas.observed_current = observed_current;
+            compute(&i, &now)
+        };
+        let idle = pass(&KamajiControlPlaneStatus::default(), false, true);
+        assert_eq!(condition(&idle, "RollingOut"), "False");
+        // Only `replicas` changed and the Deployment controller has not caught up: no rollout.
+        assert_eq!(condition(&pass(&idle, false, false), "RollingOut"), "False");
+        // This pass wrote a new template: a rollout from the start...
+        let started = pass(&idle, true, false);
+        assert_eq!(condition(&started, "RollingOut"), "True");
+        // ...that a next pass before the controller caught up does not end.
+        let next = pass(&started, false, false);
+        assert_eq!(condition(&next, "RollingOut"), "True");
+        // Observed and every pod up to date: done.
+        assert_eq!(condition(&pass(&next, false, true), "RollingOut"), "False");
     }
 
     #[test]
@@ -575,7 +622,11 @@ mod tests {
     #[test]
     fn a_scale_down_lasts_while_its_pods_terminate_and_a_rollouts_leftovers_start_none() {
         let now = t("2026-01-01T00:00:00Z");
-        let step = |prev: &KamajiControlPlaneStatus, replicas, terminating, up_to_date| {
+        let step_seen = |prev: &KamajiControlPlaneStatus,
+                         replicas,
+                         terminating,
+                         up_to_date,
+                         observed_current| {
             let mut i = inputs(prev, true, 1);
             i.desired = 1;
             i.replicas = Replicas {
@@ -584,9 +635,12 @@ mod tests {
                 available: replicas,
                 up_to_date,
                 terminating,
-                observed_current: true,
+                observed_current,
             };
             compute(&i, &now)
+        };
+        let step = |prev: &KamajiControlPlaneStatus, replicas, terminating, up_to_date| {
+            step_seen(prev, replicas, terminating, up_to_date, true)
         };
         let scaling_down = |s: &KamajiControlPlaneStatus| {
             s.conditions
@@ -596,9 +650,11 @@ mod tests {
                 .map(|c| c.status.clone())
                 .unwrap()
         };
-        // 2 -> 1: the pass that patched the Deployment still sees 2 pods.
-        let s1 = step(&KamajiControlPlaneStatus::default(), 2, 0, 2);
+        // 2 -> 1: the pass that patched the Deployment still sees 2 pods, and the Deployment
+        // controller has not observed the new spec yet: a scale-down, not a rollout.
+        let s1 = step_seen(&KamajiControlPlaneStatus::default(), 2, 0, 2, false);
         assert_eq!(scaling_down(&s1), "True");
+        assert_eq!(condition(&s1, "RollingOut"), "False");
         // The Deployment counts 1 pod; the other terminates: still scaling down.
         let s2 = step(&s1, 1, 1, 1);
         assert_eq!(scaling_down(&s2), "True");

@@ -50,6 +50,8 @@ pub const RECHECK: Duration = Duration::from_mins(1);
 pub struct Applied {
     /// The Deployment as stored (`None` while the endpoint is unknown).
     pub deployment: Option<Deployment>,
+    /// Whether this pass changed the Deployment's pod template (a rollout begins).
+    pub template_changed: bool,
     /// When to look again.
     pub requeue: Action,
 }
@@ -148,6 +150,10 @@ pub async fn apply(
                 return Ok(Flow::Stop(conflict(report, types::DEPLOYMENT_READY, msg)));
             }
         };
+    let template_changed = observed
+        .deployment
+        .as_ref()
+        .is_some_and(|old| template_of(old) != template_of(&deployment));
     remove_legacy_secrets(ctx, spec, &cp.legacy, &deployment).await?;
     let rollout_due = cp.rollout_due;
     let requeue = tenant(
@@ -177,8 +183,14 @@ pub async fn apply(
     let requeue = rollout_due.map_or(requeue, |due| requeue.min(due));
     Ok(Flow::Continue(Applied {
         deployment: Some(deployment),
+        template_changed,
         requeue: Action::requeue(requeue),
     }))
+}
+
+/// The pod template of `d` as stored.
+fn template_of(d: &Deployment) -> Option<&k8s_openapi::api::core::v1::PodTemplateSpec> {
+    d.spec.as_ref().map(|s| &s.template)
 }
 
 /// Reports an object another object controls, and stops the pass (a recheck, since its
