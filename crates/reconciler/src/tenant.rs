@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kamaji_bootstrap::kubeadm::TenantArtifacts;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    Preconditions,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -67,25 +70,75 @@ pub fn objects(artifacts: &TenantArtifacts) -> Result<Vec<DynamicObject>, Error>
 pub async fn apply(client: &Client, objects: &[DynamicObject]) -> Result<(), Error> {
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     for obj in objects {
-        let types = obj
-            .types
-            .clone()
-            .ok_or_else(|| Error::Tenant("artifact without apiVersion/kind".into()))?;
-        let (group, version) = match types.api_version.split_once('/') {
-            Some((g, v)) => (g.to_owned(), v.to_owned()),
-            None => (String::new(), types.api_version.clone()),
-        };
-        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, &version, &types.kind));
-        let name = obj.metadata.name.clone().unwrap_or_default();
-        let api: Api<DynamicObject> = match &obj.metadata.namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-            None => Api::all_with(client.clone(), &ar),
-        };
+        let (api, kind, name) = api_of(client, obj)?;
         api.patch(&name, &pp, &Patch::Apply(obj))
             .await
-            .map_err(|e| Error::Tenant(format!("apply {} {name}: {e}", types.kind)))?;
+            .map_err(|e| Error::Tenant(format!("apply {kind} {name}: {e}")))?;
     }
     Ok(())
+}
+
+/// Deletes each object of `objects` (identities only) that exists in the tenant and that
+/// kamaji-rs applied (its `managedFields` name [`FIELD_MANAGER`]); an object of the same name
+/// a user created is kept. The delete is preconditioned on the UID read, so an object
+/// re-created in between is kept too. Returns how many were deleted.
+///
+/// # Errors
+/// [`Error::Tenant`] naming the first object the tenant did not let read or delete.
+pub async fn remove_applied(client: &Client, objects: &[DynamicObject]) -> Result<usize, Error> {
+    let mut deleted = 0;
+    for obj in objects {
+        let (api, kind, name) = api_of(client, obj)?;
+        let found = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| Error::Tenant(format!("read {kind} {name}: {e}")))?;
+        let Some(found) = found else { continue };
+        let ours = found
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|m| m.manager.as_deref() == Some(FIELD_MANAGER));
+        if !ours {
+            continue;
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: found.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(&name, &dp).await {
+            Ok(_) => deleted += 1,
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(Error::Tenant(format!("delete {kind} {name}: {e}"))),
+        }
+    }
+    Ok(deleted)
+}
+
+/// The dynamic API of `obj`'s kind and namespace, its kind and its name.
+fn api_of(
+    client: &Client,
+    obj: &DynamicObject,
+) -> Result<(Api<DynamicObject>, String, String), Error> {
+    let types = obj
+        .types
+        .clone()
+        .ok_or_else(|| Error::Tenant("artifact without apiVersion/kind".into()))?;
+    let (group, version) = match types.api_version.split_once('/') {
+        Some((g, v)) => (g.to_owned(), v.to_owned()),
+        None => (String::new(), types.api_version.clone()),
+    };
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, &version, &types.kind));
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let api = match &obj.metadata.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    Ok((api, types.kind, name))
 }
 
 /// The tenant's `kube-public/cluster-info` `kubeconfig` value, if the ConfigMap exists.

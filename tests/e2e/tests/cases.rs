@@ -785,7 +785,8 @@ async fn b18_network_comes_from_the_cluster_and_bad_dns_ips_are_refused() {
     let yaml = F0::new("tenant-a", "demo")
         .replicas(1)
         .services("10.100.0.0/16")
-        .pods("10.200.0.0/16");
+        .pods("10.200.0.0/16")
+        .spec("  addons: {coreDNS: {}}\n");
     env.apply_yaml(&yaml.yaml()).await.unwrap();
     env.wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
         .await

@@ -29,7 +29,7 @@ use kamaji_api::kcp::{
 use kamaji_api::names::{self, ObjectNames};
 use kamaji_api::validation;
 use kamaji_bootstrap::controlplane::removed_flag;
-use kamaji_bootstrap::kubeadm::{AddonImage, KubeletSpec, Tenant, TenantSpec};
+use kamaji_bootstrap::kubeadm::{AddonImage, Addons, KubeletSpec, Tenant, TenantSpec};
 use kamaji_bootstrap::network::{NetworkSpec, TenantNetwork};
 use kamaji_bootstrap::pki::ApiServerNames;
 use kamaji_bootstrap::version::KubernetesVersion;
@@ -235,6 +235,9 @@ pub struct ValidSpec {
     pub rollout_after: Option<k8s_openapi::jiff::Timestamp>,
     /// The kubeadm artifacts' inputs, validated (the endpoint is set by the plan step).
     pub tenant: Tenant,
+    /// The addons `spec.addons` declares (kube-proxy, CoreDNS); an absent one is not
+    /// installed, and what kamaji-rs installed of it is removed.
+    pub addons: Addons,
 }
 
 impl ValidSpec {
@@ -359,6 +362,7 @@ pub fn validate(
             .and_then(|r| r.after.as_ref())
             .map(|t| t.0),
         tenant,
+        addons: declared_addons(fields.addons.as_ref()),
     })
 }
 
@@ -560,6 +564,14 @@ fn tenant(
     };
     spec.validate()
         .map_err(|e| SpecError::new(format!("spec.{}", e.field), e.reason))
+}
+
+/// The addons `addons` declares: each one present, even empty (`coreDNS: {}`), is installed.
+fn declared_addons(addons: Option<&kamaji_api::kcp::AddonsSpec>) -> Addons {
+    Addons {
+        kube_proxy: addons.is_some_and(|a| a.kube_proxy.is_some()),
+        coredns: addons.is_some_and(|a| a.core_dns.is_some()),
+    }
 }
 
 /// The API's JSON patches as an RFC 6902 patch; an error names `field`.

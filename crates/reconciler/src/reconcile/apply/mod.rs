@@ -276,7 +276,7 @@ async fn tenant(
             report.push(Cond::yes(
                 types::TENANT_BOOTSTRAPPED,
                 reasons::READY,
-                "cluster-info, kubeadm-config, kubelet-config, join RBAC, kube-proxy and CoreDNS are applied",
+                format!("applied: {}", objects.summary),
             ));
             Ok(ctx.config.resync)
         }
@@ -576,7 +576,13 @@ async fn bootstrap_tenant(
         return Ok(());
     }
     tenant::apply(&client, &tenant.objects).await?;
-    info!(kcp = %object_key(kcp), objects = tenant.objects.len(), "applied tenant artifacts");
+    let removed = tenant::remove_applied(&client, &tenant.removed).await?;
+    info!(
+        kcp = %object_key(kcp),
+        objects = tenant.objects.len(),
+        removed,
+        "applied tenant artifacts"
+    );
     if let Ok(mut m) = ctx.bootstrapped.lock() {
         m.insert(uid, tenant.hash.clone());
     }

@@ -113,6 +113,11 @@ pub struct TenantObjects {
     pub hash: String,
     /// The `cluster-info` kubeconfig the tenant must hold.
     pub cluster_info: Option<String>,
+    /// Objects of the addons `spec.addons` leaves out (apiVersion, kind, namespace and name
+    /// only): removed from the tenant where kamaji-rs applied them, kept where a user did.
+    pub removed: Vec<DynamicObject>,
+    /// What the pass installs, for the `TenantBootstrapped` message.
+    pub summary: String,
 }
 
 /// A stable hash of any serialisable value (hex SHA-256 of its JSON), e.g. of a desired object.
@@ -302,10 +307,46 @@ fn tenant_objects(
         .tenant
         .at_endpoint(&endpoint.host, endpoint.port, datastore.server_urls())
         .map_err(|e| Error::Tenant(format!("{}: {}", e.field, e.reason)))?;
-    let artifacts = TenantArtifacts::build(&tenant, roots.ca.cert_pem(), Addons::default())?;
+    let artifacts = TenantArtifacts::build(&tenant, roots.ca.cert_pem(), spec.addons)?;
     let objects = crate::tenant::objects(&artifacts)?;
+    // Every addon's objects, less the declared ones: what a removed addon leaves behind.
+    let all = crate::tenant::objects(&TenantArtifacts::build(
+        &tenant,
+        roots.ca.cert_pem(),
+        Addons::default(),
+    )?)?;
+    let identity = |o: &DynamicObject| {
+        (
+            o.types.clone().map(|t| (t.api_version, t.kind)),
+            o.metadata.namespace.clone(),
+            o.metadata.name.clone(),
+        )
+    };
+    let declared: std::collections::BTreeSet<_> = objects.iter().map(identity).collect();
+    let removed: Vec<DynamicObject> = all
+        .into_iter()
+        .filter(|o| !declared.contains(&identity(o)))
+        .map(|o| DynamicObject {
+            types: o.types,
+            metadata: kube::api::ObjectMeta {
+                name: o.metadata.name,
+                namespace: o.metadata.namespace,
+                ..Default::default()
+            },
+            data: serde_json::Value::Null,
+        })
+        .collect();
+    let mut summary = vec!["cluster-info, kubeadm-config, kubelet-config, join RBAC"];
+    if spec.addons.kube_proxy {
+        summary.push("kube-proxy");
+    }
+    if spec.addons.coredns {
+        summary.push("CoreDNS");
+    }
     Ok(TenantObjects {
-        hash: desired_hash(&objects),
+        hash: desired_hash(&(&objects, &removed)),
+        removed,
+        summary: summary.join(", "),
         cluster_info: artifacts
             .cluster_info
             .data

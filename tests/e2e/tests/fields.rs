@@ -1,0 +1,128 @@
+//! Every accepted field does what it says (issue 14), against the real chain: each test
+//! changes a field of a running control plane and reads what it must have changed, in the
+//! management cluster or in the tenant.
+
+#![cfg(real_programs_as_root)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::rbac::v1::Role;
+use kamaji_e2e::{Env, F0, condition_message, serial};
+use kube::api::{Api, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::{Client, Resource};
+
+const MINUTE: Duration = Duration::from_mins(1);
+
+/// Waits until `present(obj)` holds for `kube-system/name` in the tenant (`None`: absent).
+async fn wait_tenant<K>(
+    tenant: &Client,
+    name: &str,
+    what: &str,
+    cond: impl Fn(Option<&K>) -> bool + Send + 'static,
+) where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let api: Api<K> = Api::namespaced(tenant.clone(), "kube-system");
+    let ok = tokio::time::timeout(2 * MINUTE, await_condition(api.clone(), name, cond)).await;
+    assert!(
+        matches!(ok, Ok(Ok(_))),
+        "kube-system {} {name}: {what} not reached; now {:?}",
+        K::kind(&()),
+        api.get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .map(|o| o.meta().clone())
+    );
+}
+
+/// `spec.addons` as declared: a tenant without addons has neither kube-proxy nor CoreDNS;
+/// declaring kube-proxy with an image override installs it with that image; removing the
+/// declaration removes every object kamaji-rs applied for it, and keeps an object of the same
+/// kind and name space a user created for an addon kamaji-rs never installed.
+#[kamaji_e2e::test]
+async fn addons_are_installed_as_declared_and_removed_with_their_declaration() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let ns = "addons";
+    env.namespace(ns).await.unwrap();
+    env.apply_yaml(&F0::new(ns, "demo").replicas(1).yaml())
+        .await
+        .unwrap();
+    let kcp = env
+        .wait_kcp_condition(ns, "demo", "TenantBootstrapped", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let message = condition_message(&kcp, "TenantBootstrapped");
+    assert!(
+        !message.contains("kube-proxy") && !message.contains("CoreDNS"),
+        "{message}"
+    );
+    let tenant = env.tenant_client(ns, "demo").await.unwrap();
+    let absent = |o: Option<&_>| o.is_none();
+    wait_tenant::<DaemonSet>(&tenant, "kube-proxy", "absent", absent).await;
+    wait_tenant::<ConfigMap>(&tenant, "kube-proxy", "absent", absent).await;
+    wait_tenant::<Deployment>(&tenant, "coredns", "absent", absent).await;
+    wait_tenant::<Service>(&tenant, "kube-dns", "absent", absent).await;
+
+    // A user's own CoreDNS configuration, with the name kubeadm's would have.
+    let users: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "coredns", "namespace": "kube-system"},
+        "data": {"Corefile": ".:53 { forward . 192.0.2.53 }"},
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(tenant.clone(), "kube-system")
+        .create(&PostParams::default(), &users)
+        .await
+        .unwrap();
+
+    // Declared, with an image override: installed with that image.
+    env.patch_kcp(
+        ns,
+        "demo",
+        serde_json::json!({"spec": {"addons": {"kubeProxy": {
+            "imageRepository": "mirror.example.com/kube-proxy", "imageTag": "v1.36.3-mirror"}}}}),
+    )
+    .await
+    .unwrap();
+    wait_tenant::<DaemonSet>(&tenant, "kube-proxy", "installed with the override", |d| {
+        d.and_then(|d| d.spec.as_ref())
+            .and_then(|s| s.template.spec.as_ref())
+            .is_some_and(|p| {
+                p.containers[0].image.as_deref()
+                    == Some("mirror.example.com/kube-proxy:v1.36.3-mirror")
+            })
+    })
+    .await;
+    wait_tenant::<ConfigMap>(&tenant, "kube-proxy", "present", |c| c.is_some()).await;
+    wait_tenant::<Role>(&tenant, "kube-proxy", "present", |r| r.is_some()).await;
+    // CoreDNS is still not declared: nothing of it.
+    wait_tenant::<Deployment>(&tenant, "coredns", "absent", absent).await;
+
+    // The declaration removed: what kamaji-rs applied for kube-proxy goes, the user's stays.
+    env.patch_kcp(ns, "demo", serde_json::json!({"spec": {"addons": null}}))
+        .await
+        .unwrap();
+    wait_tenant::<DaemonSet>(&tenant, "kube-proxy", "removed", absent).await;
+    wait_tenant::<ConfigMap>(&tenant, "kube-proxy", "removed", absent).await;
+    wait_tenant::<Role>(&tenant, "kube-proxy", "removed", absent).await;
+    let kept = Api::<ConfigMap>::namespaced(tenant.clone(), "kube-system")
+        .get("coredns")
+        .await
+        .unwrap();
+    assert_eq!(kept.data, users.data, "the user's ConfigMap was changed");
+    let kcp = env
+        .wait_kcp_condition(ns, "demo", "TenantBootstrapped", "True", MINUTE)
+        .await
+        .unwrap();
+    let message = condition_message(&kcp, "TenantBootstrapped");
+    assert!(!message.contains("kube-proxy"), "{message}");
+}
