@@ -44,6 +44,19 @@ async fn wait_tenant<K>(
     );
 }
 
+/// Waits until `kube-system/name` is absent from the tenant.
+async fn absent<K>(tenant: &Client, name: &str, what: &str)
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    wait_tenant::<K>(tenant, name, what, |o| o.is_none()).await;
+}
+
 /// `spec.addons` as declared: a tenant without addons has neither kube-proxy nor CoreDNS;
 /// declaring kube-proxy with an image override installs it with that image; removing the
 /// declaration removes every object kamaji-rs applied for it, and keeps an object of the same
@@ -67,11 +80,10 @@ async fn addons_are_installed_as_declared_and_removed_with_their_declaration() {
         "{message}"
     );
     let tenant = env.tenant_client(ns, "demo").await.unwrap();
-    let absent = |o: Option<&_>| o.is_none();
-    wait_tenant::<DaemonSet>(&tenant, "kube-proxy", "absent", absent).await;
-    wait_tenant::<ConfigMap>(&tenant, "kube-proxy", "absent", absent).await;
-    wait_tenant::<Deployment>(&tenant, "coredns", "absent", absent).await;
-    wait_tenant::<Service>(&tenant, "kube-dns", "absent", absent).await;
+    absent::<DaemonSet>(&tenant, "kube-proxy", "absent").await;
+    absent::<ConfigMap>(&tenant, "kube-proxy", "absent").await;
+    absent::<Deployment>(&tenant, "coredns", "absent").await;
+    absent::<Service>(&tenant, "kube-dns", "absent").await;
 
     // A user's own CoreDNS configuration, with the name kubeadm's would have.
     let users: ConfigMap = serde_json::from_value(serde_json::json!({
@@ -105,15 +117,15 @@ async fn addons_are_installed_as_declared_and_removed_with_their_declaration() {
     wait_tenant::<ConfigMap>(&tenant, "kube-proxy", "present", |c| c.is_some()).await;
     wait_tenant::<Role>(&tenant, "kube-proxy", "present", |r| r.is_some()).await;
     // CoreDNS is still not declared: nothing of it.
-    wait_tenant::<Deployment>(&tenant, "coredns", "absent", absent).await;
+    absent::<Deployment>(&tenant, "coredns", "absent").await;
 
     // The declaration removed: what kamaji-rs applied for kube-proxy goes, the user's stays.
     env.patch_kcp(ns, "demo", serde_json::json!({"spec": {"addons": null}}))
         .await
         .unwrap();
-    wait_tenant::<DaemonSet>(&tenant, "kube-proxy", "removed", absent).await;
-    wait_tenant::<ConfigMap>(&tenant, "kube-proxy", "removed", absent).await;
-    wait_tenant::<Role>(&tenant, "kube-proxy", "removed", absent).await;
+    absent::<DaemonSet>(&tenant, "kube-proxy", "removed").await;
+    absent::<ConfigMap>(&tenant, "kube-proxy", "removed").await;
+    absent::<Role>(&tenant, "kube-proxy", "removed").await;
     let kept = Api::<ConfigMap>::namespaced(tenant.clone(), "kube-system")
         .get("coredns")
         .await
