@@ -438,6 +438,53 @@ mod tests {
         );
     }
 
+    /// The tenant objects follow `spec.addons`: a declared addon is applied, an absent one is
+    /// listed for removal (identities only), and the hash tells the two apart.
+    #[test]
+    fn addons_are_applied_as_declared_and_the_others_listed_for_removal() {
+        let roots = kamaji_bootstrap::pki::TenantRoots::generate(
+            KeyAlgorithm::default(),
+            SystemTime::now(),
+        )
+        .unwrap();
+        let endpoint = Endpoint {
+            host: "10.0.0.10".into(),
+            port: 6443,
+        };
+        let names = |objs: &[DynamicObject]| -> std::collections::BTreeSet<String> {
+            objs.iter()
+                .map(|o| {
+                    let kind = o.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
+                    format!("{kind}/{}", o.name_any())
+                })
+                .collect()
+        };
+        let of = |addons: serde_json::Value| {
+            let spec = valid(&fixture(serde_json::json!({"addons": addons})));
+            tenant_objects(&spec, &datastore(), &roots, &endpoint).unwrap()
+        };
+        let none = of(serde_json::Value::Null);
+        let proxy = of(serde_json::json!({"kubeProxy": {}}));
+        for n in [
+            "DaemonSet/kube-proxy",
+            "Deployment/coredns",
+            "Service/kube-dns",
+        ] {
+            assert!(!names(&none.objects).contains(n), "{n} applied undeclared");
+        }
+        assert!(names(&none.removed).contains("DaemonSet/kube-proxy"));
+        assert!(names(&none.removed).contains("Deployment/coredns"));
+        assert!(names(&proxy.objects).contains("DaemonSet/kube-proxy"));
+        assert!(!names(&proxy.removed).contains("DaemonSet/kube-proxy"));
+        assert!(names(&proxy.removed).contains("Deployment/coredns"));
+        // Join RBAC is never an addon's to remove.
+        assert!(names(&none.objects).contains("ConfigMap/kubeadm-config"));
+        assert!(none.removed.iter().all(|o| o.data.is_null()));
+        assert!(!none.summary.contains("kube-proxy"));
+        assert!(proxy.summary.contains("kube-proxy"));
+        assert_ne!(none.hash, proxy.hash);
+    }
+
     #[test]
     fn identical_inputs_give_an_identical_desired_hash() {
         let spec = valid(&fixture(serde_json::json!({})));
