@@ -138,3 +138,65 @@ async fn addons_are_installed_as_declared_and_removed_with_their_declaration() {
     let message = condition_message(&kcp, "TenantBootstrapped");
     assert!(!message.contains("kube-proxy"), "{message}");
 }
+
+/// `network.advertiseAddress`: kube-apiserver advertises it (`--advertise-address`), so the
+/// tenant's `kubernetes` Service endpoints carry it, and the serving certificate names it.
+#[kamaji_e2e::test]
+async fn network_advertise_address_is_what_the_api_server_advertises() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kamaji_bootstrap::pki::inspect::CertificateInfo;
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let ns = "advertise";
+    let advertised = "192.0.2.44";
+    env.namespace(ns).await.unwrap();
+    let yaml = F0::new(ns, "demo")
+        .replicas(1)
+        .network(&format!(
+            "serviceType: LoadBalancer, advertiseAddress: {advertised}"
+        ))
+        .yaml();
+    env.apply_yaml(&yaml).await.unwrap();
+    env.wait_kcp_condition(ns, "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let args = env
+        .container_args(ns, "demo", "kube-apiserver")
+        .await
+        .unwrap();
+    assert!(
+        args.contains(&format!("--advertise-address={advertised}")),
+        "{args:?}"
+    );
+    let tenant = env.tenant_client(ns, "demo").await.unwrap();
+    let slice = tokio::time::timeout(
+        MINUTE,
+        await_condition(
+            Api::<EndpointSlice>::namespaced(tenant, "default"),
+            "kubernetes",
+            move |s: Option<&EndpointSlice>| {
+                s.is_some_and(|s| {
+                    s.endpoints
+                        .iter()
+                        .any(|e| e.addresses.iter().any(|a| a == advertised))
+                })
+            },
+        ),
+    )
+    .await;
+    assert!(
+        matches!(slice, Ok(Ok(_))),
+        "the kubernetes EndpointSlice never carried {advertised}"
+    );
+    let cert = CertificateInfo::from_pem(&kamaji_e2e::secret_text(
+        &env.secret(ns, "demo-apiserver.tls").await.unwrap(),
+        "tls.crt",
+    ))
+    .unwrap();
+    assert!(
+        cert.ip_addresses
+            .contains(&advertised.parse::<std::net::IpAddr>().unwrap()),
+        "{:?}",
+        cert.ip_addresses
+    );
+}

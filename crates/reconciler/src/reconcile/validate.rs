@@ -87,6 +87,10 @@ pub struct Exposure {
     pub load_balancer_class: Option<String>,
     /// `network.allocateLoadBalancerNodePorts` (LoadBalancer only).
     pub allocate_load_balancer_node_ports: Option<bool>,
+    /// `network.advertiseAddress`: kube-apiserver's `--advertise-address` (the address of the
+    /// tenant's `kubernetes` Service endpoints), instead of the endpoint's IP; also a serving
+    /// certificate name.
+    pub advertise_address: Option<std::net::IpAddr>,
 }
 
 /// Where an endpoint set before kamaji-rs chooses one comes from, in the order they win
@@ -288,6 +292,17 @@ pub fn validate(
         errors.push(SpecError::new(
             "Cluster.spec.clusterNetwork.apiServerPort",
             format!("{} is not a TCP port", cluster.api_server_port),
+        ));
+    }
+    if let Some(a) = fields
+        .network
+        .as_ref()
+        .and_then(|n| n.advertise_address.as_deref())
+        .filter(|a| a.parse::<std::net::IpAddr>().is_err())
+    {
+        errors.push(SpecError::new(
+            "spec.network.advertiseAddress",
+            format!("{a:?} is not an IP address"),
         ));
     }
     if fields
@@ -722,17 +737,23 @@ fn exposure(net: &kamaji_api::kcp::NetworkComponent) -> Exposure {
                 )
             })
         });
+    let advertise_address = net
+        .advertise_address
+        .as_deref()
+        .and_then(|a| a.parse::<std::net::IpAddr>().ok());
     let cert_sans = net
         .cert_sans
         .iter()
         .flatten()
         .chain(external.iter().map(|(host, _)| host))
         .cloned()
+        .chain(advertise_address.map(|a| a.to_string()))
         .collect();
     let service_type = net.service_type.unwrap_or(ServiceType::LoadBalancer);
     let lb = service_type == ServiceType::LoadBalancer;
     let lb_config = net.load_balancer_config.clone().unwrap_or_default();
     Exposure {
+        advertise_address,
         service_type,
         service_address: net.service_address.clone().filter(|a| !a.is_empty()),
         external,
@@ -1003,6 +1024,11 @@ pub(crate) mod tests {
                 serde_json::json!({"addons": {"coreDNS": {"imageTag": "v1/2"}}}),
                 "spec.addons.coreDNS.imageTag",
                 "not an image tag",
+            ),
+            (
+                serde_json::json!({"network": {"advertiseAddress": "api.example.com"}}),
+                "spec.network.advertiseAddress",
+                "not an IP address",
             ),
             (
                 serde_json::json!({"addons": {"kubeProxy": {"imageRepository": "bad repo"}}}),

@@ -231,9 +231,13 @@ pub fn control_plane_spec(
         network: spec.network.clone(),
         admission_plugins: spec.admission_plugins.clone(),
         kubelet_address_types: spec.kubelet_address_types.clone(),
-        // The endpoint chosen before the first Deployment exists, so the flag never changes
-        // later (a later change would roll every pod right after initialization).
-        advertise_address: endpoint.host.parse().ok(),
+        // `network.advertiseAddress`, else the endpoint chosen before the first Deployment
+        // exists, so the flag never changes later by itself (a later change would roll every
+        // pod right after initialization).
+        advertise_address: spec
+            .exposure
+            .advertise_address
+            .or_else(|| endpoint.host.parse().ok()),
         datastore: DatastoreWiring {
             servers: datastore.server_urls(),
             prefix: kamaji_api::names::etcd_prefix(&spec.datastore_schema),
@@ -483,6 +487,25 @@ mod tests {
         assert!(!none.summary.contains("kube-proxy"));
         assert!(proxy.summary.contains("kube-proxy"));
         assert_ne!(none.hash, proxy.hash);
+    }
+
+    /// `network.advertiseAddress` is kube-apiserver's `--advertise-address` and a serving
+    /// name; without it the endpoint's IP is.
+    #[test]
+    fn the_advertise_address_is_the_flag_and_a_serving_name() {
+        let endpoint = Endpoint {
+            host: "10.0.0.10".into(),
+            port: 6443,
+        };
+        let flag =
+            |spec: &ValidSpec| control_plane_spec(spec, &datastore(), &endpoint).advertise_address;
+        let set = valid(&fixture(
+            serde_json::json!({"network": {"advertiseAddress": "192.0.2.44"}}),
+        ));
+        assert_eq!(flag(&set), Some("192.0.2.44".parse().unwrap()));
+        assert!(set.exposure.cert_sans.contains(&"192.0.2.44".to_owned()));
+        let unset = valid(&fixture(serde_json::json!({})));
+        assert_eq!(flag(&unset), Some("10.0.0.10".parse().unwrap()));
     }
 
     #[test]
