@@ -12,6 +12,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::networking::v1::Ingress;
 use kamaji_api::cluster::v1beta2;
 use kamaji_api::meta::{CLUSTER_NAME_LABEL, KAMAJI_NAME_LABEL};
 use kamaji_api::{DataStore, KamajiControlPlane};
@@ -108,7 +109,8 @@ pub async fn run(
     controller
         .owns(scope.api::<Secret>(&client), secrets_cfg)
         .owns(scope.api::<Deployment>(&client), owned.clone())
-        .owns(scope.api::<Service>(&client), owned)
+        .owns(scope.api::<Service>(&client), owned.clone())
+        .owns(scope.api::<Ingress>(&client), owned)
         .watches(
             scope.api::<v1beta2::Cluster>(&client),
             scope.filtered(),

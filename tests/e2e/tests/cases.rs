@@ -11,11 +11,13 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kamaji_api::KamajiControlPlane;
 use kamaji_bootstrap::pki::inspect::CertificateInfo;
 use kamaji_bootstrap::token::{BootstrapToken, TokenSecretOptions, bootstrap_token_secret};
 use kamaji_e2e::{Env, F0, condition_message, secret_text, serial};
+use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::await_condition;
 
@@ -278,7 +280,7 @@ async fn b03_controllers_keep_bootstrapsigner_and_signatures_follow_tokens() {
         .unwrap();
 }
 
-/// The harness's ingress controller: TLS passthrough from `listen` to `backend`.
+/// The harness's ingress controller (a stand-in): TLS passthrough from `listen` to `backend`.
 fn passthrough(
     listen: std::net::SocketAddr,
     backend: std::net::SocketAddr,
@@ -311,18 +313,46 @@ async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address
         "serviceType: ClusterIP, ingress: {{hostname: {host}}}"
     ));
     env.apply_yaml(&yaml.yaml()).await.unwrap();
+    // The harness plays an ingress controller with TLS passthrough (ingress-nginx's
+    // annotation): it routes the host as the Ingress kamaji-rs created says.
+    let ingresses: Api<Ingress> = Api::namespaced(env.client(), "tenant-a");
     let services: Api<Service> = Api::namespaced(env.client(), "tenant-a");
+    let rule_for_host = move |i: Option<&Ingress>| {
+        i.and_then(|i| i.spec.as_ref()?.rules.as_ref()?.first().cloned())
+            .filter(|r| r.host.as_deref() == Some(host))
+            .and_then(|r| r.http?.paths.first()?.backend.service.clone())
+    };
+    tokio::time::timeout(
+        MINUTE,
+        await_condition(ingresses.clone(), "demo", move |i: Option<&Ingress>| {
+            rule_for_host(i).is_some()
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let ingress = ingresses.get("demo").await.unwrap();
+    assert_eq!(
+        ingress
+            .annotations()
+            .get("nginx.ingress.kubernetes.io/ssl-passthrough"),
+        Some(&"true".to_owned())
+    );
+    let backend = rule_for_host(Some(&ingress)).unwrap();
     let has_ip = |s: Option<&Service>| {
         s.and_then(|s| s.spec.as_ref())
             .and_then(|s| s.cluster_ip.as_ref())
             .is_some()
     };
-    tokio::time::timeout(MINUTE, await_condition(services.clone(), "demo", has_ip))
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(
+        MINUTE,
+        await_condition(services.clone(), &backend.name, has_ip),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     let cluster_ip: IpAddr = services
-        .get("demo")
+        .get(&backend.name)
         .await
         .unwrap()
         .spec
@@ -331,7 +361,8 @@ async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address
         .unwrap()
         .parse()
         .unwrap();
-    let _ingress = passthrough((ingress_ip, 443).into(), (cluster_ip, 6443).into());
+    let backend_port = u16::try_from(backend.port.unwrap().number.unwrap()).unwrap();
+    let _ingress = passthrough((ingress_ip, 443).into(), (cluster_ip, backend_port).into());
 
     let kcp = env
         .wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)

@@ -200,3 +200,100 @@ async fn network_advertise_address_is_what_the_api_server_advertises() {
         cert.ip_addresses
     );
 }
+
+/// `network.ingress`: an Ingress named like the Service, of the given class, with the extra
+/// labels and annotations and TLS passthrough, routing the host to the API server port; the
+/// host (port 443) is the endpoint; deleting the cluster removes the Ingress. (B04 routes a
+/// node's traffic through it.)
+#[kamaji_e2e::test]
+async fn network_ingress_becomes_an_ingress_of_the_control_plane() {
+    use k8s_openapi::api::networking::v1::Ingress;
+    use kube::api::DeleteParams;
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let ns = "ingress";
+    let host = "api.ingress.example.com";
+    env.namespace(ns).await.unwrap();
+    let yaml = F0::new(ns, "demo")
+        .replicas(1)
+        .network(&format!(
+            "serviceType: ClusterIP, ingress: {{hostname: {host}, className: nginx, \
+             extraLabels: {{team: a}}, extraAnnotations: {{example.com/owner: team-a}}}}"
+        ))
+        .yaml();
+    env.apply_yaml(&yaml).await.unwrap();
+    let ingresses: Api<Ingress> = Api::namespaced(env.client(), ns);
+    let ingress = env
+        .wait_for(
+            ingresses.clone(),
+            "Ingress",
+            "demo",
+            "created",
+            2 * MINUTE,
+            |_| true,
+            |i: &Ingress| format!("{:?}", i.spec),
+        )
+        .await
+        .unwrap();
+    let labels = ingress.metadata.labels.clone().unwrap_or_default();
+    let annotations = ingress.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+    assert_eq!(
+        annotations.get("example.com/owner").map(String::as_str),
+        Some("team-a")
+    );
+    assert_eq!(
+        annotations
+            .get("nginx.ingress.kubernetes.io/ssl-passthrough")
+            .map(String::as_str),
+        Some("true")
+    );
+    let owner = &ingress.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("KamajiControlPlane", Some(true))
+    );
+    let spec = ingress.spec.clone().unwrap();
+    assert_eq!(spec.ingress_class_name.as_deref(), Some("nginx"));
+    let rule = &spec.rules.unwrap()[0];
+    assert_eq!(rule.host.as_deref(), Some(host));
+    let backend = rule.http.clone().unwrap().paths[0]
+        .backend
+        .service
+        .clone()
+        .unwrap();
+    assert!(
+        Api::<Service>::namespaced(env.client(), ns)
+            .get_opt(&backend.name)
+            .await
+            .unwrap()
+            .is_some(),
+        "the backend is the control plane's Service"
+    );
+    assert_eq!(backend.port.unwrap().number, Some(6443));
+    let kcp = env
+        .wait_for(
+            Api::<kamaji_api::KamajiControlPlane>::namespaced(env.client(), ns),
+            "KamajiControlPlane",
+            "demo",
+            "the endpoint written",
+            MINUTE,
+            |k| k.spec.control_plane_endpoint.is_some(),
+            |k| format!("{:?}", k.spec.control_plane_endpoint),
+        )
+        .await
+        .unwrap();
+    let ep = kcp.spec.control_plane_endpoint.unwrap();
+    assert_eq!((ep.host.as_deref(), ep.port), (Some(host), Some(443)));
+    // Removed with the tenant.
+    env.capi(ns, "v1beta2", "Cluster")
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = tokio::time::timeout(
+        3 * MINUTE,
+        await_condition(ingresses, "demo", |i: Option<&Ingress>| i.is_none()),
+    )
+    .await;
+    assert!(matches!(gone, Ok(Ok(_))), "the Ingress outlived its tenant");
+}

@@ -91,6 +91,8 @@ pub struct Exposure {
     /// tenant's `kubernetes` Service endpoints), instead of the endpoint's IP; also a serving
     /// certificate name.
     pub advertise_address: Option<std::net::IpAddr>,
+    /// `network.ingress`: the Ingress kamaji-rs creates for the API server.
+    pub ingress: Option<kamaji_api::kcp::IngressComponent>,
 }
 
 /// Where an endpoint set before kamaji-rs chooses one comes from, in the order they win
@@ -754,6 +756,7 @@ fn exposure(net: &kamaji_api::kcp::NetworkComponent) -> Exposure {
     let lb_config = net.load_balancer_config.clone().unwrap_or_default();
     Exposure {
         advertise_address,
+        ingress: net.ingress.clone(),
         service_type,
         service_address: net.service_address.clone().filter(|a| !a.is_empty()),
         external,

@@ -97,6 +97,11 @@ pub async fn apply(
     {
         return Ok(Flow::Stop(conflict(report, types::ENDPOINT_READY, msg)));
     }
+    if let Some(ingress) = plan.ingress
+        && let Outcome::Conflict(msg) = apply_owned(ctx, ns, ingress, None, owner).await?
+    {
+        return Ok(Flow::Stop(conflict(report, types::ENDPOINT_READY, msg)));
+    }
     let cp = match plan.control_plane {
         Ok(cp) => cp,
         Err(waiting) => {

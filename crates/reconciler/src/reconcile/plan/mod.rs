@@ -16,6 +16,7 @@
 
 pub mod deployment;
 pub mod endpoint;
+pub mod ingress;
 pub mod pki;
 pub mod service;
 
@@ -72,6 +73,8 @@ pub struct Plan {
     pub datastore_client: Secret,
     /// The control-plane Service.
     pub service: Service,
+    /// The API server's Ingress (`network.ingress`).
+    pub ingress: Option<k8s_openapi::api::networking::v1::Ingress>,
     /// The rest, once the endpoint is known; `Err` says why it is not.
     pub control_plane: Result<ControlPlane, Cond>,
 }
@@ -187,6 +190,7 @@ pub fn plan(
         &owner,
     );
     let service = service::service(spec, &owner, observed.service.as_ref());
+    let ingress = ingress::ingress(spec, &owner);
     let service_ip = observed.service.as_ref().and_then(endpoint::cluster_ip);
     let control_plane = match (
         service_ip,
@@ -214,6 +218,7 @@ pub fn plan(
         roots,
         datastore_client,
         service,
+        ingress,
         control_plane,
     }))
 }
