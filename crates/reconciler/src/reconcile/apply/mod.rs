@@ -85,23 +85,10 @@ pub async fn apply(
     if let Some(stop) = roots(ctx, ns, &plan, report).await? {
         return Ok(Flow::Stop(stop));
     }
+    if let Some((type_, msg)) = front(ctx, ns, &plan, observed).await? {
+        return Ok(Flow::Stop(conflict(report, type_, msg)));
+    }
     let stored = |s: &Secret| observed.secrets.get(&s.name_any());
-    let ds_observed = stored(&plan.datastore_client);
-    if let Outcome::Conflict(msg) =
-        apply_owned(ctx, ns, plan.datastore_client, ds_observed, owner).await?
-    {
-        return Ok(Flow::Stop(conflict(report, types::DATASTORE_READY, msg)));
-    }
-    if let Outcome::Conflict(msg) =
-        apply_owned(ctx, ns, plan.service, observed.service.as_ref(), owner).await?
-    {
-        return Ok(Flow::Stop(conflict(report, types::ENDPOINT_READY, msg)));
-    }
-    if let Some(ingress) = plan.ingress
-        && let Outcome::Conflict(msg) = apply_owned(ctx, ns, ingress, None, owner).await?
-    {
-        return Ok(Flow::Stop(conflict(report, types::ENDPOINT_READY, msg)));
-    }
     let cp = match plan.control_plane {
         Ok(cp) => cp,
         Err(waiting) => {
@@ -196,6 +183,34 @@ pub async fn apply(
 /// The pod template of `d` as stored.
 fn template_of(d: &Deployment) -> Option<&k8s_openapi::api::core::v1::PodTemplateSpec> {
     d.spec.as_ref().map(|s| &s.template)
+}
+
+/// Writes what the endpoint needs: the datastore client Secret, the Service and the Ingress.
+/// Returns the condition type and message of the first object another object controls.
+async fn front(
+    ctx: &Context,
+    ns: &str,
+    plan: &Plan,
+    observed: &Observed,
+) -> Result<Option<(&'static str, String)>, Error> {
+    let owner = &plan.owner;
+    let ds = plan.datastore_client.clone();
+    let ds_observed = observed.secrets.get(&ds.name_any());
+    if let Outcome::Conflict(msg) = apply_owned(ctx, ns, ds, ds_observed, owner).await? {
+        return Ok(Some((types::DATASTORE_READY, msg)));
+    }
+    let service = plan.service.clone();
+    if let Outcome::Conflict(msg) =
+        apply_owned(ctx, ns, service, observed.service.as_ref(), owner).await?
+    {
+        return Ok(Some((types::ENDPOINT_READY, msg)));
+    }
+    if let Some(ingress) = plan.ingress.clone()
+        && let Outcome::Conflict(msg) = apply_owned(ctx, ns, ingress, None, owner).await?
+    {
+        return Ok(Some((types::ENDPOINT_READY, msg)));
+    }
+    Ok(None)
 }
 
 /// Reports an object another object controls, and stops the pass (a recheck, since its
