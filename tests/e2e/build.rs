@@ -9,6 +9,7 @@ fn main() {
         ("kamaji-e2e/join", Needs::Programs),
         ("kamaji-e2e/e2e_main", Needs::ProgramsAndRoot),
         ("kamaji-e2e/cases", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/fields", Needs::ProgramsAndRoot),
         ("kamaji-e2e/lifecycle", Needs::ProgramsAndRoot),
         ("kamaji-e2e/robustness", Needs::ProgramsAndRoot),
         ("kamaji-e2e/field_reports", Needs::ProgramsAndRoot),
