@@ -317,6 +317,7 @@ pub fn validate(
             "running the control plane in another cluster is not supported by kamaji-rs",
         ));
     }
+    errors.extend(not_supported_yet(fields));
     let cluster_endpoint = cluster
         .control_plane_endpoint
         .as_ref()
@@ -581,6 +582,51 @@ fn tenant(
     };
     spec.validate()
         .map_err(|e| SpecError::new(format!("spec.{}", e.field), e.reason))
+}
+
+/// Fields the schema accepts (Kamaji's provider has them, so existing manifests apply) that
+/// kamaji-rs does not implement yet: refused by name, with what to do instead, rather than
+/// accepted and ignored.
+fn not_supported_yet(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecError> {
+    let mut errors = Vec::new();
+    if fields
+        .addons
+        .as_ref()
+        .is_some_and(|a| a.konnectivity.is_some())
+    {
+        errors.push(SpecError::new(
+            "spec.addons.konnectivity",
+            "konnectivity is not supported by kamaji-rs yet (no konnectivity server or agent \
+             would run): remove it; the API server then reaches the kubelets directly, so \
+             workers must be reachable from the management cluster's pod network",
+        ));
+    }
+    if fields.network.as_ref().is_some_and(|n| n.gateway.is_some()) {
+        errors.push(SpecError::new(
+            "spec.network.gateway",
+            "exposure through a Gateway API TLSRoute is not supported by kamaji-rs yet (no \
+             route would be created): use network.ingress or a LoadBalancer Service",
+        ));
+    }
+    if fields
+        .data_store_overrides
+        .as_ref()
+        .is_some_and(|o| !o.is_empty())
+    {
+        errors.push(SpecError::new(
+            "spec.dataStoreOverrides",
+            "storing resources in another DataStore is not supported by kamaji-rs yet: remove \
+             it; every resource is stored in the control plane's DataStore",
+        ));
+    }
+    if fields.kine.is_some() {
+        errors.push(SpecError::new(
+            "spec.kine",
+            "kine runs only with a PostgreSQL, MySQL or NATS DataStore, which kamaji-rs does \
+             not support yet: remove it",
+        ));
+    }
+    errors
 }
 
 /// The addons `addons` declares: each one present, even empty (`coreDNS: {}`), is installed.
@@ -1027,6 +1073,27 @@ pub(crate) mod tests {
                 serde_json::json!({"addons": {"coreDNS": {"imageTag": "v1/2"}}}),
                 "spec.addons.coreDNS.imageTag",
                 "not an image tag",
+            ),
+            (
+                serde_json::json!({"addons": {"konnectivity": {}}}),
+                "spec.addons.konnectivity",
+                "not supported by kamaji-rs yet",
+            ),
+            (
+                serde_json::json!({"network": {"serviceType": "ClusterIP", "gateway": {
+                    "name": "g", "namespace": "n", "hostname": "api.example.com"}}}),
+                "spec.network.gateway",
+                "not supported by kamaji-rs yet",
+            ),
+            (
+                serde_json::json!({"dataStoreOverrides": [{"resource": "/events", "dataStore": "events"}]}),
+                "spec.dataStoreOverrides",
+                "not supported by kamaji-rs yet",
+            ),
+            (
+                serde_json::json!({"kine": {"extraArgs": ["--debug"]}}),
+                "spec.kine",
+                "not support yet",
             ),
             (
                 serde_json::json!({"network": {"advertiseAddress": "api.example.com"}}),
