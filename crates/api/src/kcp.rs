@@ -1080,8 +1080,9 @@ pub struct DeploymentComponent {
     #[schemars(length(max = 253))]
     pub service_account_name: Option<String>,
     /// Rollout strategy of the Deployment. The provider default is RollingUpdate with
-    /// `maxUnavailable: 0` and `maxSurge: 100%`; a user value may not allow zero ready API
-    /// servers.
+    /// `maxUnavailable: 0` and `maxSurge: 1`; a user value that lets every API server be
+    /// unavailable at once (`Recreate`, or `maxUnavailable` of `replicas` or more) is refused
+    /// (`SpecValid=False`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<DeploymentStrategy>,
     /// Scheduling affinity of the control-plane pods (corev1 `Affinity`).

@@ -318,6 +318,11 @@ pub fn validate(
         ));
     }
     errors.extend(not_supported_yet(fields));
+    errors.extend(probe_errors(fields));
+    errors.extend(strategy_errors(
+        fields.deployment.as_ref().and_then(|d| d.strategy.as_ref()),
+        kcp.spec.replicas.unwrap_or(DEFAULT_REPLICAS),
+    ));
     let cluster_endpoint = cluster
         .control_plane_endpoint
         .as_ref()
@@ -619,6 +624,14 @@ fn not_supported_yet(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecE
              it; every resource is stored in the control plane's DataStore",
         ));
     }
+    if fields.data_store_username.is_some() {
+        errors.push(SpecError::new(
+            "spec.dataStoreUsername",
+            "a datastore user name is for the PostgreSQL and MySQL DataStores, which kamaji-rs \
+             does not support yet (on etcd the client certificate identifies the tenant): \
+             remove it",
+        ));
+    }
     if fields.kine.is_some() {
         errors.push(SpecError::new(
             "spec.kine",
@@ -879,6 +892,50 @@ enum ProbeKind {
     Startup,
 }
 
+/// Liveness and startup probes count one success (corev1 `Probe`: `successThreshold` must be
+/// 1); another value would only be refused by the API server when the Deployment is written.
+fn probe_errors(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecError> {
+    let sections = [
+        (
+            "apiServer",
+            fields.api_server.as_ref().and_then(|c| c.probes.as_ref()),
+        ),
+        (
+            "controllerManager",
+            fields
+                .controller_manager
+                .as_ref()
+                .and_then(|c| c.probes.as_ref()),
+        ),
+        (
+            "scheduler",
+            fields.scheduler.as_ref().and_then(|c| c.probes.as_ref()),
+        ),
+        (
+            "deployment",
+            fields.deployment.as_ref().and_then(|d| d.probes.as_ref()),
+        ),
+    ];
+    let mut errors = Vec::new();
+    for (section, set) in sections {
+        for (kind, name) in [
+            (ProbeKind::Liveness, "liveness"),
+            (ProbeKind::Startup, "startup"),
+        ] {
+            if let Some(n) = pick(kind, set)
+                .and_then(|p| p.success_threshold)
+                .filter(|n| *n != 1)
+            {
+                errors.push(SpecError::new(
+                    format!("spec.{section}.probes.{name}.successThreshold"),
+                    format!("must be 1 for a {name} probe, not {n}"),
+                ));
+            }
+        }
+    }
+    errors
+}
+
 fn pick(kind: ProbeKind, set: Option<&ProbeSet>) -> Option<&ProbeSpec> {
     let set = set?;
     match kind {
@@ -940,6 +997,43 @@ pub fn default_strategy() -> DeploymentStrategy {
             max_surge: Some(IntOrString::Int(1)),
         }),
     }
+}
+
+/// A user's `deployment.strategy` must keep an API server ready through a rollout: no
+/// `Recreate`, and a `maxUnavailable` below `replicas` (a percentage rounded down, as the
+/// Deployment controller does).
+fn strategy_errors(strategy: Option<&DeploymentStrategy>, replicas: i32) -> Vec<SpecError> {
+    let Some(strategy) = strategy else {
+        return Vec::new();
+    };
+    if strategy.type_.as_deref() == Some("Recreate") {
+        return vec![SpecError::new(
+            "spec.deployment.strategy.type",
+            "Recreate stops every API server before starting the new ones: use RollingUpdate",
+        )];
+    }
+    let unavailable = match strategy
+        .rolling_update
+        .as_ref()
+        .and_then(|r| r.max_unavailable.as_ref())
+    {
+        Some(IntOrString::Int(n)) => i64::from(*n),
+        Some(IntOrString::String(p)) => p
+            .strip_suffix('%')
+            .and_then(|p| p.parse::<i64>().ok())
+            .map_or(0, |p| i64::from(replicas) * p / 100),
+        None => 0,
+    };
+    if replicas > 0 && unavailable >= i64::from(replicas) {
+        return vec![SpecError::new(
+            "spec.deployment.strategy.rollingUpdate.maxUnavailable",
+            format!(
+                "lets all {replicas} API servers be unavailable during a rollout: keep it below \
+                 spec.replicas"
+            ),
+        )];
+    }
+    Vec::new()
 }
 
 fn pod_settings(fields: &kamaji_api::KamajiControlPlaneFields) -> PodSettings {
@@ -1073,6 +1167,33 @@ pub(crate) mod tests {
                 serde_json::json!({"addons": {"coreDNS": {"imageTag": "v1/2"}}}),
                 "spec.addons.coreDNS.imageTag",
                 "not an image tag",
+            ),
+            (
+                serde_json::json!({"scheduler": {"probes": {"startup": {"successThreshold": 2}}}}),
+                "spec.scheduler.probes.startup.successThreshold",
+                "must be 1",
+            ),
+            (
+                serde_json::json!({"deployment": {"strategy": {"type": "Recreate"}}}),
+                "spec.deployment.strategy.type",
+                "Recreate stops every API server",
+            ),
+            (
+                serde_json::json!({"replicas": 2, "deployment": {"strategy": {"type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": "100%", "maxSurge": 0}}}}),
+                "spec.deployment.strategy.rollingUpdate.maxUnavailable",
+                "all 2 API servers",
+            ),
+            (
+                serde_json::json!({"replicas": 1, "deployment": {"strategy": {"type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}}}),
+                "spec.deployment.strategy.rollingUpdate.maxUnavailable",
+                "all 1 API servers",
+            ),
+            (
+                serde_json::json!({"dataStoreUsername": "tenant_a"}),
+                "spec.dataStoreUsername",
+                "not support yet",
             ),
             (
                 serde_json::json!({"addons": {"konnectivity": {}}}),

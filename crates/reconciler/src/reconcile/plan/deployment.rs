@@ -11,7 +11,8 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, PodSpec,
-    PodTemplateSpec, Probe, SecretVolumeSource, SleepAction, Volume, VolumeMount,
+    PodTemplateSpec, Probe, SecretVolumeSource, SleepAction, TopologySpreadConstraint, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -226,6 +227,22 @@ fn merge_into(into: &mut BTreeMap<String, String>, from: &BTreeMap<String, Strin
     }
 }
 
+/// `deployment.topologySpreadConstraints`, a constraint without `labelSelector` given the
+/// control plane's own pod selector (without one, a constraint counts no pod at all).
+fn topology_spread_constraints(spec: &ValidSpec) -> Option<Vec<TopologySpreadConstraint>> {
+    spec.pod.topology_spread_constraints.clone().map(|list| {
+        list.into_iter()
+            .map(|mut c| {
+                c.label_selector.get_or_insert_with(|| LabelSelector {
+                    match_labels: Some(selector_labels(spec)),
+                    ..LabelSelector::default()
+                });
+                c
+            })
+            .collect()
+    })
+}
+
 /// The control-plane Deployment. `pki_hash` is the hash of the mounted Secrets' content.
 #[must_use]
 pub fn deployment(
@@ -279,7 +296,7 @@ pub fn deployment(
                     node_selector: pod.node_selector.clone(),
                     affinity: pod.affinity.clone(),
                     tolerations: pod.tolerations.clone(),
-                    topology_spread_constraints: pod.topology_spread_constraints.clone(),
+                    topology_spread_constraints: topology_spread_constraints(spec),
                     runtime_class_name: pod.runtime_class_name.clone(),
                     service_account_name: pod.service_account_name.clone(),
                     automount_service_account_token: Some(false),

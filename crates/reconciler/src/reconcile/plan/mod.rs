@@ -513,6 +513,231 @@ mod tests {
         assert_eq!(flag(&unset), Some("10.0.0.10".parse().unwrap()));
     }
 
+    /// A probe set whose 15 timings are `base + 0..15`, in the order liveness, readiness,
+    /// startup and, within each, initialDelay, timeout, period, successThreshold (1 for
+    /// liveness and startup, as corev1 requires), failureThreshold.
+    fn probe_set(base: i32) -> serde_json::Value {
+        let one = |k: i32, success: i32| {
+            serde_json::json!({"initialDelaySeconds": base + k, "timeoutSeconds": base + k + 1,
+                "periodSeconds": base + k + 2, "successThreshold": success,
+                "failureThreshold": base + k + 4})
+        };
+        serde_json::json!({"liveness": one(0, 1), "readiness": one(5, base + 8),
+            "startup": one(10, 1)})
+    }
+
+    /// Every field of the pod, its components and the Service reaches the built objects: each
+    /// set to a distinct value, each value read back from the Deployment or the Service.
+    /// Component probes win over `deployment.probes`, which the scheduler (without its own)
+    /// shows.
+    #[test]
+    fn every_pod_component_and_service_field_reaches_the_built_objects() {
+        use k8s_openapi::api::core::v1::{Container, Probe};
+        let component = |image: &str, probes: Option<i32>, arg: &str| {
+            let mut c = serde_json::json!({
+                "containerImageName": image,
+                "extraArgs": [arg],
+                "extraVolumeMounts": [{"name": "cloud", "mountPath": format!("/etc/cloud/{image}")}],
+                "resources": {"requests": {"cpu": format!("{}m", image.len())}},
+            });
+            if let Some(base) = probes {
+                c["probes"] = probe_set(base);
+            }
+            c
+        };
+        let spec = valid(&fixture(serde_json::json!({
+            "registry": "mirror.example.com/k8s",
+            "admissionControllers": ["NodeRestriction", "AlwaysPullImages"],
+            "dataStoreSchema": "custom_schema",
+            "kubelet": {"preferredAddressTypes": ["Hostname", "InternalIP"]},
+            "apiServer": component("my-apiserver", Some(200), "--v=2"),
+            "controllerManager": component("my-controller-manager", Some(300), "--v=3"),
+            "scheduler": component("my-scheduler-x", None, "--v=4"),
+            "deployment": {
+                "probes": probe_set(100),
+                "additionalMetadata": {"labels": {"d": "l"}, "annotations": {"d": "a"}},
+                "podAdditionalMetadata": {"labels": {"p": "l"}, "annotations": {"p": "a"}},
+                "nodeSelector": {"pool": "control-planes"},
+                "runtimeClassName": "gvisor",
+                "serviceAccountName": "control-plane",
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                    {"maxSkew": 2, "topologyKey": "host", "whenUnsatisfiable": "ScheduleAnyway",
+                     "labelSelector": {"matchLabels": {"own": "selector"}}}],
+                "extraInitContainers": [{"name": "init", "image": "busybox"}],
+                "extraContainers": [{"name": "sidecar", "image": "busybox"}],
+                "extraVolumes": [{"name": "cloud", "secret": {"secretName": "cloud-config"}}],
+                "strategy": {"type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "100%"}},
+            },
+            "network": {
+                "serviceType": "LoadBalancer",
+                "serviceLabels": {"s": "l"},
+                "serviceAnnotations": {"s": "a"},
+                "allocateLoadBalancerNodePorts": false,
+                "loadBalancerConfig": {"loadBalancerClass": "example.com/lb",
+                    "loadBalancerSourceRanges": ["10.0.0.0/8"]},
+                "additionalServicePorts": [{"name": "metrics", "port": 9443,
+                    "targetPort": 9444, "protocol": "TCP", "appProtocol": "https"}],
+            },
+        })));
+        let endpoint = Endpoint {
+            host: "10.0.0.10".into(),
+            port: 6443,
+        };
+        let cp = control_plane_spec(&spec, &datastore(), &endpoint);
+        let d = deployment::deployment(&spec, &cp, &owner(), "h");
+        let labels = d.metadata.labels.clone().unwrap();
+        let annotations = d.metadata.annotations.clone().unwrap();
+        assert_eq!(
+            (labels["d"].as_str(), annotations["d"].as_str()),
+            ("l", "a")
+        );
+        let ds = d.spec.clone().unwrap();
+        let strategy = ds.strategy.unwrap().rolling_update.unwrap();
+        assert_eq!(
+            strategy.max_surge,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("100%".into()))
+        );
+        let template = ds.template;
+        let pod_meta = template.metadata.unwrap();
+        assert_eq!(pod_meta.labels.unwrap()["p"], "l");
+        assert_eq!(pod_meta.annotations.unwrap()["p"], "a");
+        let pod = template.spec.unwrap();
+        assert_eq!(pod.node_selector.unwrap()["pool"], "control-planes");
+        assert_eq!(pod.runtime_class_name.as_deref(), Some("gvisor"));
+        assert_eq!(pod.service_account_name.as_deref(), Some("control-plane"));
+        assert!(pod.affinity.unwrap().node_affinity.is_some());
+        assert_eq!(
+            pod.tolerations.unwrap()[0].key.as_deref(),
+            Some("dedicated")
+        );
+        let tsc = pod.topology_spread_constraints.unwrap();
+        assert_eq!(
+            tsc[0].label_selector.as_ref().unwrap().match_labels,
+            Some(selector_labels(&spec)),
+            "a constraint without labelSelector counts the control plane's pods"
+        );
+        assert_eq!(
+            tsc[1]
+                .label_selector
+                .as_ref()
+                .unwrap()
+                .match_labels
+                .as_ref()
+                .unwrap()["own"],
+            "selector"
+        );
+        assert_eq!(pod.init_containers.unwrap()[0].name, "init");
+        assert!(pod.containers.iter().any(|c| c.name == "sidecar"));
+        assert!(pod.volumes.unwrap().iter().any(|v| v.name == "cloud"));
+        let by_name =
+            |n: &str| -> Container { pod.containers.iter().find(|c| c.name == n).unwrap().clone() };
+        let timings = |p: Option<Probe>| {
+            let p = p.unwrap();
+            [
+                p.initial_delay_seconds,
+                p.timeout_seconds,
+                p.period_seconds,
+                p.success_threshold,
+                p.failure_threshold,
+            ]
+        };
+        for (name, image, base, arg) in [
+            ("kube-apiserver", "my-apiserver", 200, "--v=2"),
+            (
+                "kube-controller-manager",
+                "my-controller-manager",
+                300,
+                "--v=3",
+            ),
+            ("kube-scheduler", "my-scheduler-x", 100, "--v=4"),
+        ] {
+            let c = by_name(name);
+            assert_eq!(
+                c.image.as_deref(),
+                Some(format!("mirror.example.com/k8s/{image}:v1.36.3").as_str())
+            );
+            assert!(c.args.as_ref().unwrap().contains(&arg.to_owned()), "{name}");
+            assert!(
+                c.volume_mounts
+                    .as_ref()
+                    .unwrap()
+                    .iter()
+                    .any(|m| m.mount_path == format!("/etc/cloud/{image}")),
+                "{name}"
+            );
+            assert_eq!(
+                c.resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"].0,
+                format!("{}m", image.len())
+            );
+            let b = Some(base);
+            let s = |k: i32| b.map(|b| b + k);
+            assert_eq!(
+                timings(c.liveness_probe.clone()),
+                [s(0), s(1), s(2), Some(1), s(4)],
+                "{name} liveness"
+            );
+            assert_eq!(
+                timings(c.readiness_probe.clone()),
+                [s(5), s(6), s(7), s(8), s(9)],
+                "{name} readiness"
+            );
+            assert_eq!(
+                timings(c.startup_probe.clone()),
+                [s(10), s(11), s(12), Some(1), s(14)],
+                "{name} startup"
+            );
+        }
+        let api = by_name("kube-apiserver").args.unwrap();
+        assert!(
+            api.contains(&"--enable-admission-plugins=NodeRestriction,AlwaysPullImages".to_owned()),
+            "{api:?}"
+        );
+        assert!(
+            api.contains(&"--etcd-prefix=/custom_schema".to_owned()),
+            "{api:?}"
+        );
+        assert!(
+            api.contains(&"--kubelet-preferred-address-types=Hostname,InternalIP".to_owned()),
+            "{api:?}"
+        );
+
+        let svc = service::service(&spec, &owner(), None);
+        let m = &svc.metadata;
+        assert_eq!(m.labels.as_ref().unwrap()["s"], "l");
+        assert_eq!(m.annotations.as_ref().unwrap()["s"], "a");
+        let ss = svc.spec.unwrap();
+        assert_eq!(ss.allocate_load_balancer_node_ports, Some(false));
+        assert_eq!(ss.load_balancer_class.as_deref(), Some("example.com/lb"));
+        assert_eq!(
+            ss.load_balancer_source_ranges,
+            Some(vec!["10.0.0.0/8".to_owned()])
+        );
+        let extra = ss
+            .ports
+            .unwrap()
+            .into_iter()
+            .find(|p| p.name.as_deref() == Some("metrics"))
+            .unwrap();
+        assert_eq!(
+            (
+                extra.port,
+                extra.protocol.as_deref(),
+                extra.app_protocol.as_deref()
+            ),
+            (9443, Some("TCP"), Some("https"))
+        );
+        assert_eq!(
+            extra.target_port,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(9444))
+        );
+    }
+
     #[test]
     fn identical_inputs_give_an_identical_desired_hash() {
         let spec = valid(&fixture(serde_json::json!({})));
