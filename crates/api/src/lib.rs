@@ -21,6 +21,8 @@ pub mod cluster;
 pub mod conditions;
 pub mod crd;
 pub mod datastore;
+#[doc = include_str!("../FIELDS.md")]
+pub mod fields {}
 pub mod kcp;
 pub mod meta;
 pub mod names;

@@ -494,6 +494,59 @@ mod tests {
         assert_ne!(none.hash, proxy.hash);
     }
 
+    /// CoreDNS's image override and its Service address: `addons.coreDNS.dnsServiceIPs` over
+    /// `network.dnsServiceIPs`, each the kube-dns ClusterIP and the kubelets' `clusterDNS`.
+    #[test]
+    fn coredns_takes_its_image_and_address_from_the_spec() {
+        let roots = kamaji_bootstrap::pki::TenantRoots::generate(
+            KeyAlgorithm::default(),
+            SystemTime::now(),
+        )
+        .unwrap();
+        let endpoint = Endpoint {
+            host: "10.0.0.10".into(),
+            port: 6443,
+        };
+        let find = |t: &TenantObjects, kind: &str, name: &str| -> serde_json::Value {
+            let o = t
+                .objects
+                .iter()
+                .find(|o| {
+                    o.types.as_ref().is_some_and(|ty| ty.kind == kind) && o.name_any() == name
+                })
+                .unwrap();
+            serde_json::to_value(o).unwrap()
+        };
+        let of = |patch: serde_json::Value| {
+            tenant_objects(&valid(&fixture(patch)), &datastore(), &roots, &endpoint).unwrap()
+        };
+        let network = of(
+            serde_json::json!({"network": {"dnsServiceIPs": ["10.96.0.20"]},
+            "addons": {"coreDNS": {"imageRepository": "mirror.example.com/dns", "imageTag": "v9.9.9"}}}),
+        );
+        assert_eq!(
+            find(&network, "Deployment", "coredns")["spec"]["template"]["spec"]["containers"][0]["image"],
+            "mirror.example.com/dns:v9.9.9"
+        );
+        assert_eq!(
+            find(&network, "Service", "kube-dns")["spec"]["clusterIP"],
+            "10.96.0.20"
+        );
+        let kubelet = find(&network, "ConfigMap", "kubelet-config")["data"]["kubelet"].clone();
+        assert!(
+            kubelet.as_str().unwrap().contains("10.96.0.20"),
+            "{kubelet}"
+        );
+        let own = of(
+            serde_json::json!({"network": {"dnsServiceIPs": ["10.96.0.20"]},
+            "addons": {"coreDNS": {"dnsServiceIPs": ["10.96.0.30"]}}}),
+        );
+        assert_eq!(
+            find(&own, "Service", "kube-dns")["spec"]["clusterIP"],
+            "10.96.0.30"
+        );
+    }
+
     /// `network.advertiseAddress` is kube-apiserver's `--advertise-address` and a serving
     /// name; without it the endpoint's IP is.
     #[test]
