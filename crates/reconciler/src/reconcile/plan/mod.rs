@@ -579,13 +579,10 @@ mod tests {
             "startup": one(10, 1)})
     }
 
-    /// Every field of the pod, its components and the Service reaches the built objects: each
-    /// set to a distinct value, each value read back from the Deployment or the Service.
-    /// Component probes win over `deployment.probes`, which the scheduler (without its own)
-    /// shows.
-    #[test]
-    fn every_pod_component_and_service_field_reaches_the_built_objects() {
-        use k8s_openapi::api::core::v1::{Container, Probe};
+    /// A spec with every pod, component and Service field set to a distinct value: component
+    /// probes for the API server (200…) and controller-manager (300…), `deployment.probes`
+    /// (100…) for the scheduler, which has none of its own.
+    fn full_spec() -> ValidSpec {
         let component = |image: &str, probes: Option<i32>, arg: &str| {
             let mut c = serde_json::json!({
                 "containerImageName": image,
@@ -598,7 +595,7 @@ mod tests {
             }
             c
         };
-        let spec = valid(&fixture(serde_json::json!({
+        valid(&fixture(serde_json::json!({
             "registry": "mirror.example.com/k8s",
             "admissionControllers": ["NodeRestriction", "AlwaysPullImages"],
             "dataStoreSchema": "custom_schema",
@@ -637,13 +634,24 @@ mod tests {
                 "additionalServicePorts": [{"name": "metrics", "port": 9443,
                     "targetPort": 9444, "protocol": "TCP", "appProtocol": "https"}],
             },
-        })));
+        })))
+    }
+
+    /// The Deployment built from [`full_spec`].
+    fn full_deployment(spec: &ValidSpec) -> Deployment {
         let endpoint = Endpoint {
             host: "10.0.0.10".into(),
             port: 6443,
         };
-        let cp = control_plane_spec(&spec, &datastore(), &endpoint);
-        let d = deployment::deployment(&spec, &cp, &owner(), "h");
+        let cp = control_plane_spec(spec, &datastore(), &endpoint);
+        deployment::deployment(spec, &cp, &owner(), "h")
+    }
+
+    /// Every `deployment` field reaches the Deployment or its pod template.
+    #[test]
+    fn every_pod_field_reaches_the_deployment() {
+        let spec = full_spec();
+        let d = full_deployment(&spec);
         let labels = d.metadata.labels.clone().unwrap();
         let annotations = d.metadata.annotations.clone().unwrap();
         assert_eq!(
@@ -688,6 +696,16 @@ mod tests {
         assert_eq!(pod.init_containers.unwrap()[0].name, "init");
         assert!(pod.containers.iter().any(|c| c.name == "sidecar"));
         assert!(pod.volumes.unwrap().iter().any(|v| v.name == "cloud"));
+    }
+
+    /// Every component field (image name, extra args and mounts, resources, each probe
+    /// timing) and the registry, admission plugins, datastore schema and kubelet address
+    /// types reach the component's container.
+    #[test]
+    fn every_component_field_reaches_its_container() {
+        use k8s_openapi::api::core::v1::{Container, Probe};
+        let spec = full_spec();
+        let pod = full_deployment(&spec).spec.unwrap().template.spec.unwrap();
         let by_name =
             |n: &str| -> Container { pod.containers.iter().find(|c| c.name == n).unwrap().clone() };
         let timings = |p: Option<Probe>| {
@@ -728,8 +746,7 @@ mod tests {
                 c.resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"].0,
                 format!("{}m", image.len())
             );
-            let b = Some(base);
-            let s = |k: i32| b.map(|b| b + k);
+            let s = |k: i32| Some(base + k);
             assert_eq!(
                 timings(c.liveness_probe.clone()),
                 [s(0), s(1), s(2), Some(1), s(4)],
@@ -747,19 +764,19 @@ mod tests {
             );
         }
         let api = by_name("kube-apiserver").args.unwrap();
-        assert!(
-            api.contains(&"--enable-admission-plugins=NodeRestriction,AlwaysPullImages".to_owned()),
-            "{api:?}"
-        );
-        assert!(
-            api.contains(&"--etcd-prefix=/custom_schema".to_owned()),
-            "{api:?}"
-        );
-        assert!(
-            api.contains(&"--kubelet-preferred-address-types=Hostname,InternalIP".to_owned()),
-            "{api:?}"
-        );
+        for flag in [
+            "--enable-admission-plugins=NodeRestriction,AlwaysPullImages",
+            "--etcd-prefix=/custom_schema",
+            "--kubelet-preferred-address-types=Hostname,InternalIP",
+        ] {
+            assert!(api.contains(&flag.to_owned()), "{flag}: {api:?}");
+        }
+    }
 
+    /// Every `network` field of the Service reaches it.
+    #[test]
+    fn every_service_field_reaches_the_service() {
+        let spec = full_spec();
         let svc = service::service(&spec, &owner(), None);
         let m = &svc.metadata;
         assert_eq!(m.labels.as_ref().unwrap()["s"], "l");
