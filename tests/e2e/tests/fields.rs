@@ -336,7 +336,7 @@ async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
         (
             "Deployment",
             Api::<Deployment>::namespaced(env.client(), ns)
-                .list(&Default::default())
+                .list(&kube::api::ListParams::default())
                 .await
                 .unwrap()
                 .items
@@ -345,7 +345,7 @@ async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
         (
             "Service",
             Api::<Service>::namespaced(env.client(), ns)
-                .list(&Default::default())
+                .list(&kube::api::ListParams::default())
                 .await
                 .unwrap()
                 .items
