@@ -454,7 +454,15 @@ async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address
 async fn b05_b06_b07_kubeadm_config_kubelet_config_and_join_rbac_in_the_tenant() {
     let _serial = serial();
     let env = Env::start().await.unwrap();
-    let kcp = env.f0_available("tenant-a", "demo", 2).await.unwrap();
+    // kube-proxy managed, so that B07's item 5 (its ConfigMap readable by the bootstrappers)
+    // applies.
+    env.namespace("tenant-a").await.unwrap();
+    let f0 = F0::new("tenant-a", "demo").spec("  addons: {kubeProxy: {}}\n");
+    env.apply_yaml(&f0.yaml()).await.unwrap();
+    let kcp = env
+        .wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
     let (host, port) = endpoint_of(&kcp);
     let tenant = env.tenant_client("tenant-a", "demo").await.unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(tenant.clone(), "kube-system");
