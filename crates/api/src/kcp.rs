@@ -1080,9 +1080,8 @@ pub struct DeploymentComponent {
     #[schemars(length(max = 253))]
     pub service_account_name: Option<String>,
     /// Rollout strategy of the Deployment. The provider default is RollingUpdate with
-    /// `maxUnavailable: 0` and `maxSurge: 1`; a user value that lets every API server be
-    /// unavailable at once (`Recreate`, or `maxUnavailable` of `replicas` or more) is refused
-    /// (`SpecValid=False`).
+    /// `maxUnavailable: 0` and `maxSurge: 1` (never fewer ready API servers than desired); a
+    /// user value is used as given, even one that replaces every API server at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<DeploymentStrategy>,
     /// Scheduling affinity of the control-plane pods (corev1 `Affinity`).

@@ -563,8 +563,8 @@ fn tenant(
         .map_err(|e| SpecError::new(format!("spec.{}", e.field), e.reason))
 }
 
-/// Checks of single fields the schema cannot make: the advertise address, the rollout
-/// strategy, probe thresholds, and the fields kamaji-rs does not support (yet).
+/// Checks of single fields the schema cannot make: the advertise address, probe thresholds,
+/// and the fields kamaji-rs does not support (yet).
 fn field_errors(kcp: &KamajiControlPlane) -> Vec<SpecError> {
     let fields = &kcp.spec.fields;
     let mut errors = Vec::new();
@@ -591,10 +591,6 @@ fn field_errors(kcp: &KamajiControlPlane) -> Vec<SpecError> {
     }
     errors.extend(not_supported_yet(fields));
     errors.extend(probe_errors(fields));
-    errors.extend(strategy_errors(
-        fields.deployment.as_ref().and_then(|d| d.strategy.as_ref()),
-        kcp.spec.replicas.unwrap_or(DEFAULT_REPLICAS),
-    ));
     errors
 }
 
@@ -1008,43 +1004,6 @@ pub fn default_strategy() -> DeploymentStrategy {
     }
 }
 
-/// A user's `deployment.strategy` must keep an API server ready through a rollout: no
-/// `Recreate`, and a `maxUnavailable` below `replicas` (a percentage rounded down, as the
-/// Deployment controller does).
-fn strategy_errors(strategy: Option<&DeploymentStrategy>, replicas: i32) -> Vec<SpecError> {
-    let Some(strategy) = strategy else {
-        return Vec::new();
-    };
-    if strategy.type_.as_deref() == Some("Recreate") {
-        return vec![SpecError::new(
-            "spec.deployment.strategy.type",
-            "Recreate stops every API server before starting the new ones: use RollingUpdate",
-        )];
-    }
-    let unavailable = match strategy
-        .rolling_update
-        .as_ref()
-        .and_then(|r| r.max_unavailable.as_ref())
-    {
-        Some(IntOrString::Int(n)) => i64::from(*n),
-        Some(IntOrString::String(p)) => p
-            .strip_suffix('%')
-            .and_then(|p| p.parse::<i64>().ok())
-            .map_or(0, |p| i64::from(replicas) * p / 100),
-        None => 0,
-    };
-    if replicas > 0 && unavailable >= i64::from(replicas) {
-        return vec![SpecError::new(
-            "spec.deployment.strategy.rollingUpdate.maxUnavailable",
-            format!(
-                "lets all {replicas} API servers be unavailable during a rollout: keep it below \
-                 spec.replicas"
-            ),
-        )];
-    }
-    Vec::new()
-}
-
 fn pod_settings(fields: &kamaji_api::KamajiControlPlaneFields) -> PodSettings {
     let d = fields.deployment.clone().unwrap_or_default();
     let meta = d.additional_metadata.unwrap_or_default();
@@ -1182,23 +1141,6 @@ pub(crate) mod tests {
                 serde_json::json!({"scheduler": {"probes": {"startup": {"successThreshold": 2}}}}),
                 "spec.scheduler.probes.startup.successThreshold",
                 "must be 1",
-            ),
-            (
-                serde_json::json!({"deployment": {"strategy": {"type": "Recreate"}}}),
-                "spec.deployment.strategy.type",
-                "Recreate stops every API server",
-            ),
-            (
-                serde_json::json!({"replicas": 2, "deployment": {"strategy": {"type": "RollingUpdate",
-                    "rollingUpdate": {"maxUnavailable": "100%", "maxSurge": 0}}}}),
-                "spec.deployment.strategy.rollingUpdate.maxUnavailable",
-                "all 2 API servers",
-            ),
-            (
-                serde_json::json!({"replicas": 1, "deployment": {"strategy": {"type": "RollingUpdate",
-                    "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}}}),
-                "spec.deployment.strategy.rollingUpdate.maxUnavailable",
-                "all 1 API servers",
             ),
             (
                 serde_json::json!({"dataStoreUsername": "tenant_a"}),
