@@ -32,6 +32,8 @@ RUNC_VERSION=v1.5.3
 CNI_VERSION=v1.10.0
 # kubeadm v1.36's constants.CoreDNSVersion.
 COREDNS_VERSION=v1.14.2
+# The Gateway API whose TLSRoute CRD (standard channel, v1) network.gateway's route is.
+GATEWAY_API_VERSION=v1.6.3
 
 die() { echo "make tools: $*" >&2; exit 1; }
 
@@ -214,7 +216,13 @@ fi
 capi_src=$(cd "$here/capi" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api 2>/dev/null) \
     || die "cannot locate sigs.k8s.io/cluster-api $CAPI_VERSION in the module cache"
 
-all_dirs="$etcd_dir $k8s_dir $prev_dir $prevkubelet_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $pause_dir $nft_dir $netcheck_dir"
+# The Gateway API CRDs: only the module's files are needed, no build.
+gateway_src=$(cd "$cache" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION" 2>"$cache/gateway-api.log" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+[ -n "$gateway_src" ] && [ -d "$gateway_src" ] \
+    || die "cannot download sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION: $(head -n1 "$cache/gateway-api.log") (full log: $cache/gateway-api.log)"
+
+all_dirs="$gateway_src $etcd_dir $k8s_dir $prev_dir $prevkubelet_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $pause_dir $nft_dir $netcheck_dir"
 # Keyed by the groups' directories and this script (which decides the layout): a finished bin
 # directory is kept as it is, since tests may be running programs from it (a deferred run's
 # previous-release links start to resolve when a later run has built their groups).
@@ -237,6 +245,8 @@ for program in kube-apiserver kube-controller-manager kube-scheduler; do
 done
 ln -sf "$prevkubelet_dir/bin/kubelet" "$bin.tmp/versions/$K8S_PREV_VERSION/"
 cp "$capi_src"/core/config/crd/bases/*.yaml "$bin.tmp/crds/capi-core/"
+mkdir -p "$bin.tmp/crds/gateway-api"
+cp "$gateway_src/config/crd/standard/gateway.networking.k8s.io_tlsroutes.yaml" "$bin.tmp/crds/gateway-api/"
 cp "$capi_src"/bootstrap/kubeadm/config/crd/bases/*.yaml "$bin.tmp/crds/capi-kubeadm-bootstrap/"
 cp "$capi_src"/core/config/webhook/manifests.yaml "$bin.tmp/webhooks/capi-core.yaml"
 cp "$capi_src"/bootstrap/kubeadm/config/webhook/manifests.yaml "$bin.tmp/webhooks/capi-kubeadm-bootstrap.yaml"

@@ -15,6 +15,7 @@ pub mod context;
 pub mod controller;
 pub mod datastore;
 pub mod error;
+pub mod gateway_api;
 pub mod infrastructure;
 pub mod leader;
 pub mod metrics;

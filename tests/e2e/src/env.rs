@@ -60,6 +60,7 @@ pub struct EnvBuilder {
     versions: Vec<String>,
     workers: bool,
     clusterctl: bool,
+    gateway_api: bool,
 }
 
 impl Default for EnvBuilder {
@@ -69,6 +70,7 @@ impl Default for EnvBuilder {
             versions: Vec::new(),
             workers: false,
             clusterctl: false,
+            gateway_api: false,
         }
     }
 }
@@ -106,6 +108,14 @@ impl EnvBuilder {
     #[must_use]
     pub fn installed_by_clusterctl(mut self, on: bool) -> Self {
         self.clusterctl = on;
+        self
+    }
+
+    /// Also install the Gateway API's `TLSRoute` CRD (default: off, as in a cluster without
+    /// the Gateway API).
+    #[must_use]
+    pub fn gateway_api(mut self, on: bool) -> Self {
+        self.gateway_api = on;
         self
     }
 
@@ -154,6 +164,9 @@ impl Env {
         // The machines boot (containerd, images) while the cluster starts.
         let tools = kamaji_testenv::Tools::locate()?;
         let mut builder = LocalCluster::builder();
+        if opts.gateway_api {
+            builder = builder.crds_from(tools.gateway_api_crds());
+        }
         if shared.is_some() {
             builder = builder.service_cidr(SECOND_MANAGEMENT_SERVICE_CIDR);
         }

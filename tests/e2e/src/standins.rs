@@ -1,6 +1,7 @@
 //! Stand-ins for what another provider would do: the infrastructure provider marking the CAPI
 //! quickstart's `OpenStackCluster` provisioned (its CRD is kamaji-testenv's stand-in,
-//! [`kamaji_testenv::standins::openstack_cluster_crd_yaml`]).
+//! [`kamaji_testenv::standins::openstack_cluster_crd_yaml`]), and the data path of an ingress
+//! or Gateway controller with TLS passthrough ([`tls_passthrough`]).
 
 use anyhow::Result;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -42,4 +43,30 @@ impl Env {
             .await?;
         Ok(api)
     }
+}
+
+/// The data path of an ingress or Gateway controller with TLS passthrough (a stand-in: no such
+/// controller is built here): every TCP connection to `listen` is relayed unterminated to
+/// `backend`, which the test reads from the Ingress or TLSRoute kamaji-rs wrote. Stops when the
+/// handle is dropped or aborted.
+///
+/// # Panics
+/// When `listen` cannot be bound.
+#[must_use]
+pub fn tls_passthrough(
+    listen: std::net::SocketAddr,
+    backend: std::net::SocketAddr,
+) -> tokio::task::JoinHandle<()> {
+    let listener = std::net::TcpListener::bind(listen).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(backend).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    })
 }

@@ -280,25 +280,6 @@ async fn b03_controllers_keep_bootstrapsigner_and_signatures_follow_tokens() {
         .unwrap();
 }
 
-/// The harness's ingress controller (a stand-in): TLS passthrough from `listen` to `backend`.
-fn passthrough(
-    listen: std::net::SocketAddr,
-    backend: std::net::SocketAddr,
-) -> tokio::task::JoinHandle<()> {
-    let listener = std::net::TcpListener::bind(listen).unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut inbound, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                if let Ok(mut outbound) = tokio::net::TcpStream::connect(backend).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                }
-            });
-        }
-    })
-}
-
 #[kamaji_e2e::test]
 async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address() {
     let _serial = serial();
@@ -362,7 +343,10 @@ async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address
         .parse()
         .unwrap();
     let backend_port = u16::try_from(backend.port.unwrap().number.unwrap()).unwrap();
-    let _ingress = passthrough((ingress_ip, 443).into(), (cluster_ip, backend_port).into());
+    let _ingress = kamaji_e2e::standins::tls_passthrough(
+        (ingress_ip, 443).into(),
+        (cluster_ip, backend_port).into(),
+    );
 
     let kcp = env
         .wait_kcp_condition("tenant-a", "demo", "Available", "True", 4 * MINUTE)

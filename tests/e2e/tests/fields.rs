@@ -299,7 +299,7 @@ async fn network_ingress_becomes_an_ingress_of_the_control_plane() {
 }
 
 /// What the schema accepts but kamaji-rs does not implement yet is refused by name, with
-/// nothing created: `addons.konnectivity`, `network.gateway`, `dataStoreOverrides`, `kine`.
+/// nothing created: `addons.konnectivity`, `dataStoreOverrides`, `kine`.
 /// Removing the field lets the same control plane come up.
 #[kamaji_e2e::test]
 async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
@@ -309,10 +309,6 @@ async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
     env.namespace(ns).await.unwrap();
     let yaml = F0::new(ns, "demo")
         .replicas(1)
-        .network(
-            "serviceType: LoadBalancer, gateway: {name: gw, namespace: gateways, \
-             hostname: api.refused.example.com}",
-        )
         .spec(
             "  addons: {konnectivity: {}}\n  kine: {extraArgs: [--debug]}\n  \
              dataStoreOverrides: [{resource: /events, dataStore: default}]\n",
@@ -326,7 +322,6 @@ async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
     let message = condition_message(&kcp, "SpecValid");
     for field in [
         "spec.addons.konnectivity",
-        "spec.network.gateway",
         "spec.dataStoreOverrides",
         "spec.kine",
     ] {
@@ -354,16 +349,150 @@ async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
     ] {
         assert_eq!(found, 0, "a {kind} was created for a refused spec");
     }
-    // The fields removed (the endpoint is not set yet, so the gateway may go): it comes up.
+    // The fields removed: it comes up.
     env.patch_kcp(
         ns,
         "demo",
-        serde_json::json!({"spec": {"addons": null, "kine": null, "dataStoreOverrides": null,
-            "network": {"gateway": null}}}),
+        serde_json::json!({"spec": {"addons": null, "kine": null, "dataStoreOverrides": null}}),
     )
     .await
     .unwrap();
     env.wait_kcp_condition(ns, "demo", "Available", "True", 4 * MINUTE)
         .await
         .unwrap();
+}
+
+/// `network.gateway`: a TLSRoute named like the Service, owned by the control plane,
+/// attached to the Gateway's listener, matching the host, to the API server port of the
+/// Service, with the extra labels and annotations; the host (port 443) is the endpoint. A
+/// stand-in plays the Gateway's data path as the route says, and the tenant becomes Available
+/// through it; deleting the cluster removes the route.
+#[kamaji_e2e::test]
+async fn network_gateway_becomes_a_tls_route_of_the_control_plane() {
+    use kamaji_reconciler::gateway_api::TlsRoute;
+    use kube::api::DeleteParams;
+    let _serial = serial();
+    let mut env = Env::builder().gateway_api(true).start().await.unwrap();
+    let ns = "gateway";
+    let host = "api.gateway.example.com";
+    let gateway_ip: std::net::IpAddr = format!("127.56.{}.1", std::process::id() % 250)
+        .parse()
+        .unwrap();
+    env.resolve_for_manager(host, gateway_ip).unwrap();
+    env.namespace(ns).await.unwrap();
+    let yaml = F0::new(ns, "demo")
+        .replicas(1)
+        .network(&format!(
+            "serviceType: ClusterIP, gateway: {{name: gw, namespace: gateways, \
+             hostname: {host}, sectionName: tls, extraLabels: {{team: a}}, \
+             extraAnnotations: {{example.com/owner: team-a}}}}"
+        ))
+        .yaml();
+    env.apply_yaml(&yaml).await.unwrap();
+    let routes: Api<TlsRoute> = Api::namespaced(env.client(), ns);
+    let route = env
+        .wait_for(
+            routes.clone(),
+            "TLSRoute",
+            "demo",
+            "created",
+            2 * MINUTE,
+            |_| true,
+            |r: &TlsRoute| format!("{:?}", r.spec),
+        )
+        .await
+        .unwrap();
+    assert_eq!(route.spec.hostnames, vec![host.to_owned()]);
+    let parent = &route.spec.parent_refs.clone().unwrap()[0];
+    assert_eq!(
+        (
+            parent.name.as_str(),
+            parent.namespace.as_deref(),
+            parent.section_name.as_deref()
+        ),
+        ("gw", Some("gateways"), Some("tls"))
+    );
+    let labels = route.metadata.labels.clone().unwrap_or_default();
+    let annotations = route.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+    assert_eq!(
+        annotations.get("example.com/owner").map(String::as_str),
+        Some("team-a")
+    );
+    let owner = &route.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("KamajiControlPlane", Some(true))
+    );
+    // The Gateway's data path, as the route says.
+    let backend = route.spec.rules[0].backend_refs[0].clone();
+    let services: Api<Service> = Api::namespaced(env.client(), ns);
+    let service = env
+        .wait_for(
+            services,
+            "Service",
+            &backend.name,
+            "a ClusterIP",
+            MINUTE,
+            |s: &Service| {
+                s.spec
+                    .as_ref()
+                    .and_then(|s| s.cluster_ip.as_ref())
+                    .is_some()
+            },
+            |s: &Service| format!("{:?}", s.spec),
+        )
+        .await
+        .unwrap();
+    let cluster_ip: std::net::IpAddr = service.spec.unwrap().cluster_ip.unwrap().parse().unwrap();
+    let port = u16::try_from(backend.port.unwrap()).unwrap();
+    let _gateway =
+        kamaji_e2e::standins::tls_passthrough((gateway_ip, 443).into(), (cluster_ip, port).into());
+    let kcp = env
+        .wait_kcp_condition(ns, "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let ep = kcp.spec.control_plane_endpoint.unwrap();
+    assert_eq!((ep.host.as_deref(), ep.port), (Some(host), Some(443)));
+    // Removed with the tenant.
+    env.capi(ns, "v1beta2", "Cluster")
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = tokio::time::timeout(
+        3 * MINUTE,
+        await_condition(routes, "demo", |r: Option<&TlsRoute>| r.is_none()),
+    )
+    .await;
+    assert!(
+        matches!(gone, Ok(Ok(_))),
+        "the TLSRoute outlived its tenant"
+    );
+}
+
+/// `network.gateway` where the Gateway API is not installed: the pass fails with a message
+/// that names the field and the CRD it needs (`Reconciled=False`), and nothing is served.
+#[kamaji_e2e::test]
+async fn network_gateway_without_the_gateway_api_says_which_crd_is_missing() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let ns = "no-gateway-api";
+    env.namespace(ns).await.unwrap();
+    let yaml = F0::new(ns, "demo")
+        .replicas(1)
+        .network(
+            "serviceType: ClusterIP, gateway: {name: gw, namespace: gateways, \
+             hostname: api.nogw.example.com}",
+        )
+        .yaml();
+    env.apply_yaml(&yaml).await.unwrap();
+    let kcp = env
+        .wait_kcp_condition(ns, "demo", "Reconciled", "False", 2 * MINUTE)
+        .await
+        .unwrap();
+    let message = condition_message(&kcp, "Reconciled");
+    assert!(
+        message.contains("spec.network.gateway") && message.contains("TLSRoute CRD"),
+        "{message}"
+    );
 }

@@ -57,6 +57,12 @@ impl Tools {
         self.bin.join("crds/capi-core")
     }
 
+    /// Directory of the Gateway API CRDs the tests install (`TLSRoute`, standard channel).
+    #[must_use]
+    pub fn gateway_api_crds(&self) -> PathBuf {
+        self.bin.join("crds/gateway-api")
+    }
+
     /// Directory of the kubeadm bootstrap provider's CRDs.
     #[must_use]
     pub fn capi_bootstrap_crds(&self) -> PathBuf {

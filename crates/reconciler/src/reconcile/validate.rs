@@ -93,6 +93,8 @@ pub struct Exposure {
     pub advertise_address: Option<std::net::IpAddr>,
     /// `network.ingress`: the Ingress kamaji-rs creates for the API server.
     pub ingress: Option<kamaji_api::kcp::IngressComponent>,
+    /// `network.gateway`: the Gateway the API server's TLSRoute attaches to.
+    pub gateway: Option<kamaji_api::kcp::GatewayComponent>,
 }
 
 /// Where an endpoint set before kamaji-rs chooses one comes from, in the order they win
@@ -611,13 +613,6 @@ fn not_supported_yet(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecE
              workers must be reachable from the management cluster's pod network",
         ));
     }
-    if fields.network.as_ref().is_some_and(|n| n.gateway.is_some()) {
-        errors.push(SpecError::new(
-            "spec.network.gateway",
-            "exposure through a Gateway API TLSRoute is not supported by kamaji-rs yet (no \
-             route would be created): use network.ingress or a LoadBalancer Service",
-        ));
-    }
     if fields
         .data_store_overrides
         .as_ref()
@@ -821,6 +816,7 @@ fn exposure(net: &kamaji_api::kcp::NetworkComponent) -> Exposure {
     Exposure {
         advertise_address,
         ingress: net.ingress.clone(),
+        gateway: net.gateway.clone(),
         service_type,
         service_address: net.service_address.clone().filter(|a| !a.is_empty()),
         external,
@@ -1150,12 +1146,6 @@ pub(crate) mod tests {
             (
                 serde_json::json!({"addons": {"konnectivity": {}}}),
                 "spec.addons.konnectivity",
-                "not supported by kamaji-rs yet",
-            ),
-            (
-                serde_json::json!({"network": {"serviceType": "ClusterIP", "gateway": {
-                    "name": "g", "namespace": "n", "hostname": "api.example.com"}}}),
-                "spec.network.gateway",
                 "not supported by kamaji-rs yet",
             ),
             (

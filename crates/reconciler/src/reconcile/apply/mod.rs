@@ -210,6 +210,27 @@ async fn front(
     {
         return Ok(Some((types::ENDPOINT_READY, msg)));
     }
+    if let Some(route) = plan.tls_route.clone() {
+        let outcome = apply_owned(ctx, ns, route, None, owner)
+            .await
+            .map_err(|e| match e {
+                // The kind itself is missing: say which CRD the field needs.
+                Error::Kube {
+                    action,
+                    source: kube::Error::Api(status),
+                } if status.code == 404 => Error::Kube {
+                    action: format!(
+                        "{action} (spec.network.gateway needs the Gateway API's TLSRoute CRD, \
+                         gateway.networking.k8s.io/v1, in the management cluster)"
+                    ),
+                    source: kube::Error::Api(status),
+                },
+                e => e,
+            })?;
+        if let Outcome::Conflict(msg) = outcome {
+            return Ok(Some((types::ENDPOINT_READY, msg)));
+        }
+    }
     Ok(None)
 }
 

@@ -141,8 +141,13 @@ mod tests {
             host(&ingress, None),
             Some(("api.demo.example.com".into(), 443))
         );
-        // (A gateway's host and port would come here; `network.gateway` is refused until
-        // kamaji-rs creates its TLSRoute.)
+        // A gateway's own port.
+        let gateway = valid(&fixture(serde_json::json!({"network": {
+            "gateway": {"name": "g", "namespace": "n", "hostname": "api.demo.example.com", "port": 8443}}})));
+        assert_eq!(
+            host(&gateway, None),
+            Some(("api.demo.example.com".into(), 8443))
+        );
         // The Cluster's endpoint before everything.
         let mut preset = ingress.clone();
         preset.preset_endpoint = Some(crate::reconcile::validate::PresetEndpoint {

@@ -16,6 +16,7 @@
 
 pub mod deployment;
 pub mod endpoint;
+pub mod gateway;
 pub mod ingress;
 pub mod pki;
 pub mod service;
@@ -75,6 +76,8 @@ pub struct Plan {
     pub service: Service,
     /// The API server's Ingress (`network.ingress`).
     pub ingress: Option<k8s_openapi::api::networking::v1::Ingress>,
+    /// The API server's TLSRoute (`network.gateway`).
+    pub tls_route: Option<crate::gateway_api::TlsRoute>,
     /// The rest, once the endpoint is known; `Err` says why it is not.
     pub control_plane: Result<ControlPlane, Cond>,
 }
@@ -191,6 +194,7 @@ pub fn plan(
     );
     let service = service::service(spec, &owner, observed.service.as_ref());
     let ingress = ingress::ingress(spec, &owner);
+    let tls_route = gateway::tls_route(spec, &owner);
     let service_ip = observed.service.as_ref().and_then(endpoint::cluster_ip);
     let control_plane = match (
         service_ip,
@@ -219,6 +223,7 @@ pub fn plan(
         datastore_client,
         service,
         ingress,
+        tls_route,
         control_plane,
     }))
 }
