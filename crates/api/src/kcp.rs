@@ -359,6 +359,38 @@ pub struct KubeProxyAddonSpec {
     )]
     #[schemars(length(max = 64))]
     pub configuration_json_patches: Option<Vec<JsonPatch>>,
+    /// kube-proxy's proxy mode (`KubeProxyConfiguration.mode`), a kamaji-rs field beyond
+    /// Kamaji's schema (which offers only the patches); unset keeps the platform default
+    /// (`mode: ""`, iptables on Linux). Applied before `configurationJSONPatches`, so a patch
+    /// of `/mode` still wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<KubeProxyMode>,
+}
+
+/// kube-proxy's proxy mode on Linux (`kubeproxy.config.k8s.io/v1alpha1` `ProxyMode`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum KubeProxyMode {
+    /// iptables rules.
+    #[serde(rename = "iptables")]
+    Iptables,
+    /// IPVS virtual servers.
+    #[serde(rename = "ipvs")]
+    Ipvs,
+    /// nftables rules (beta in Kubernetes 1.31, GA in 1.33).
+    #[serde(rename = "nftables")]
+    Nftables,
+}
+
+impl KubeProxyMode {
+    /// The value of `KubeProxyConfiguration.mode`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Iptables => "iptables",
+            Self::Ipvs => "ipvs",
+            Self::Nftables => "nftables",
+        }
+    }
 }
 
 /// CoreDNS addon: an image override plus the cluster DNS Service IPs.

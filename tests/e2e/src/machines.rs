@@ -566,8 +566,8 @@ pub const SETTINGS_FOR_THIS_MACHINE_KIND: &str = "  kubelet:
   addons:
     coreDNS: {}
     kubeProxy:
+      mode: nftables
       configurationJSONPatches:
-      - {op: replace, path: /mode, value: nftables}
       - {op: add, path: /conntrack, value: {maxPerCore: 0}}
 ";
 

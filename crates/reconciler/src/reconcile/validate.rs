@@ -553,13 +553,7 @@ fn tenant(
                 .and_then(|c| c.image_repository.clone()),
             tag: addons.kube_proxy.as_ref().and_then(|c| c.image_tag.clone()),
         },
-        kube_proxy_patches: json_patches(
-            addons
-                .kube_proxy
-                .as_ref()
-                .and_then(|k| k.configuration_json_patches.clone()),
-            "spec.addons.kubeProxy.configurationJSONPatches",
-        )?,
+        kube_proxy_patches: kube_proxy_patches(addons.kube_proxy.as_ref())?,
     };
     spec.validate()
         .map_err(|e| SpecError::new(format!("spec.{}", e.field), e.reason))
@@ -648,6 +642,25 @@ fn declared_addons(addons: Option<&kamaji_api::kcp::AddonsSpec>) -> Addons {
         kube_proxy: addons.is_some_and(|a| a.kube_proxy.is_some()),
         coredns: addons.is_some_and(|a| a.core_dns.is_some()),
     }
+}
+
+/// The patches of the published KubeProxyConfiguration: `addons.kubeProxy.mode` as a
+/// `replace /mode`, then `addons.kubeProxy.configurationJSONPatches`.
+fn kube_proxy_patches(
+    kube_proxy: Option<&kamaji_api::kcp::KubeProxyAddonSpec>,
+) -> Result<json_patch::Patch, SpecError> {
+    let mut patches = json_patches(
+        kube_proxy.and_then(|k| k.configuration_json_patches.clone()),
+        "spec.addons.kubeProxy.configurationJSONPatches",
+    )?;
+    if let Some(mode) = kube_proxy.and_then(|k| k.mode) {
+        let replace: json_patch::PatchOperation = serde_json::from_value(
+            serde_json::json!({"op": "replace", "path": "/mode", "value": mode.as_str()}),
+        )
+        .map_err(|e| SpecError::new("spec.addons.kubeProxy.mode", e.to_string()))?;
+        patches.0.insert(0, replace);
+    }
+    Ok(patches)
 }
 
 /// The API's JSON patches as an RFC 6902 patch; an error names `field`.

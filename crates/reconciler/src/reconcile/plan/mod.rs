@@ -499,6 +499,47 @@ mod tests {
         assert_ne!(none.hash, proxy.hash);
     }
 
+    /// `addons.kubeProxy.mode` is the published configuration's `mode`, and a patch of
+    /// `/mode` after it still wins.
+    #[test]
+    fn the_kube_proxy_mode_is_published_and_a_patch_still_wins() {
+        let roots = kamaji_bootstrap::pki::TenantRoots::generate(
+            KeyAlgorithm::default(),
+            SystemTime::now(),
+        )
+        .unwrap();
+        let endpoint = Endpoint {
+            host: "10.0.0.10".into(),
+            port: 6443,
+        };
+        let mode = |kube_proxy: serde_json::Value| -> String {
+            let spec = valid(&fixture(
+                serde_json::json!({"addons": {"kubeProxy": kube_proxy}}),
+            ));
+            let t = tenant_objects(&spec, &datastore(), &roots, &endpoint).unwrap();
+            let cm = t
+                .objects
+                .iter()
+                .find(|o| {
+                    o.types.as_ref().is_some_and(|ty| ty.kind == "ConfigMap")
+                        && o.name_any() == "kube-proxy"
+                })
+                .unwrap();
+            let conf: serde_yaml::Value =
+                serde_yaml::from_str(cm.data["data"]["config.conf"].as_str().unwrap()).unwrap();
+            conf["mode"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(mode(serde_json::json!({})), "");
+        assert_eq!(mode(serde_json::json!({"mode": "ipvs"})), "ipvs");
+        assert_eq!(
+            mode(
+                serde_json::json!({"mode": "ipvs", "configurationJSONPatches": [
+                {"op": "replace", "path": "/mode", "value": "nftables"}]})
+            ),
+            "nftables"
+        );
+    }
+
     /// CoreDNS's image override and its Service address: `addons.coreDNS.dnsServiceIPs` over
     /// `network.dnsServiceIPs`, each the kube-dns ClusterIP and the kubelets' `clusterDNS`.
     #[test]
