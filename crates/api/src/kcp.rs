@@ -180,14 +180,15 @@ pub struct KamajiControlPlaneFields {
     #[schemars(length(min = 1, max = 63))]
     pub data_store_schema: Option<String>,
 
-    /// Database user (relational DataStores). Defaults to a name derived from namespace and
-    /// name. Immutable once set.
+    /// Database user (relational DataStores). Immutable once set. Not supported by kamaji-rs
+    /// yet (etcd DataStores only): refused with `SpecValid=False`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub data_store_username: Option<String>,
 
     /// Kubernetes resources stored in a DataStore other than `dataStoreName` (for example
-    /// `/events` in a separate etcd).
+    /// `/events` in a separate etcd). Not supported by kamaji-rs yet: a non-empty list is
+    /// refused with `SpecValid=False`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
     pub data_store_overrides: Option<Vec<DataStoreOverride>>,
@@ -226,7 +227,8 @@ pub struct KamajiControlPlaneFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler: Option<ControlPlaneComponent>,
 
-    /// kine customisation, used only with a relational or NATS DataStore.
+    /// kine customisation, used only with a relational or NATS DataStore. Not supported by
+    /// kamaji-rs yet: refused with `SpecValid=False`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kine: Option<KineComponent>,
 
@@ -312,7 +314,8 @@ pub struct AddonsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_proxy: Option<KubeProxyAddonSpec>,
     /// konnectivity server (a sidecar of the API server) and agent (in the tenant), needed when
-    /// worker nodes cannot reach the management cluster's pod network.
+    /// worker nodes cannot reach the management cluster's pod network. Not supported by
+    /// kamaji-rs yet: refused with `SpecValid=False`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub konnectivity: Option<KonnectivitySpec>,
 }
@@ -332,8 +335,8 @@ pub struct AddonSpec {
     pub image_tag: Option<String>,
 }
 
-/// kube-proxy addon: Kamaji's image override, plus (a kamaji-rs extension, optional, so
-/// Kamaji manifests apply unchanged) JSON patches for its configuration.
+/// kube-proxy addon: Kamaji's image override, plus kamaji-rs extensions (optional, so Kamaji
+/// manifests apply unchanged): JSON patches for its configuration and the proxy `mode`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeProxyAddonSpec {
@@ -348,7 +351,7 @@ pub struct KubeProxyAddonSpec {
     pub image_tag: Option<String>,
     /// RFC 6902 JSON patches applied to the generated `KubeProxyConfiguration`
     /// (`kubeproxy.config.k8s.io/v1alpha1`) before it is published in the tenant's
-    /// `kube-system/kube-proxy` ConfigMap, e.g. `mode: nftables` or `conntrack.maxPerCore: 0`
+    /// `kube-system/kube-proxy` ConfigMap, e.g. `conntrack.maxPerCore: 0` (for the proxy mode use `mode`)
     /// (leave the kernel's conntrack limit alone, as on nodes whose network namespace cannot
     /// change it). A patch that does not apply, or that changes `apiVersion`/`kind`, is refused
     /// in `SpecValid=False` naming this field.
@@ -360,9 +363,10 @@ pub struct KubeProxyAddonSpec {
     #[schemars(length(max = 64))]
     pub configuration_json_patches: Option<Vec<JsonPatch>>,
     /// kube-proxy's proxy mode (`KubeProxyConfiguration.mode`), a kamaji-rs field beyond
-    /// Kamaji's schema (which offers only the patches); unset keeps the platform default
-    /// (`mode: ""`, iptables on Linux). Applied before `configurationJSONPatches`, so a patch
-    /// of `/mode` still wins.
+    /// Kamaji's schema; unset keeps the platform default (`mode: ""`, iptables on Linux).
+    /// Applied before `configurationJSONPatches`, so a patch of `/mode` still wins. A later
+    /// change updates the published configuration only: running kube-proxy pods keep their
+    /// mode until they restart (`kubectl -n kube-system rollout restart ds/kube-proxy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<KubeProxyMode>,
 }
@@ -376,7 +380,8 @@ pub enum KubeProxyMode {
     /// IPVS virtual servers.
     #[serde(rename = "ipvs")]
     Ipvs,
-    /// nftables rules (beta in Kubernetes 1.31, GA in 1.33).
+    /// nftables rules (beta in Kubernetes 1.31, GA in 1.33; not checked against
+    /// `spec.version`).
     #[serde(rename = "nftables")]
     Nftables,
 }
@@ -1010,7 +1015,8 @@ pub struct GatewayComponent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub section_name: Option<String>,
-    /// Listener port to attach to (`ParentReference.port`).
+    /// Listener port to attach to (`ParentReference.port`), and the endpoint's port (443
+    /// without it): set it whenever the listener is not on 443, even with `sectionName`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: Option<i32>,
@@ -1039,7 +1045,8 @@ pub struct IngressComponent {
     /// Extra labels of the Ingress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_labels: Option<BTreeMap<String, String>>,
-    /// Extra annotations of the Ingress (for example TLS passthrough).
+    /// Extra annotations of the Ingress, over the ingress-nginx and HAProxy TLS-passthrough
+    /// ones kamaji-rs sets; other controllers need theirs here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_annotations: Option<BTreeMap<String, String>>,
 }
