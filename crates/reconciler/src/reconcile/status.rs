@@ -173,11 +173,7 @@ pub fn compute(inputs: &StatusInputs<'_>, now: &Time) -> KamajiControlPlaneStatu
     // While the Deployment controller has not observed the current spec, a rollout is one this
     // pass started (a new template) or one already reported; a spec that changed only
     // `replicas` is a scale, not a rollout.
-    let was_rolling_out = prev
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == types::ROLLING_OUT && c.status == "True");
+    let was_rolling_out = was_true(prev, types::ROLLING_OUT);
     let rolling_out = r.up_to_date < r.replicas
         || r.up_to_date < inputs.desired
         || (!r.observed_current && (inputs.template_changed || was_rolling_out));
@@ -303,6 +299,15 @@ pub fn transient_setback(prev: &KamajiControlPlaneStatus, next: &KamajiControlPl
     masked == *prev
 }
 
+/// Whether `status` carries condition `type_` with status True.
+fn was_true(status: &KamajiControlPlaneStatus, type_: &str) -> bool {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
 /// The CAPI contract conditions: `Initialized`, `Available`, `RollingOut`, `ScalingUp`,
 /// `ScalingDown` (capi-contract.md items 29–32).
 fn contract_conditions(
@@ -386,12 +391,7 @@ fn contract_conditions(
     // Deployment stops counting a pod in `replicas` the moment it starts terminating (its
     // kube-apiserver still serves for API_SERVER_PRE_STOP_SECONDS), so a scale-down under way
     // stays one while pods terminate; terminating pods after a rollout never start one.
-    let was_scaling_down = inputs
-        .previous
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == types::SCALING_DOWN && c.status == "True");
+    let was_scaling_down = was_true(inputs.previous, types::SCALING_DOWN);
     conds.push(if r.replicas > inputs.desired && !rolling_out {
         Cond::yes(
             types::SCALING_DOWN,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use super::meta;
+use super::exposure_meta;
 use crate::gateway_api::{
     TlsRoute, TlsRouteParentRefs, TlsRouteRules, TlsRouteRulesBackendRefs, TlsRouteSpec,
 };
@@ -18,12 +18,13 @@ use crate::reconcile::validate::ValidSpec;
 #[must_use]
 pub fn tls_route(spec: &ValidSpec, owner: &OwnerReference) -> Option<TlsRoute> {
     let declared = spec.exposure.gateway.as_ref()?;
-    let mut m = meta(spec, spec.names.service(), owner);
-    let labels = m.labels.get_or_insert_with(BTreeMap::new);
-    for (k, v) in declared.extra_labels.iter().flatten() {
-        labels.entry(k.clone()).or_insert_with(|| v.clone());
-    }
-    m.annotations = declared.extra_annotations.clone().filter(|a| !a.is_empty());
+    let m = exposure_meta(
+        spec,
+        owner,
+        declared.extra_labels.as_ref(),
+        BTreeMap::new(),
+        declared.extra_annotations.as_ref(),
+    );
     Some(TlsRoute {
         metadata: m,
         spec: TlsRouteSpec {
@@ -51,18 +52,8 @@ pub fn tls_route(spec: &ValidSpec, owner: &OwnerReference) -> Option<TlsRoute> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reconcile::plan::tests::owner;
     use crate::reconcile::validate::tests::{fixture, valid};
-
-    fn owner() -> OwnerReference {
-        OwnerReference {
-            api_version: "controlplane.cluster.x-k8s.io/v1alpha2".into(),
-            kind: "KamajiControlPlane".into(),
-            name: "demo".into(),
-            uid: "uid-1".into(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        }
-    }
 
     #[test]
     fn the_route_attaches_to_the_gateway_and_sends_its_host_to_the_api_server_port() {

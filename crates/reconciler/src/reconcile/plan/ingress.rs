@@ -15,7 +15,7 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use super::meta;
+use super::exposure_meta;
 use crate::reconcile::validate::ValidSpec;
 
 /// ingress-nginx: hand the TLS connection to the backend unterminated.
@@ -29,12 +29,7 @@ pub const HAPROXY_SSL_PASSTHROUGH: &str = "haproxy.org/ssl-passthrough";
 #[must_use]
 pub fn ingress(spec: &ValidSpec, owner: &OwnerReference) -> Option<Ingress> {
     let declared = spec.exposure.ingress.as_ref()?;
-    let mut m = meta(spec, spec.names.service(), owner);
-    let labels = m.labels.get_or_insert_with(BTreeMap::new);
-    for (k, v) in declared.extra_labels.iter().flatten() {
-        labels.entry(k.clone()).or_insert_with(|| v.clone());
-    }
-    let mut annotations: BTreeMap<String, String> = [
+    let passthrough: BTreeMap<String, String> = [
         (NGINX_SSL_PASSTHROUGH, "true"),
         (NGINX_BACKEND_PROTOCOL, "HTTPS"),
         (HAPROXY_SSL_PASSTHROUGH, "true"),
@@ -42,8 +37,13 @@ pub fn ingress(spec: &ValidSpec, owner: &OwnerReference) -> Option<Ingress> {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect();
-    annotations.extend(declared.extra_annotations.clone().unwrap_or_default());
-    m.annotations = Some(annotations);
+    let m = exposure_meta(
+        spec,
+        owner,
+        declared.extra_labels.as_ref(),
+        passthrough,
+        declared.extra_annotations.as_ref(),
+    );
     Some(Ingress {
         metadata: m,
         spec: Some(IngressSpec {
@@ -76,18 +76,8 @@ pub fn ingress(spec: &ValidSpec, owner: &OwnerReference) -> Option<Ingress> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reconcile::plan::tests::owner;
     use crate::reconcile::validate::tests::{fixture, valid};
-
-    fn owner() -> OwnerReference {
-        OwnerReference {
-            api_version: "controlplane.cluster.x-k8s.io/v1alpha2".into(),
-            kind: "KamajiControlPlane".into(),
-            name: "demo".into(),
-            uid: "uid-1".into(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        }
-    }
 
     #[test]
     fn the_ingress_routes_its_host_to_the_api_server_port_with_tls_passed_through() {

@@ -161,6 +161,26 @@ fn meta(spec: &ValidSpec, name: String, owner: &OwnerReference) -> ObjectMeta {
     }
 }
 
+/// Metadata of an exposure object (Ingress, TLSRoute): named like the Service, the common
+/// labels with the user's `extra_labels` (ours win on a clash) and `extra_annotations` over
+/// `annotations`.
+fn exposure_meta(
+    spec: &ValidSpec,
+    owner: &OwnerReference,
+    extra_labels: Option<&BTreeMap<String, String>>,
+    mut annotations: BTreeMap<String, String>,
+    extra_annotations: Option<&BTreeMap<String, String>>,
+) -> ObjectMeta {
+    let mut m = meta(spec, spec.names.service(), owner);
+    let labels = m.labels.get_or_insert_with(BTreeMap::new);
+    for (k, v) in extra_labels.into_iter().flatten() {
+        labels.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    annotations.extend(extra_annotations.cloned().unwrap_or_default());
+    m.annotations = Some(annotations).filter(|a| !a.is_empty());
+    m
+}
+
 fn owned(mut secret: Secret, owner: &OwnerReference) -> Secret {
     secret.metadata.owner_references = Some(vec![owner.clone()]);
     secret
@@ -323,12 +343,17 @@ fn tenant_objects(
         .map_err(|e| Error::Tenant(format!("{}: {}", e.field, e.reason)))?;
     let artifacts = TenantArtifacts::build(&tenant, roots.ca.cert_pem(), spec.addons)?;
     let objects = crate::tenant::objects(&artifacts)?;
-    // Every addon's objects, less the declared ones: what a removed addon leaves behind.
-    let all = crate::tenant::objects(&TenantArtifacts::build(
-        &tenant,
-        roots.ca.cert_pem(),
-        Addons::default(),
-    )?)?;
+    // Every addon's objects, less the declared ones: what a removed addon leaves behind (none
+    // when every addon is declared, so that rendering is skipped).
+    let all = if spec.addons == Addons::default() {
+        Vec::new()
+    } else {
+        crate::tenant::objects(&TenantArtifacts::build(
+            &tenant,
+            roots.ca.cert_pem(),
+            Addons::default(),
+        )?)?
+    };
     let identity = |o: &DynamicObject| {
         (
             o.types.clone().map(|t| (t.api_version, t.kind)),
@@ -374,13 +399,38 @@ fn tenant_objects(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::reconcile::validate::tests::{fixture, valid};
     use kamaji_bootstrap::pki::CertificateAuthority;
     use kube::ResourceExt;
 
-    fn owner() -> OwnerReference {
+    /// The tenant objects of F0 with `patch`, behind `10.0.0.10:6443`.
+    fn tenant_of(patch: serde_json::Value) -> TenantObjects {
+        let roots = kamaji_bootstrap::pki::TenantRoots::generate(
+            KeyAlgorithm::default(),
+            SystemTime::now(),
+        )
+        .unwrap();
+        let endpoint = Endpoint {
+            host: "10.0.0.10".into(),
+            port: 6443,
+        };
+        tenant_objects(&valid(&fixture(patch)), &datastore(), &roots, &endpoint).unwrap()
+    }
+
+    /// Tenant object `kind` `name` of `t`, as JSON.
+    fn find(t: &TenantObjects, kind: &str, name: &str) -> serde_json::Value {
+        let o = t
+            .objects
+            .iter()
+            .find(|o| o.types.as_ref().is_some_and(|ty| ty.kind == kind) && o.name_any() == name)
+            .unwrap();
+        serde_json::to_value(o).unwrap()
+    }
+
+    /// The owner reference of the builders' tests.
+    pub(crate) fn owner() -> OwnerReference {
         OwnerReference {
             api_version: "controlplane.cluster.x-k8s.io/v1alpha2".into(),
             kind: "KamajiControlPlane".into(),
@@ -456,15 +506,6 @@ mod tests {
     /// listed for removal (identities only), and the hash tells the two apart.
     #[test]
     fn addons_are_applied_as_declared_and_the_others_listed_for_removal() {
-        let roots = kamaji_bootstrap::pki::TenantRoots::generate(
-            KeyAlgorithm::default(),
-            SystemTime::now(),
-        )
-        .unwrap();
-        let endpoint = Endpoint {
-            host: "10.0.0.10".into(),
-            port: 6443,
-        };
         let names = |objs: &[DynamicObject]| -> std::collections::BTreeSet<String> {
             objs.iter()
                 .map(|o| {
@@ -473,10 +514,7 @@ mod tests {
                 })
                 .collect()
         };
-        let of = |addons: serde_json::Value| {
-            let spec = valid(&fixture(serde_json::json!({"addons": addons})));
-            tenant_objects(&spec, &datastore(), &roots, &endpoint).unwrap()
-        };
+        let of = |addons: serde_json::Value| tenant_of(serde_json::json!({"addons": addons}));
         let none = of(serde_json::Value::Null);
         let proxy = of(serde_json::json!({"kubeProxy": {}}));
         for n in [
@@ -503,30 +541,11 @@ mod tests {
     /// `/mode` after it still wins.
     #[test]
     fn the_kube_proxy_mode_is_published_and_a_patch_still_wins() {
-        let roots = kamaji_bootstrap::pki::TenantRoots::generate(
-            KeyAlgorithm::default(),
-            SystemTime::now(),
-        )
-        .unwrap();
-        let endpoint = Endpoint {
-            host: "10.0.0.10".into(),
-            port: 6443,
-        };
         let mode = |kube_proxy: serde_json::Value| -> String {
-            let spec = valid(&fixture(
-                serde_json::json!({"addons": {"kubeProxy": kube_proxy}}),
-            ));
-            let t = tenant_objects(&spec, &datastore(), &roots, &endpoint).unwrap();
-            let cm = t
-                .objects
-                .iter()
-                .find(|o| {
-                    o.types.as_ref().is_some_and(|ty| ty.kind == "ConfigMap")
-                        && o.name_any() == "kube-proxy"
-                })
-                .unwrap();
+            let t = tenant_of(serde_json::json!({"addons": {"kubeProxy": kube_proxy}}));
+            let cm = find(&t, "ConfigMap", "kube-proxy");
             let conf: serde_yaml::Value =
-                serde_yaml::from_str(cm.data["data"]["config.conf"].as_str().unwrap()).unwrap();
+                serde_yaml::from_str(cm["data"]["config.conf"].as_str().unwrap()).unwrap();
             conf["mode"].as_str().unwrap().to_owned()
         };
         assert_eq!(mode(serde_json::json!({})), "");
@@ -544,29 +563,7 @@ mod tests {
     /// `network.dnsServiceIPs`, each the kube-dns ClusterIP and the kubelets' `clusterDNS`.
     #[test]
     fn coredns_takes_its_image_and_address_from_the_spec() {
-        let roots = kamaji_bootstrap::pki::TenantRoots::generate(
-            KeyAlgorithm::default(),
-            SystemTime::now(),
-        )
-        .unwrap();
-        let endpoint = Endpoint {
-            host: "10.0.0.10".into(),
-            port: 6443,
-        };
-        let find = |t: &TenantObjects, kind: &str, name: &str| -> serde_json::Value {
-            let o = t
-                .objects
-                .iter()
-                .find(|o| {
-                    o.types.as_ref().is_some_and(|ty| ty.kind == kind) && o.name_any() == name
-                })
-                .unwrap();
-            serde_json::to_value(o).unwrap()
-        };
-        let of = |patch: serde_json::Value| {
-            tenant_objects(&valid(&fixture(patch)), &datastore(), &roots, &endpoint).unwrap()
-        };
-        let network = of(
+        let network = tenant_of(
             serde_json::json!({"network": {"dnsServiceIPs": ["10.96.0.20"]},
             "addons": {"coreDNS": {"imageRepository": "mirror.example.com/dns", "imageTag": "v9.9.9"}}}),
         );
@@ -583,7 +580,7 @@ mod tests {
             kubelet.as_str().unwrap().contains("10.96.0.20"),
             "{kubelet}"
         );
-        let own = of(
+        let own = tenant_of(
             serde_json::json!({"network": {"dnsServiceIPs": ["10.96.0.20"]},
             "addons": {"coreDNS": {"dnsServiceIPs": ["10.96.0.30"]}}}),
         );
