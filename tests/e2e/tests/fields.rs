@@ -12,7 +12,7 @@ use k8s_openapi::api::rbac::v1::Role;
 use kamaji_e2e::{Env, F0, condition_message, serial};
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::await_condition;
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt as _};
 
 const MINUTE: Duration = Duration::from_mins(1);
 
@@ -55,6 +55,64 @@ where
         + 'static,
 {
     wait_tenant::<K>(tenant, name, what, |o| o.is_none()).await;
+}
+
+/// Waits until `demo` of `api` exists and returns it.
+async fn created<K>(env: &Env, api: Api<K>, kind: &str) -> K
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    env.wait_for(
+        api,
+        kind,
+        "demo",
+        "created",
+        2 * MINUTE,
+        |_| true,
+        |k: &K| format!("{k:?}"),
+    )
+    .await
+    .unwrap()
+}
+
+/// The metadata an exposure object (Ingress, TLSRoute) carries for `extraLabels: {team: a}`
+/// and `extraAnnotations: {example.com/owner: team-a}`: those, and the KamajiControlPlane as
+/// its controller.
+fn assert_exposure_metadata(meta: &kube::api::ObjectMeta) {
+    let labels = meta.labels.clone().unwrap_or_default();
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+    assert_eq!(
+        annotations.get("example.com/owner").map(String::as_str),
+        Some("team-a")
+    );
+    let owner = &meta.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("KamajiControlPlane", Some(true))
+    );
+}
+
+/// Deletes the Cluster `ns/demo` and waits until `demo` of `api` is gone with it.
+async fn removed_with_the_tenant<K>(env: &Env, ns: &str, api: Api<K>, kind: &str)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    env.capi(ns, "v1beta2", "Cluster")
+        .delete("demo", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = tokio::time::timeout(
+        3 * MINUTE,
+        await_condition(api, "demo", |k: Option<&K>| k.is_none()),
+    )
+    .await;
+    assert!(matches!(gone, Ok(Ok(_))), "the {kind} outlived its tenant");
 }
 
 /// `spec.addons` as declared: a tenant without addons has neither kube-proxy nor CoreDNS;
@@ -208,7 +266,6 @@ async fn network_advertise_address_is_what_the_api_server_advertises() {
 #[kamaji_e2e::test]
 async fn network_ingress_becomes_an_ingress_of_the_control_plane() {
     use k8s_openapi::api::networking::v1::Ingress;
-    use kube::api::DeleteParams;
     let _serial = serial();
     let env = Env::start().await.unwrap();
     let ns = "ingress";
@@ -223,35 +280,14 @@ async fn network_ingress_becomes_an_ingress_of_the_control_plane() {
         .yaml();
     env.apply_yaml(&yaml).await.unwrap();
     let ingresses: Api<Ingress> = Api::namespaced(env.client(), ns);
-    let ingress = env
-        .wait_for(
-            ingresses.clone(),
-            "Ingress",
-            "demo",
-            "created",
-            2 * MINUTE,
-            |_| true,
-            |i: &Ingress| format!("{:?}", i.spec),
-        )
-        .await
-        .unwrap();
-    let labels = ingress.metadata.labels.clone().unwrap_or_default();
-    let annotations = ingress.metadata.annotations.clone().unwrap_or_default();
-    assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+    let ingress = created(&env, ingresses.clone(), "Ingress").await;
+    assert_exposure_metadata(&ingress.metadata);
     assert_eq!(
-        annotations.get("example.com/owner").map(String::as_str),
-        Some("team-a")
-    );
-    assert_eq!(
-        annotations
+        ingress
+            .annotations()
             .get("nginx.ingress.kubernetes.io/ssl-passthrough")
             .map(String::as_str),
         Some("true")
-    );
-    let owner = &ingress.metadata.owner_references.clone().unwrap()[0];
-    assert_eq!(
-        (owner.kind.as_str(), owner.controller),
-        ("KamajiControlPlane", Some(true))
     );
     let spec = ingress.spec.clone().unwrap();
     assert_eq!(spec.ingress_class_name.as_deref(), Some("nginx"));
@@ -285,17 +321,7 @@ async fn network_ingress_becomes_an_ingress_of_the_control_plane() {
         .unwrap();
     let ep = kcp.spec.control_plane_endpoint.unwrap();
     assert_eq!((ep.host.as_deref(), ep.port), (Some(host), Some(443)));
-    // Removed with the tenant.
-    env.capi(ns, "v1beta2", "Cluster")
-        .delete("demo", &DeleteParams::default())
-        .await
-        .unwrap();
-    let gone = tokio::time::timeout(
-        3 * MINUTE,
-        await_condition(ingresses, "demo", |i: Option<&Ingress>| i.is_none()),
-    )
-    .await;
-    assert!(matches!(gone, Ok(Ok(_))), "the Ingress outlived its tenant");
+    removed_with_the_tenant(&env, ns, ingresses, "Ingress").await;
 }
 
 /// What the schema accepts but kamaji-rs does not implement yet is refused by name, with
@@ -370,7 +396,6 @@ async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
 #[kamaji_e2e::test]
 async fn network_gateway_becomes_a_tls_route_of_the_control_plane() {
     use kamaji_reconciler::gateway_api::TlsRoute;
-    use kube::api::DeleteParams;
     let _serial = serial();
     let mut env = Env::builder().gateway_api(true).start().await.unwrap();
     let ns = "gateway";
@@ -390,18 +415,8 @@ async fn network_gateway_becomes_a_tls_route_of_the_control_plane() {
         .yaml();
     env.apply_yaml(&yaml).await.unwrap();
     let routes: Api<TlsRoute> = Api::namespaced(env.client(), ns);
-    let route = env
-        .wait_for(
-            routes.clone(),
-            "TLSRoute",
-            "demo",
-            "created",
-            2 * MINUTE,
-            |_| true,
-            |r: &TlsRoute| format!("{:?}", r.spec),
-        )
-        .await
-        .unwrap();
+    let route = created(&env, routes.clone(), "TLSRoute").await;
+    assert_exposure_metadata(&route.metadata);
     assert_eq!(route.spec.hostnames, vec![host.to_owned()]);
     let parent = &route.spec.parent_refs.clone().unwrap()[0];
     assert_eq!(
@@ -411,18 +426,6 @@ async fn network_gateway_becomes_a_tls_route_of_the_control_plane() {
             parent.section_name.as_deref()
         ),
         ("gw", Some("gateways"), Some("tls"))
-    );
-    let labels = route.metadata.labels.clone().unwrap_or_default();
-    let annotations = route.metadata.annotations.clone().unwrap_or_default();
-    assert_eq!(labels.get("team").map(String::as_str), Some("a"));
-    assert_eq!(
-        annotations.get("example.com/owner").map(String::as_str),
-        Some("team-a")
-    );
-    let owner = &route.metadata.owner_references.clone().unwrap()[0];
-    assert_eq!(
-        (owner.kind.as_str(), owner.controller),
-        ("KamajiControlPlane", Some(true))
     );
     // The Gateway's data path, as the route says.
     let backend = route.spec.rules[0].backend_refs[0].clone();
@@ -454,20 +457,7 @@ async fn network_gateway_becomes_a_tls_route_of_the_control_plane() {
         .unwrap();
     let ep = kcp.spec.control_plane_endpoint.unwrap();
     assert_eq!((ep.host.as_deref(), ep.port), (Some(host), Some(443)));
-    // Removed with the tenant.
-    env.capi(ns, "v1beta2", "Cluster")
-        .delete("demo", &DeleteParams::default())
-        .await
-        .unwrap();
-    let gone = tokio::time::timeout(
-        3 * MINUTE,
-        await_condition(routes, "demo", |r: Option<&TlsRoute>| r.is_none()),
-    )
-    .await;
-    assert!(
-        matches!(gone, Ok(Ok(_))),
-        "the TLSRoute outlived its tenant"
-    );
+    removed_with_the_tenant(&env, ns, routes, "TLSRoute").await;
 }
 
 /// `network.gateway` where the Gateway API is not installed: the pass fails with a message
