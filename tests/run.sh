@@ -23,7 +23,7 @@ export KAMAJI_ASSUME_REAL_PROGRAMS=1
 
 # The heavy suites, balanced by their run times on 2 cores (README).
 LANE_A=(fields cases lifecycle clusterctl)
-LANE_B=(e2e_main workers field_reports robustness)
+LANE_B=(e2e_main workers konnectivity field_reports robustness)
 # The suites with tests that run PREVIOUS_KUBERNETES_VERSION (tests/testenv).
 NEEDS_PREVIOUS=(lifecycle clusterctl field_reports)
 

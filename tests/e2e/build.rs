@@ -14,6 +14,7 @@ fn main() {
         ("kamaji-e2e/robustness", Needs::ProgramsAndRoot),
         ("kamaji-e2e/field_reports", Needs::ProgramsAndRoot),
         ("kamaji-e2e/workers", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/konnectivity", Needs::ProgramsAndRoot),
         ("kamaji-e2e/clusterctl", Needs::ProgramsAndRoot),
     ]);
 }

@@ -32,6 +32,8 @@ RUNC_VERSION=v1.5.3
 CNI_VERSION=v1.10.0
 # kubeadm v1.36's constants.CoreDNSVersion.
 COREDNS_VERSION=v1.14.2
+# konnectivity (addons.konnectivity): the apiserver-network-proxy release of Kubernetes v1.36.
+KONNECTIVITY_VERSION=v0.36.0
 # The Gateway API whose TLSRoute CRD (standard channel, v1) network.gateway's route is.
 GATEWAY_API_VERSION=v1.6.3
 
@@ -181,6 +183,9 @@ chain_others() {
         host-local=github.com/containernetworking/plugins/plugins/ipam/host-local \
         loopback=github.com/containernetworking/plugins/plugins/main/loopback >"$results/cni" || exit 1
     build coredns "$COREDNS_VERSION" "-s -w" coredns=kamaji-rs.test/tools/coredns >"$results/coredns" || exit 1
+    build konnectivity "$KONNECTIVITY_VERSION" "-s -w" \
+        proxy-server=sigs.k8s.io/apiserver-network-proxy/cmd/server \
+        proxy-agent=sigs.k8s.io/apiserver-network-proxy/cmd/agent >"$results/konnectivity" || exit 1
     # A static client for test pods: resolve a name, GET a URL (tests/tools/netcheck).
     build netcheck v0 "-s -w" netcheck=kamaji-rs.test/tools/netcheck >"$results/netcheck" || exit 1
     # nft and its libraries for the kube-proxy image (nftables mode; real-machines.md §2, §5.4).
@@ -198,7 +203,7 @@ for _ in 1 2; do
         exit 1
     fi
 done
-for group in etcd k8s prev prevkubelet capi containerd runc cni coredns netcheck nft; do
+for group in etcd k8s prev prevkubelet capi containerd runc cni coredns konnectivity netcheck nft; do
     printf -v "${group}_dir" '%s' "$(cat "$results/$group")"
 done
 
@@ -222,7 +227,7 @@ gateway_src=$(cd "$cache" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io
 [ -n "$gateway_src" ] && [ -d "$gateway_src" ] \
     || die "cannot download sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION: $(head -n1 "$cache/gateway-api.log") (full log: $cache/gateway-api.log)"
 
-all_dirs="$gateway_src $etcd_dir $k8s_dir $prev_dir $prevkubelet_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $pause_dir $nft_dir $netcheck_dir"
+all_dirs="$gateway_src $etcd_dir $k8s_dir $prev_dir $prevkubelet_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $konnectivity_dir $pause_dir $nft_dir $netcheck_dir"
 # Keyed by the groups' directories and this script (which decides the layout): a finished bin
 # directory is kept as it is, since tests may be running programs from it (a deferred run's
 # previous-release links start to resolve when a later run has built their groups).
@@ -234,7 +239,7 @@ if [ -d "$bin" ]; then
     exit 0
 fi
 rm -rf "$bin.tmp" && mkdir -p "$bin.tmp/crds/capi-core" "$bin.tmp/crds/capi-kubeadm-bootstrap" "$bin.tmp/webhooks"
-for d in "$etcd_dir" "$k8s_dir" "$capi_dir" "$containerd_dir" "$runc_dir" "$coredns_dir" "$pause_dir" "$netcheck_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
+for d in "$etcd_dir" "$k8s_dir" "$capi_dir" "$containerd_dir" "$runc_dir" "$coredns_dir" "$konnectivity_dir" "$pause_dir" "$netcheck_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
 # CNI plugins in their own directory (containerd's cni bin_dirs); nft's unpacked root.
 mkdir -p "$bin.tmp/cni" && ln -sf "$cni_dir"/bin/* "$bin.tmp/cni/"
 ln -sfn "$nft_dir/root" "$bin.tmp/nft-root"

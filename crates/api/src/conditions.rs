@@ -36,6 +36,10 @@ pub mod types {
     /// The kubeadm artifacts (cluster-info, kubeadm-config, kubelet-config, bootstrap-token
     /// RBAC, addons) exist in the tenant.
     pub const TENANT_BOOTSTRAPPED: &str = "TenantBootstrapped";
+    /// konnectivity agents are connected to the server (only while `spec.addons.konnectivity`
+    /// is set): `True` when every agent the tenant's workload wants is ready (an agent is
+    /// ready once it holds a connection to a server), with the counts in the message.
+    pub const KONNECTIVITY_READY: &str = "KonnectivityReady";
     /// The spec passed the controller's own validation (checks CEL cannot express, such as
     /// the DNS Service IP lying inside the Cluster's service CIDR).
     pub const SPEC_VALID: &str = "SpecValid";
@@ -50,6 +54,10 @@ pub mod types {
 pub mod reasons {
     /// `Available` True.
     pub const AVAILABLE: &str = "Available";
+    /// `KonnectivityReady` True: every agent is connected.
+    pub const AGENTS_CONNECTED: &str = "AgentsConnected";
+    /// `KonnectivityReady` False: agents are missing, starting or not connected.
+    pub const WAITING_FOR_AGENTS: &str = "WaitingForAgents";
     /// `Available` False.
     pub const NOT_AVAILABLE: &str = "NotAvailable";
     /// `Available` Unknown.

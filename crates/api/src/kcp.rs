@@ -313,9 +313,13 @@ pub struct AddonsSpec {
     /// kube-proxy DaemonSet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_proxy: Option<KubeProxyAddonSpec>,
-    /// konnectivity server (a sidecar of the API server) and agent (in the tenant), needed when
-    /// worker nodes cannot reach the management cluster's pod network. Not supported by
-    /// kamaji-rs yet: refused with `SpecValid=False`.
+    /// konnectivity server (a sidecar of the API server) and agents (in the tenant), needed
+    /// when the API server cannot reach the workers' network: its traffic to kubelets, pods and
+    /// Services (logs, exec, port-forward, webhooks) goes through agents that dial out to the
+    /// endpoint's host at `server.port`, which whatever serves the endpoint must forward to
+    /// the Service's `konnectivity` port (a LoadBalancer Service does). Refused with
+    /// `network.ingress` or `network.gateway`. Removing it removes the agents and rolls the
+    /// pods without the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub konnectivity: Option<KonnectivitySpec>,
 }

@@ -221,7 +221,8 @@ pub enum InternalSecret {
     SchedulerKubeconfig,
     /// The provider's own `system:masters` kubeconfig.
     SuperAdminKubeconfig,
-    /// The konnectivity server's certificate and kubeconfig.
+    /// The konnectivity server's kubeconfig and kube-apiserver's egress selector
+    /// configuration.
     KonnectivityServer,
 }
 
@@ -247,7 +248,7 @@ impl InternalSecret {
             Self::ControllerManagerKubeconfig => "-controller-manager.kubeconfig",
             Self::SchedulerKubeconfig => "-scheduler.kubeconfig",
             Self::SuperAdminKubeconfig => "-super-admin.kubeconfig",
-            Self::KonnectivityServer => "-konnectivity-server.tls",
+            Self::KonnectivityServer => "-konnectivity-server.kubeconfig",
         }
     }
 
@@ -364,8 +365,8 @@ impl ObjectNames {
         self.internal_secret(InternalSecret::SchedulerKubeconfig)
     }
 
-    /// Secret of the konnectivity server's certificate and kubeconfig:
-    /// `<cluster>-konnectivity-server.tls`.
+    /// Secret of the konnectivity server's kubeconfig and kube-apiserver's egress selector
+    /// configuration: `<cluster>-konnectivity-server.kubeconfig`.
     #[must_use]
     pub fn konnectivity_secret(&self) -> String {
         self.internal_secret(InternalSecret::KonnectivityServer)

@@ -51,6 +51,7 @@ pub fn secret_name(names: &ObjectNames, role: LeafRole) -> String {
         }
         LeafRole::Scheduler => names.internal_secret(InternalSecret::SchedulerKubeconfig),
         LeafRole::SuperAdmin => names.internal_secret(InternalSecret::SuperAdminKubeconfig),
+        LeafRole::KonnectivityServer => names.internal_secret(InternalSecret::KonnectivityServer),
         LeafRole::Admin => names.kubeconfig_secret(),
         LeafRole::DatastoreClient | LeafRole::DatastoreServer => {
             names.apiserver_etcd_client_secret()
@@ -77,6 +78,10 @@ pub struct LeafInputs<'a> {
     pub endpoint_url: String,
     /// The super-admin kubeconfig's server: the management Service, else the endpoint.
     pub super_admin_url: String,
+    /// Whether konnectivity runs: its server's kubeconfig is a leaf too
+    /// ([`LeafRole::KonnectivityServer`], after [`LEAVES`]), stored with the egress selector
+    /// configuration.
+    pub konnectivity: bool,
     /// Algorithm of new keys.
     pub algorithm: KeyAlgorithm,
     /// Now.
@@ -98,7 +103,9 @@ impl LeafInputs<'_> {
     /// The kubeconfig server of a kubeconfig leaf; `None` for certificate-only leaves.
     fn server(&self, role: LeafRole) -> Option<&str> {
         match role {
-            LeafRole::ControllerManager | LeafRole::Scheduler => Some(&self.local_url),
+            LeafRole::ControllerManager | LeafRole::Scheduler | LeafRole::KonnectivityServer => {
+                Some(&self.local_url)
+            }
             LeafRole::SuperAdmin => Some(&self.super_admin_url),
             LeafRole::Admin => Some(&self.endpoint_url),
             _ => None,
@@ -117,13 +124,15 @@ impl LeafInputs<'_> {
             LeafRole::ControllerManager => (LeafSpec::controller_manager(), ca),
             LeafRole::Scheduler => (LeafSpec::scheduler(), ca),
             LeafRole::SuperAdmin => (LeafSpec::super_admin(), ca),
+            LeafRole::KonnectivityServer => (LeafSpec::konnectivity_server(), ca),
             _ => (LeafSpec::admin(), ca),
         }
     }
 }
 
-/// Keeps or reissues every leaf of [`LEAVES`]; `existing` holds the stored Secrets by name.
-/// Returns the Secrets in [`LEAVES`] order; an unchanged one carries the stored bytes exactly.
+/// Keeps or reissues every leaf of [`LEAVES`] (and konnectivity's when it runs); `existing`
+/// holds the stored Secrets by name. Returns the Secrets in [`LEAVES`] order; an unchanged one
+/// carries the stored bytes exactly.
 ///
 /// # Errors
 /// [`Error`] when issuing or rendering fails.
@@ -132,8 +141,9 @@ pub fn plan(
     existing: &BTreeMap<String, Secret>,
 ) -> Result<Vec<LeafSecret>, Error> {
     let ca_data = base64::engine::general_purpose::STANDARD.encode(inputs.roots.ca.cert_pem());
-    let mut out = Vec::with_capacity(LEAVES.len());
-    for role in LEAVES {
+    let mut out = Vec::with_capacity(LEAVES.len() + 1);
+    let konnectivity = inputs.konnectivity.then_some(LeafRole::KonnectivityServer);
+    for role in LEAVES.into_iter().chain(konnectivity) {
         let name = secret_name(inputs.names, role);
         let target = SecretTarget {
             name: &name,
@@ -167,10 +177,31 @@ pub fn plan(
             None => secrets::leaf_secret(target, &leaf),
             Some(url) => {
                 let kc = render_kubeconfig(role, inputs.cluster_name, url, &inputs.roots.ca, &leaf);
-                secrets::kubeconfig_secret(target, &kc.to_yaml()?)
+                let mut s = secrets::kubeconfig_secret(target, &kc.to_yaml()?);
+                if role == LeafRole::KonnectivityServer {
+                    s.data.get_or_insert_with(BTreeMap::new).insert(
+                        crate::konnectivity::EGRESS_SELECTOR_KEY.into(),
+                        k8s_openapi::ByteString(
+                            crate::konnectivity::egress_selector_configuration().into_bytes(),
+                        ),
+                    );
+                }
+                s
             }
         };
-        let changed = !matches!(decision, LeafDecision::Keep) || !server_ok || current.is_none();
+        // Konnectivity's Secret also holds the egress selector configuration.
+        let egress_ok = role != LeafRole::KonnectivityServer
+            || current
+                .and_then(|c| c.data.as_ref())
+                .and_then(|d| d.get(crate::konnectivity::EGRESS_SELECTOR_KEY))
+                == secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(crate::konnectivity::EGRESS_SELECTOR_KEY));
+        let changed = !matches!(decision, LeafDecision::Keep)
+            || !server_ok
+            || !egress_ok
+            || current.is_none();
         if !changed && let Some(cur) = current {
             // Keep the stored bytes exactly, so an unchanged leaf is byte-identical.
             secret.data.clone_from(&cur.data);
@@ -197,6 +228,13 @@ fn render_kubeconfig(
         }
         LeafRole::Scheduler => kubeconfig::scheduler_kubeconfig(cluster, server, ca, leaf),
         LeafRole::SuperAdmin => kubeconfig::super_admin_kubeconfig(cluster, server, ca, leaf),
+        LeafRole::KonnectivityServer => kubeconfig::client_cert_kubeconfig(
+            cluster,
+            crate::konnectivity::SERVER_IDENTITY,
+            server,
+            ca,
+            leaf,
+        ),
         _ => kubeconfig::capi_admin_kubeconfig(cluster, server, ca, leaf),
     }
 }
@@ -303,6 +341,7 @@ mod tests {
             local_url: "https://localhost:6443".into(),
             endpoint_url: format!("https://{endpoint}:6443"),
             super_admin_url: "https://10.0.0.5:6443".into(),
+            konnectivity: false,
             algorithm: KeyAlgorithm::default(),
             now: SystemTime::now(),
         }
@@ -337,6 +376,40 @@ mod tests {
             .iter()
             .map(|l| (l.secret.metadata.name.clone().unwrap(), l.secret.clone()))
             .collect()
+    }
+
+    /// With konnectivity, its server's kubeconfig (`CN=system:konnectivity-server`, on the
+    /// local API server) is one more leaf, stored with the egress selector configuration and
+    /// kept like the others.
+    #[test]
+    fn konnectivity_adds_its_servers_kubeconfig_with_the_egress_configuration() {
+        let (names, roots, api) = setup();
+        let with = LeafInputs {
+            konnectivity: true,
+            ..inputs(&names, &roots, &api, "10.0.0.10")
+        };
+        let first = plan(&with, &BTreeMap::new()).unwrap();
+        let k = first.last().unwrap();
+        assert_eq!(k.role, LeafRole::KonnectivityServer);
+        assert_eq!(
+            k.secret.metadata.name.as_deref(),
+            Some("demo-konnectivity-server.kubeconfig")
+        );
+        let kc = kubeconfig_of(&k.secret).unwrap();
+        assert_eq!(kc.server, "https://localhost:6443");
+        let cert =
+            crate::pki::inspect::CertificateInfo::from_pem(kc.client.unwrap().cert_pem()).unwrap();
+        assert_eq!(
+            cert.common_name.as_deref(),
+            Some("system:konnectivity-server")
+        );
+        let egress = &k.secret.data.as_ref().unwrap()[crate::konnectivity::EGRESS_SELECTOR_KEY];
+        assert!(String::from_utf8_lossy(&egress.0).contains("udsName:"));
+        let again = plan(&with, &stored(&first)).unwrap();
+        assert!(again.iter().all(|l| !l.changed));
+        // Without konnectivity there is no such leaf.
+        let without = plan(&inputs(&names, &roots, &api, "10.0.0.10"), &BTreeMap::new()).unwrap();
+        assert_eq!(without.len(), LEAVES.len());
     }
 
     #[test]

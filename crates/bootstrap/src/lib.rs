@@ -14,6 +14,8 @@
 //! - [`controlplane`]: the flags of kube-apiserver, kube-controller-manager and
 //!   kube-scheduler, merged with the user's `extraArgs`, and the file layout of their key
 //!   material;
+//! - [`konnectivity`]: the konnectivity server sidecar, its egress selector configuration and
+//!   the agents in the tenant;
 //! - [`leaves`]: the leaves of one tenant kept or reissued, as the Secrets that hold them;
 //! - [`kubeconfig`]: kubeconfig rendering (admin, super-admin, controller-manager, scheduler,
 //!   cluster-info);
@@ -30,6 +32,7 @@
 
 pub mod controlplane;
 pub mod error;
+pub mod konnectivity;
 pub mod kubeadm;
 pub mod kubeconfig;
 pub mod leaves;

@@ -154,3 +154,38 @@ pub async fn cluster_info_kubeconfig(client: &Client) -> Result<Option<String>, 
         .and_then(|c| c.data)
         .and_then(|d| d.get("kubeconfig").cloned()))
 }
+
+/// The konnectivity agents' workload in the tenant (`kube-system/konnectivity-agent`, of
+/// `mode`'s kind) as `(ready, desired)`, `None` while it does not exist.
+///
+/// # Errors
+/// [`Error::Tenant`] when the tenant refuses the read.
+pub async fn konnectivity_agents(
+    client: &Client,
+    mode: kamaji_bootstrap::konnectivity::AgentMode,
+) -> Result<Option<(i32, i32)>, Error> {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+    use kamaji_bootstrap::konnectivity::{AGENT_NAME, AGENT_NAMESPACE, AgentMode};
+    let read = |e: kube::Error| Error::Tenant(format!("read {AGENT_NAMESPACE}/{AGENT_NAME}: {e}"));
+    Ok(match mode {
+        AgentMode::DaemonSet => Api::<DaemonSet>::namespaced(client.clone(), AGENT_NAMESPACE)
+            .get_opt(AGENT_NAME)
+            .await
+            .map_err(read)?
+            .map(|d| {
+                let s = d.status.unwrap_or_default();
+                (s.number_ready, s.desired_number_scheduled)
+            }),
+        AgentMode::Deployment { .. } => {
+            Api::<Deployment>::namespaced(client.clone(), AGENT_NAMESPACE)
+                .get_opt(AGENT_NAME)
+                .await
+                .map_err(read)?
+                .map(|d| {
+                    let desired = d.spec.and_then(|s| s.replicas).unwrap_or(1);
+                    let ready = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+                    (ready, desired)
+                })
+        }
+    })
+}

@@ -159,6 +159,7 @@ fn apiserver_command(
             prefix: "/tenants/demo".into(),
             tls: true,
         },
+        egress_selector_config: None,
         layout,
     };
     let mut cmd = Command::new(tools.path("kube-apiserver"));

@@ -14,6 +14,32 @@ pub const COREDNS_IMAGE: &str = "registry.k8s.io/coredns/coredns:v1.14.2";
 /// The test client image (`netcheck`, see `tests/tools/netcheck`).
 pub const NETCHECK_IMAGE: &str = "kamaji-rs.test/netcheck:v0";
 
+/// The apiserver-network-proxy release `make tools` builds (`KONNECTIVITY_VERSION` in
+/// `tests/tools/build.sh`): the default of `addons.konnectivity` for Kubernetes v1.36.
+pub const KONNECTIVITY_VERSION: &str = "v0.36.0";
+
+/// The konnectivity image of `program` (`proxy-server`, `proxy-agent`) under the name
+/// upstream publishes it and `addons.konnectivity` defaults to
+/// (`registry.k8s.io/kas-network-proxy/proxy-server:v0.36.0`).
+#[must_use]
+pub fn konnectivity_image(program: &str) -> String {
+    format!("registry.k8s.io/kas-network-proxy/{program}:{KONNECTIVITY_VERSION}")
+}
+
+/// The konnectivity image of `program` as upstream's: the static program at `/<program>`,
+/// the command the provider's containers run.
+///
+/// # Errors
+/// When the program is missing.
+pub fn konnectivity(tools: &Tools, program: &str) -> Result<ImageBuilder> {
+    let binary = tools.path(program);
+    std::fs::metadata(&binary)
+        .with_context(|| format!("{} is missing (run `make tools`)", binary.display()))?;
+    Ok(ImageBuilder::new(&konnectivity_image(program))?
+        .file(&format!("/{program}"), binary, 0o755)
+        .entrypoint([format!("/{program}")]))
+}
+
 /// The kube-proxy image kubeadm's addon names for `version` (`registry.k8s.io/kube-proxy:<v>`).
 #[must_use]
 pub fn kube_proxy_image(version: &str) -> String {
@@ -81,7 +107,8 @@ pub fn node_images(tools: &Tools) -> Result<Vec<ImageBuilder>> {
     ])
 }
 
-/// The worker images: the [`node_images`], `CoreDNS` and the netcheck client.
+/// The worker images: the [`node_images`], `CoreDNS`, the konnectivity agent and the
+/// netcheck client.
 ///
 /// # Errors
 /// When a program or library is missing.
@@ -92,6 +119,7 @@ pub fn worker_images(tools: &Tools) -> Result<Vec<ImageBuilder>> {
             .file("/coredns", tools.path("coredns"), 0o755)
             .entrypoint(["/coredns"])
             .user("65532"),
+        konnectivity(tools, "proxy-agent")?,
         netcheck(tools)?,
     ]);
     Ok(images)

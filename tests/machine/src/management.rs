@@ -15,8 +15,8 @@
 //! - kube-proxy as a static pod (nftables mode, its image from [`images`](crate::images)),
 //!   authenticated as `system:kube-proxy` (bound to `system:node-proxier` by default), with
 //!   `clusterCIDR` set so traffic from outside the pod network is masqueraded;
-//! - the control-plane images of the requested versions, the pause and kube-proxy images
-//!   and the netcheck test client (an [`ImageStore`]).
+//! - the control-plane images of the requested versions, the pause, kube-proxy and
+//!   konnectivity-server images and the netcheck test client (an [`ImageStore`]).
 //!
 //! Once every Node is Ready with its pod CIDR, each CIDR is routed to its machine in the
 //! test's namespace and in every other machine (a cloud route controller's role; before any
@@ -173,11 +173,13 @@ impl Drop for Indices {
     }
 }
 
-/// The images of every management machine: pause, kube-proxy, the netcheck test client and
+/// The images of every management machine: pause, kube-proxy, the netcheck test client, the
+/// konnectivity server and
 /// the control-plane images of `versions`, in a store made once for them.
 async fn image_store(tools: &Tools, versions: &[String], capi: bool) -> Result<ImageStore> {
     let mut images = node_images(tools)?;
     images.push(netcheck(tools)?);
+    images.push(crate::images::konnectivity(tools, "proxy-server")?);
     if capi {
         images.extend(crate::images::capi_images(tools)?);
     }

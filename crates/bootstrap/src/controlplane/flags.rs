@@ -103,6 +103,21 @@ pub fn removed_flag(component: Component, extra: &[String], minor: u32) -> Optio
 /// flags in the user's order.
 #[must_use]
 pub fn merge(component: Component, defaults: &[Flag], extra: &[String]) -> Vec<String> {
+    let mut out = merge_flags(defaults, extra, |name| repeatable(component, name));
+    if component == Component::ControllerManager {
+        ensure_required_controllers(&mut out);
+    }
+    out.iter().map(Flag::render).collect()
+}
+
+/// The merge of [`merge`] for any program: `repeatable` says which flags the program accepts
+/// several times (all others: the last value wins). Returns the flags, not yet rendered.
+#[must_use]
+pub fn merge_flags(
+    defaults: &[Flag],
+    extra: &[String],
+    repeatable: impl Fn(&str) -> bool,
+) -> Vec<Flag> {
     let user: Vec<Flag> = extra
         .iter()
         .map(|a| Flag::parse(a))
@@ -116,15 +131,12 @@ pub fn merge(component: Component, defaults: &[Flag], extra: &[String]) -> Vec<S
         .collect();
     for (i, flag) in user.iter().enumerate() {
         let later_duplicate = user[i + 1..].iter().any(|f| f.name == flag.name);
-        if later_duplicate && !repeatable(component, &flag.name) {
+        if later_duplicate && !repeatable(&flag.name) {
             continue; // pflag semantics: the last value of a scalar flag wins
         }
         out.push(flag.clone());
     }
-    if component == Component::ControllerManager {
-        ensure_required_controllers(&mut out);
-    }
-    out.iter().map(Flag::render).collect()
+    out
 }
 
 /// Makes `--controllers` enable [`REQUIRED_CONTROLLERS`]: drops `-bootstrapsigner` /

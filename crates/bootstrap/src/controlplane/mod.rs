@@ -52,6 +52,9 @@ pub struct ControlPlaneSpec {
     pub advertise_address: Option<IpAddr>,
     /// The datastore.
     pub datastore: DatastoreWiring,
+    /// `--egress-selector-config-file`, when konnectivity carries the `cluster` egress
+    /// ([`crate::konnectivity::egress_selector_file`]).
+    pub egress_selector_config: Option<String>,
     /// Where the key material is.
     pub layout: Layout,
 }
@@ -97,6 +100,9 @@ pub fn default_flags(spec: &ControlPlaneSpec, component: Component) -> Vec<Flag>
             }
             if let Some(ip) = spec.advertise_address {
                 f.push(Flag::new("advertise-address", ip.to_string()));
+            }
+            if let Some(file) = &spec.egress_selector_config {
+                f.push(Flag::new("egress-selector-config-file", file.clone()));
             }
             f.extend([
                 Flag::new(
@@ -255,6 +261,7 @@ mod tests {
                 prefix: "/tenant_a_demo_1".into(),
                 tls,
             },
+            egress_selector_config: None,
             layout: Layout::default(),
         }
     }

@@ -127,6 +127,8 @@ pub enum LeafRole {
     Admin,
     /// The `system:masters` identity for the provider's own bootstrap work; never published.
     SuperAdmin,
+    /// The konnectivity server's identity towards kube-apiserver (TokenReviews of agents).
+    KonnectivityServer,
 }
 
 /// Extended key usage of a leaf.
@@ -260,6 +262,16 @@ impl LeafSpec {
     #[must_use]
     pub fn scheduler() -> Self {
         Self::client(LeafRole::Scheduler, "system:kube-scheduler", &[])
+    }
+    /// `CN=system:konnectivity-server`, clientAuth (the upstream konnectivity setup's
+    /// identity of the server, bound to `system:auth-delegator` in the tenant).
+    #[must_use]
+    pub fn konnectivity_server() -> Self {
+        Self::client(
+            LeafRole::KonnectivityServer,
+            crate::konnectivity::SERVER_IDENTITY,
+            &[],
+        )
     }
     /// `CN=kubernetes-admin, O=kubeadm:cluster-admins`, clientAuth (kubeadm ≥ 1.29 admin.conf).
     #[must_use]

@@ -59,6 +59,7 @@ struct Facts {
     template_changed: bool,
     reachable: bool,
     kubeconfig_exists: bool,
+    retired: Vec<&'static str>,
 }
 
 impl Facts {
@@ -79,6 +80,11 @@ impl Facts {
                 || observed
                     .secrets
                     .contains_key(&spec.names.kubeconfig_secret()),
+            retired: if spec.konnectivity.is_none() {
+                vec![kamaji_api::conditions::types::KONNECTIVITY_READY]
+            } else {
+                Vec::new()
+            },
         }
     }
 }
@@ -291,6 +297,7 @@ async fn finish(
                 api_reachable: f.reachable,
                 kubeconfig_exists: f.kubeconfig_exists,
                 template_changed: f.template_changed,
+                retired: f.retired.clone(),
                 conditions: report.conditions,
             },
             &now,

@@ -151,6 +151,9 @@ pub struct StatusInputs<'a> {
     /// controller has observed a new spec its counters describe the old one; this tells a
     /// rollout (a new template) from a scale (only `replicas` changed) in that window.
     pub template_changed: bool,
+    /// Condition types that no longer apply (`KonnectivityReady` once konnectivity is removed
+    /// from the spec): dropped from the stored conditions.
+    pub retired: Vec<&'static str>,
     /// Conditions computed by the pipeline steps (gates, PKI, datastore, endpoint, bootstrap).
     pub conditions: Vec<Cond>,
 }
@@ -184,7 +187,8 @@ pub fn compute(inputs: &StatusInputs<'_>, now: &Time) -> KamajiControlPlaneStatu
         available,
         rolling_out,
     ));
-    let prev_conditions = prev.conditions.clone().unwrap_or_default();
+    let mut prev_conditions = prev.conditions.clone().unwrap_or_default();
+    prev_conditions.retain(|c| !inputs.retired.contains(&c.type_.as_str()));
     let conditions = merge_conditions(&prev_conditions, &conds, inputs.generation, now);
 
     // versions[]: what runs. When the rollout is complete, every pod runs the desired version;
@@ -548,6 +552,7 @@ mod tests {
             api_reachable: reachable,
             kubeconfig_exists: true,
             template_changed: false,
+            retired: vec![],
             conditions: vec![],
         }
     }

@@ -29,6 +29,7 @@ use kamaji_api::kcp::{
 use kamaji_api::names::{self, ObjectNames};
 use kamaji_api::validation;
 use kamaji_bootstrap::controlplane::removed_flag;
+use kamaji_bootstrap::konnectivity::Konnectivity;
 use kamaji_bootstrap::kubeadm::{AddonImage, Addons, KubeletSpec, Tenant, TenantSpec};
 use kamaji_bootstrap::network::{NetworkSpec, TenantNetwork};
 use kamaji_bootstrap::pki::ApiServerNames;
@@ -246,6 +247,8 @@ pub struct ValidSpec {
     /// The addons `spec.addons` declares (kube-proxy, CoreDNS); an absent one is not
     /// installed, and what kamaji-rs installed of it is removed.
     pub addons: Addons,
+    /// `addons.konnectivity`: the server sidecar and the agents, when declared.
+    pub konnectivity: Option<Konnectivity>,
 }
 
 impl ValidSpec {
@@ -316,6 +319,7 @@ pub fn validate(
         return Err(errors);
     };
     errors.extend(serving_names(&exposure, preset_endpoint.as_ref(), &network));
+    let konnectivity = konnectivity(fields, &exposure, port, version.minor, &mut errors);
     let tenant = tenant(
         kcp,
         cluster,
@@ -362,6 +366,115 @@ pub fn validate(
             .map(|t| t.0),
         tenant,
         addons: declared_addons(fields.addons.as_ref()),
+        konnectivity,
+    })
+}
+
+/// `addons.konnectivity`, with defaults: images without a version take the
+/// apiserver-network-proxy release of the tenant's minor. Refused with an Ingress or Gateway
+/// exposure (the agents dial the endpoint's host at the server port, which an Ingress or
+/// TLSRoute for the API server does not route), and with a server port that is already
+/// taken in the pod or on the Service.
+fn konnectivity(
+    fields: &kamaji_api::KamajiControlPlaneFields,
+    exposure: &Exposure,
+    api_port: u16,
+    minor: u32,
+    errors: &mut Vec<SpecError>,
+) -> Option<Konnectivity> {
+    use kamaji_api::kcp::{
+        DEFAULT_KONNECTIVITY_AGENT_IMAGE, DEFAULT_KONNECTIVITY_SERVER_IMAGE,
+        DEFAULT_KONNECTIVITY_SERVER_PORT, KonnectivityAgentMode,
+    };
+    use kamaji_bootstrap::konnectivity as k;
+    let spec = fields.addons.as_ref()?.konnectivity.as_ref()?;
+    let via = if exposure.ingress.is_some() {
+        Some("spec.network.ingress")
+    } else if exposure.gateway.is_some() {
+        Some("spec.network.gateway")
+    } else {
+        None
+    };
+    if let Some(via) = via {
+        errors.push(SpecError::new(
+            "spec.addons.konnectivity",
+            format!(
+                "konnectivity agents connect to the endpoint's host at the server port, which \
+                 {via} does not route: expose the control plane with a LoadBalancer or NodePort \
+                 Service, or remove konnectivity"
+            ),
+        ));
+    }
+    let server = spec.server.clone().unwrap_or_default();
+    let agent = spec.agent.clone().unwrap_or_default();
+    let port = server.port.unwrap_or(DEFAULT_KONNECTIVITY_SERVER_PORT);
+    let port = u16::try_from(port).ok().filter(|p| *p != 0);
+    let taken = |p: u16| {
+        p == api_port
+            || p == k::ADMIN_PORT
+            || p == k::HEALTH_PORT
+            || exposure
+                .additional_ports
+                .iter()
+                .any(|a| a.port == i32::from(p) || a.name.as_deref() == Some(k::SERVER_PORT_NAME))
+    };
+    match port {
+        Some(p) if !taken(p) => {}
+        _ => {
+            errors.push(SpecError::new(
+                "spec.addons.konnectivity.server.port",
+                format!(
+                    "{} is taken: the API server listens on {api_port}, konnectivity's admin and \
+                     health ports are {} and {}, and network.additionalServicePorts may not \
+                     use it (nor the port name {})",
+                    server.port.unwrap_or(DEFAULT_KONNECTIVITY_SERVER_PORT),
+                    k::ADMIN_PORT,
+                    k::HEALTH_PORT,
+                    k::SERVER_PORT_NAME
+                ),
+            ));
+        }
+    }
+    let image = |image: Option<&String>, default: &str, version: Option<&String>| {
+        format!(
+            "{}:{}",
+            image
+                .filter(|i| !i.is_empty())
+                .map_or(default, String::as_str),
+            version
+                .filter(|v| !v.is_empty())
+                .cloned()
+                .unwrap_or_else(|| k::default_version(minor))
+        )
+    };
+    Some(k::Konnectivity {
+        server: k::Server {
+            image: image(
+                server.image.as_ref(),
+                DEFAULT_KONNECTIVITY_SERVER_IMAGE,
+                server.version.as_ref(),
+            ),
+            port: port.unwrap_or_default(),
+            resources: server.resources.clone(),
+            extra_args: server.extra_args.clone().unwrap_or_default(),
+            security_context: server.security_context.clone(),
+        },
+        agent: k::Agent {
+            image: image(
+                agent.image.as_ref(),
+                DEFAULT_KONNECTIVITY_AGENT_IMAGE,
+                agent.version.as_ref(),
+            ),
+            host_network: agent.host_network.unwrap_or(false),
+            tolerations: agent.tolerations.clone().unwrap_or_default(),
+            extra_args: agent.extra_args.clone().unwrap_or_default(),
+            mode: match agent.mode.unwrap_or(KonnectivityAgentMode::DaemonSet) {
+                KonnectivityAgentMode::DaemonSet => k::AgentMode::DaemonSet,
+                KonnectivityAgentMode::Deployment => k::AgentMode::Deployment {
+                    replicas: agent.replicas.unwrap_or(1),
+                },
+            },
+        },
     })
 }
 
@@ -595,18 +708,6 @@ fn field_errors(kcp: &KamajiControlPlane) -> Vec<SpecError> {
 /// accepted and ignored.
 fn not_supported_yet(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecError> {
     let mut errors = Vec::new();
-    if fields
-        .addons
-        .as_ref()
-        .is_some_and(|a| a.konnectivity.is_some())
-    {
-        errors.push(SpecError::new(
-            "spec.addons.konnectivity",
-            "konnectivity is not supported by kamaji-rs yet (no konnectivity server or agent \
-             would run): remove it; the API server then reaches the kubelets directly, so \
-             workers must be reachable from the management cluster's pod network",
-        ));
-    }
     if fields
         .data_store_overrides
         .as_ref()
@@ -1157,9 +1258,20 @@ pub(crate) mod tests {
                 "not support yet",
             ),
             (
-                serde_json::json!({"addons": {"konnectivity": {}}}),
+                serde_json::json!({"addons": {"konnectivity": {}},
+                    "network": {"ingress": {"hostname": "k.example.com"}}}),
                 "spec.addons.konnectivity",
-                "not supported by kamaji-rs yet",
+                "which spec.network.ingress does not route",
+            ),
+            (
+                serde_json::json!({"addons": {"konnectivity": {"server": {"port": 6443}}}}),
+                "spec.addons.konnectivity.server.port",
+                "6443 is taken",
+            ),
+            (
+                serde_json::json!({"addons": {"konnectivity": {"server": {"port": 8134}}}}),
+                "spec.addons.konnectivity.server.port",
+                "8134 is taken",
             ),
             (
                 serde_json::json!({"dataStoreOverrides": [{"resource": "/events", "dataStore": "events"}]}),

@@ -319,7 +319,16 @@ async fn tenant(
                 reasons::READY,
                 format!("applied: {}", objects.summary),
             ));
-            Ok(ctx.config.resync)
+            let Some(k) = &spec.konnectivity else {
+                return Ok(ctx.config.resync);
+            };
+            // Agents connecting produce no event here: look again until all are connected.
+            let connected = konnectivity_agents(k, super_admin, report).await;
+            Ok(if connected {
+                ctx.config.resync
+            } else {
+                ctx.waiting.next(&key)
+            })
         }
         Err(e) => {
             warn!(kcp = %key, "tenant bootstrap: {e}");
@@ -537,11 +546,11 @@ async fn remove_legacy_secrets(
             ..DeleteParams::default()
         };
         match api.delete(&name, &precondition).await {
-            Ok(_) => info!(secret = %name, "removed a Secret moved to its new name"),
+            Ok(_) => info!(secret = %name, "removed a Secret no pod uses any more"),
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => {
                 return Err(Error::Kube {
-                    action: format!("delete moved Secret {}/{name}", spec.namespace),
+                    action: format!("delete unused Secret {}/{name}", spec.namespace),
                     source: e,
                 });
             }
@@ -592,6 +601,66 @@ async fn set_cluster_endpoint(
         .await
         .ctx(|| format!("set Cluster {}/{} spec.controlPlaneEndpoint", spec.namespace, spec.cluster_name))?;
     Ok(())
+}
+
+/// Reports whether the konnectivity agents are connected (`KonnectivityReady`, from their
+/// workload's ready count in the tenant: an agent is ready once it holds a connection to a
+/// server); returns whether all are.
+async fn konnectivity_agents(
+    k: &kamaji_bootstrap::konnectivity::Konnectivity,
+    super_admin: Option<&Secret>,
+    report: &mut Report,
+) -> bool {
+    let counts = match super_admin {
+        Some(s) => match tenant::client_from_secret(s).await {
+            Ok(client) => tenant::konnectivity_agents(&client, k.agent.mode).await,
+            Err(e) => Err(e),
+        },
+        None => Err(crate::error::Error::Tenant(
+            "super-admin kubeconfig missing".into(),
+        )),
+    };
+    let (cond, connected) = match counts {
+        Ok(Some((ready, desired))) if desired > 0 && ready >= desired => (
+            Cond::yes(
+                types::KONNECTIVITY_READY,
+                reasons::AGENTS_CONNECTED,
+                format!("{ready} of {desired} konnectivity agents connected"),
+            ),
+            true,
+        ),
+        Ok(Some((ready, desired))) => (
+            Cond::no(
+                types::KONNECTIVITY_READY,
+                reasons::WAITING_FOR_AGENTS,
+                if desired == 0 {
+                    "no konnectivity agent is scheduled (the tenant has no node for them yet)"
+                        .to_owned()
+                } else {
+                    format!("{ready} of {desired} konnectivity agents connected")
+                },
+            ),
+            false,
+        ),
+        Ok(None) => (
+            Cond::no(
+                types::KONNECTIVITY_READY,
+                reasons::WAITING_FOR_AGENTS,
+                "the konnectivity agents' workload does not exist in the tenant yet",
+            ),
+            false,
+        ),
+        Err(e) => (
+            Cond::unknown(
+                types::KONNECTIVITY_READY,
+                reasons::WAITING_FOR_AGENTS,
+                format!("cannot read the konnectivity agents: {e}"),
+            ),
+            false,
+        ),
+    };
+    report.push(cond);
+    connected
 }
 
 /// Applies the kubeadm join artifacts to the tenant when they changed (or cluster-info is

@@ -164,6 +164,10 @@ fn container(spec: &ValidSpec, cp: &ControlPlaneSpec, c: Component) -> Container
             ..VolumeMount::default()
         })
         .collect();
+    if c == Component::ApiServer && spec.konnectivity.is_some() {
+        volume_mounts.push(kamaji_bootstrap::konnectivity::config_mount());
+        volume_mounts.push(kamaji_bootstrap::konnectivity::uds_mount());
+    }
     volume_mounts.extend(own.extra_volume_mounts.iter().cloned());
     Container {
         name: c.name().into(),
@@ -266,11 +270,22 @@ pub fn deployment(
         BTreeMap::from([(PKI_HASH_ANNOTATION.to_owned(), pki_hash.to_owned())]);
     merge_into(&mut pod_annotations, &pod.pod_annotations);
     let mut volumes = pki_volumes(spec, cp);
-    volumes.extend(pod.extra_volumes.iter().cloned());
     let mut containers: Vec<Container> = Component::ALL
         .into_iter()
         .map(|c| container(spec, cp, c))
         .collect();
+    if let Some(k) = &spec.konnectivity {
+        volumes.extend(kamaji_bootstrap::konnectivity::volumes(
+            &spec.names.konnectivity_secret(),
+            SECRET_MODE,
+        ));
+        containers.push(kamaji_bootstrap::konnectivity::server_container(
+            &k.server,
+            &cp.layout,
+            spec.replicas,
+        ));
+    }
+    volumes.extend(pod.extra_volumes.iter().cloned());
     containers.extend(pod.extra_containers.iter().cloned());
     Deployment {
         metadata: m,

@@ -104,7 +104,8 @@ pub struct ControlPlane {
     pub deployment: Deployment,
     /// How long until `spec.rollout.after` passes, while it is ahead.
     pub rollout_due: Option<std::time::Duration>,
-    /// Secrets under v0.1 names to remove once every replica mounts the new ones.
+    /// Secrets no pod needs any more, removed once every replica runs without them: those
+    /// under v0.1 names (moved to new ones), and konnectivity's once it is turned off.
     pub legacy: Vec<Secret>,
     /// The tenant's kubeadm artifacts, when its API answered this pass.
     pub tenant: Option<TenantObjects>,
@@ -273,6 +274,10 @@ pub fn control_plane_spec(
             prefix: kamaji_api::names::etcd_prefix(&spec.datastore_schema),
             tls: true,
         },
+        egress_selector_config: spec
+            .konnectivity
+            .as_ref()
+            .map(|_| kamaji_bootstrap::konnectivity::egress_selector_file()),
         layout: Layout::default(),
     }
 }
@@ -326,9 +331,31 @@ fn control_plane(
         leaves,
         deployment,
         rollout_due: rollout.due_in,
-        legacy: legacy.into_iter().map(|(_, s)| s).collect(),
+        legacy: legacy
+            .into_iter()
+            .map(|(_, s)| s)
+            .chain(unused_konnectivity_secret(spec, observed, &owner.uid))
+            .collect(),
         tenant,
     })
+}
+
+/// konnectivity's Secret while konnectivity is off, when this control plane controls it.
+fn unused_konnectivity_secret(spec: &ValidSpec, observed: &Observed, uid: &str) -> Option<Secret> {
+    if spec.konnectivity.is_some() {
+        return None;
+    }
+    observed
+        .secrets
+        .get(&spec.names.konnectivity_secret())
+        .filter(|s| {
+            s.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .cloned()
 }
 
 fn tenant_objects(
@@ -345,6 +372,14 @@ fn tenant_objects(
     let objects = crate::tenant::objects(&artifacts)?;
     // Every addon's objects, less the declared ones: what a removed addon leaves behind (none
     // when every addon is declared, so that rendering is skipped).
+    let mut objects = objects;
+    if let Some(k) = &spec.konnectivity {
+        let agents =
+            kamaji_bootstrap::konnectivity::agent_objects(&k.agent, &endpoint.host, k.server.port);
+        for v in agents.to_values()? {
+            objects.push(serde_json::from_value(v)?);
+        }
+    }
     let all = if spec.addons == Addons::default() {
         Vec::new()
     } else {
@@ -362,8 +397,25 @@ fn tenant_objects(
         )
     };
     let declared: std::collections::BTreeSet<_> = objects.iter().map(identity).collect();
+    // konnectivity's agents: all of their objects when it is off, the other workload kind
+    // when it is on.
+    let konnectivity_objects = kamaji_bootstrap::konnectivity::agent_identities()
+        .into_iter()
+        .map(|(api_version, kind, namespace, name)| DynamicObject {
+            types: Some(kube::api::TypeMeta {
+                api_version: api_version.to_owned(),
+                kind: kind.to_owned(),
+            }),
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: namespace.map(str::to_owned),
+                ..Default::default()
+            },
+            data: serde_json::Value::Null,
+        });
     let removed: Vec<DynamicObject> = all
         .into_iter()
+        .chain(konnectivity_objects)
         .filter(|o| !declared.contains(&identity(o)))
         .map(|o| DynamicObject {
             types: o.types,
@@ -381,6 +433,9 @@ fn tenant_objects(
     }
     if spec.addons.coredns {
         summary.push("CoreDNS");
+    }
+    if spec.konnectivity.is_some() {
+        summary.push("konnectivity agents");
     }
     Ok(TenantObjects {
         hash: desired_hash(&(&objects, &removed)),
@@ -535,6 +590,126 @@ pub(crate) mod tests {
         assert!(!none.summary.contains("kube-proxy"));
         assert!(proxy.summary.contains("kube-proxy"));
         assert_ne!(none.hash, proxy.hash);
+    }
+
+    /// `addons.konnectivity`: the server runs beside kube-apiserver (which sends its `cluster`
+    /// egress through the shared socket) with the spec's settings, and the Service carries the
+    /// server port; without it the pod has none of this.
+    #[test]
+    fn konnectivity_runs_its_server_beside_the_api_server_and_its_agents_in_the_tenant() {
+        let on = serde_json::json!({"addons": {"konnectivity": {
+            "server": {"port": 8132, "extraArgs": ["--keepalive-time=30s"],
+                       "resources": {"requests": {"cpu": "50m"}},
+                       "securityContext": {"readOnlyRootFilesystem": true}},
+            "agent": {"mode": "Deployment", "replicas": 2, "hostNetwork": true,
+                      "version": "v0.36.1", "extraArgs": ["--sync-interval=2s"]}}}});
+        let spec = valid(&fixture(on));
+        let endpoint = Endpoint {
+            host: "10.0.0.10".into(),
+            port: 6443,
+        };
+        let cp = control_plane_spec(&spec, &datastore(), &endpoint);
+        let d = serde_json::to_value(deployment::deployment(&spec, &cp, &owner(), "h")).unwrap();
+        let pod = &d["spec"]["template"]["spec"];
+        let containers = pod["containers"].as_array().unwrap();
+        let server = containers
+            .iter()
+            .find(|c| c["name"] == "konnectivity-server")
+            .unwrap();
+        assert_eq!(
+            server["image"],
+            "registry.k8s.io/kas-network-proxy/proxy-server:v0.36.0"
+        );
+        assert_eq!(server["resources"]["requests"]["cpu"], "50m");
+        assert_eq!(server["securityContext"]["readOnlyRootFilesystem"], true);
+        let args: Vec<&str> = server["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(args.contains(&"--keepalive-time=30s"));
+        assert!(args.contains(&"--server-count=2"), "one server per replica");
+        let api = containers
+            .iter()
+            .find(|c| c["name"] == "kube-apiserver")
+            .unwrap();
+        assert!(api["args"].as_array().unwrap().contains(&serde_json::json!(
+            "--egress-selector-config-file=/etc/kubernetes/konnectivity/egress-selector-configuration.yaml"
+        )));
+        let mounts = |c: &serde_json::Value| -> Vec<String> {
+            c["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        for c in [api, server] {
+            assert!(mounts(c).contains(&"konnectivity-uds".to_owned()));
+            assert!(mounts(c).contains(&"konnectivity".to_owned()));
+        }
+        assert!(
+            pod["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["secret"]["secretName"] == "demo-konnectivity-server.kubeconfig")
+        );
+        let plain = valid(&fixture(serde_json::json!({})));
+        let cp = control_plane_spec(&plain, &datastore(), &endpoint);
+        let d = serde_json::to_value(deployment::deployment(&plain, &cp, &owner(), "h")).unwrap();
+        assert!(!d.to_string().contains("konnectivity"));
+        let svc = serde_json::to_value(service::service(&spec, &owner(), None)).unwrap();
+        assert!(
+            svc["spec"]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "konnectivity" && p["port"] == 8132)
+        );
+    }
+
+    /// `addons.konnectivity`'s agents in the tenant: the workload of the mode with the spec's
+    /// settings, the server identity's binding; the other workload kind, and everything when
+    /// konnectivity is off, listed for removal.
+    #[test]
+    fn konnectivity_agents_are_applied_in_the_tenant_as_declared_and_removed_without_it() {
+        let t = tenant_of(serde_json::json!({"addons": {"konnectivity": {
+            "agent": {"mode": "Deployment", "replicas": 2, "hostNetwork": true,
+                      "version": "v0.36.1", "extraArgs": ["--sync-interval=2s"]}}}}));
+        let agents = find(&t, "Deployment", "konnectivity-agent");
+        assert_eq!(agents["spec"]["replicas"], 2);
+        let agent_pod = &agents["spec"]["template"]["spec"];
+        assert_eq!(agent_pod["hostNetwork"], true);
+        assert_eq!(
+            agent_pod["containers"][0]["image"],
+            "registry.k8s.io/kas-network-proxy/proxy-agent:v0.36.1"
+        );
+        let args = agent_pod["containers"][0]["args"].as_array().unwrap();
+        assert!(args.contains(&serde_json::json!("--proxy-server-host=10.0.0.10")));
+        assert!(args.contains(&serde_json::json!("--proxy-server-port=8132")));
+        assert!(args.contains(&serde_json::json!("--sync-interval=2s")));
+        find(&t, "ClusterRoleBinding", "system:konnectivity-server");
+        // The other workload kind is removed; with konnectivity off, everything of it is.
+        let removed = |t: &TenantObjects| -> Vec<String> {
+            t.removed
+                .iter()
+                .map(|o| format!("{}/{}", o.types.as_ref().unwrap().kind, o.name_any()))
+                .collect()
+        };
+        assert!(removed(&t).contains(&"DaemonSet/konnectivity-agent".to_owned()));
+        assert!(!removed(&t).contains(&"Deployment/konnectivity-agent".to_owned()));
+        assert!(t.summary.contains("konnectivity"));
+        let off = tenant_of(serde_json::json!({}));
+        for o in [
+            "ServiceAccount/konnectivity-agent",
+            "ClusterRoleBinding/system:konnectivity-server",
+            "DaemonSet/konnectivity-agent",
+            "Deployment/konnectivity-agent",
+        ] {
+            assert!(removed(&off).contains(&o.to_owned()), "{o}");
+        }
     }
 
     /// `addons.kubeProxy.mode` is the published configuration's `mode`, and a patch of

@@ -270,6 +270,7 @@ pub fn leaves(
             || endpoint.url(),
             |ip| kamaji_bootstrap::kubeconfig::server_url(&ip.to_string(), spec.port),
         ),
+        konnectivity: spec.konnectivity.is_some(),
         algorithm,
         now,
     };

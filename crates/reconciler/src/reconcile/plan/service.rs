@@ -82,6 +82,16 @@ pub fn service(spec: &ValidSpec, owner: &OwnerReference, stored: Option<&Service
             ..ServicePort::default()
         });
     }
+    if let Some(k) = &spec.konnectivity {
+        let port = i32::from(k.server.port);
+        ports.push(ServicePort {
+            name: Some(kamaji_bootstrap::konnectivity::SERVER_PORT_NAME.into()),
+            port,
+            target_port: Some(IntOrString::Int(port)),
+            protocol: Some("TCP".into()),
+            ..ServicePort::default()
+        });
+    }
     ports.extend(exposure.additional_ports.iter().cloned());
     Service {
         metadata: m,
