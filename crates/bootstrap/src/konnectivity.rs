@@ -25,12 +25,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, KeyToPath, PodSpec,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath, PodSpec,
     PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SecretVolumeSource,
     SecurityContext, ServiceAccount, ServiceAccountTokenProjection, Toleration, Volume,
     VolumeMount, VolumeProjection,
 };
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kamaji_api::meta::KUBECONFIG_SECRET_KEY;
@@ -154,12 +156,18 @@ pub struct Konnectivity {
     pub agent: Agent,
 }
 
+/// Namespace of the servers' leases in the tenant.
+pub const LEASE_NAMESPACE: &str = "kube-system";
+/// Label of the servers' leases, by which the agents count the servers.
+pub const LEASE_LABEL: &str = "k8s-app=konnectivity-server";
+
 /// The server's arguments: the defaults (Unix socket for kube-apiserver, agent port with the
-/// API server's serving certificate from `layout`, token authentication of agents, `count`
-/// servers — one per control-plane replica, so each agent connects to every one of them
-/// through the endpoint) merged with `server.extra_args`.
+/// API server's serving certificate from `layout`, token authentication of agents, a lease in
+/// the tenant per server, by which agents count the servers — so a control plane that scales
+/// keeps its pod template, and each agent still connects to every server through the
+/// endpoint) merged with `server.extra_args`.
 #[must_use]
-pub fn server_args(server: &Server, layout: &Layout, count: i32) -> Vec<String> {
+pub fn server_args(server: &Server, layout: &Layout) -> Vec<String> {
     let defaults = [
         Flag::new("uds-name", UDS_NAME),
         Flag {
@@ -177,7 +185,12 @@ pub fn server_args(server: &Server, layout: &Layout, count: i32) -> Vec<String> 
         Flag::new("agent-service-account", AGENT_NAME),
         Flag::new("kubeconfig", format!("{CONFIG_DIR}/kubeconfig")),
         Flag::new("authentication-audience", SERVER_IDENTITY),
-        Flag::new("server-count", count.max(1).to_string()),
+        Flag {
+            name: "enable-lease-controller".into(),
+            value: None,
+        },
+        Flag::new("lease-namespace", LEASE_NAMESPACE),
+        Flag::new("lease-label", LEASE_LABEL),
     ];
     merge_flags(&defaults, &server.extra_args, |_| false)
         .iter()
@@ -258,13 +271,13 @@ pub fn volumes(secret_name: &str, mode: i32) -> Vec<Volume> {
 /// The server container: [`server_args`], the agent port, liveness on the health port, the
 /// API server's serving certificate (`layout`), the konnectivity Secret and the socket.
 #[must_use]
-pub fn server_container(server: &Server, layout: &Layout, count: i32) -> Container {
+pub fn server_container(server: &Server, layout: &Layout) -> Container {
     Container {
         name: SERVER_CONTAINER.into(),
         image: Some(server.image.clone()),
         image_pull_policy: Some("IfNotPresent".into()),
         command: Some(vec!["/proxy-server".into()]),
-        args: Some(server_args(server, layout, count)),
+        args: Some(server_args(server, layout)),
         ports: Some(vec![
             ContainerPort {
                 name: Some(SERVER_PORT_NAME.into()),
@@ -308,6 +321,16 @@ pub struct AgentObjects {
     /// `system:konnectivity-server`: lets the server's identity review the agents' tokens
     /// (`system:auth-delegator`).
     pub cluster_role_binding: ClusterRoleBinding,
+    /// `kube-system/system:konnectivity-server`: the servers' leases, all verbs.
+    pub lease_role: Role,
+    /// `kube-system/system:konnectivity-server`: binds [`Self::lease_role`] to the server's
+    /// identity.
+    pub lease_role_binding: RoleBinding,
+    /// `kube-system/konnectivity-agent`: reading the servers' leases.
+    pub agent_lease_role: Role,
+    /// `kube-system/konnectivity-agent`: binds [`Self::agent_lease_role`] to the agents'
+    /// ServiceAccount.
+    pub agent_lease_role_binding: RoleBinding,
     /// The agents, as a DaemonSet or a Deployment.
     pub workload: AgentWorkload,
 }
@@ -351,29 +374,52 @@ impl AgentObjects {
                 "ClusterRoleBinding",
                 serde_json::to_value(&self.cluster_role_binding)?,
             ),
+            typed(
+                "rbac.authorization.k8s.io/v1",
+                "Role",
+                serde_json::to_value(&self.lease_role)?,
+            ),
+            typed(
+                "rbac.authorization.k8s.io/v1",
+                "RoleBinding",
+                serde_json::to_value(&self.lease_role_binding)?,
+            ),
+            typed(
+                "rbac.authorization.k8s.io/v1",
+                "Role",
+                serde_json::to_value(&self.agent_lease_role)?,
+            ),
+            typed(
+                "rbac.authorization.k8s.io/v1",
+                "RoleBinding",
+                serde_json::to_value(&self.agent_lease_role_binding)?,
+            ),
             workload,
         ])
     }
 }
 
-/// Every object the agents may have in a tenant, as `(apiVersion, kind, namespace, name)`:
-/// what is removed when konnectivity is turned off (and the other workload kind when the
-/// mode changes).
-#[must_use]
-pub fn agent_identities() -> [(
+/// An object's `(apiVersion, kind, namespace, name)`.
+pub type ObjectIdentity = (
     &'static str,
     &'static str,
     Option<&'static str>,
     &'static str,
-); 4] {
+);
+
+/// Every object the agents may have in a tenant, as `(apiVersion, kind, namespace, name)`:
+/// what is removed when konnectivity is turned off (and the other workload kind when the
+/// mode changes).
+#[must_use]
+pub fn agent_identities() -> [ObjectIdentity; 8] {
+    const RBAC: &str = "rbac.authorization.k8s.io/v1";
     [
         ("v1", "ServiceAccount", Some(AGENT_NAMESPACE), AGENT_NAME),
-        (
-            "rbac.authorization.k8s.io/v1",
-            "ClusterRoleBinding",
-            None,
-            SERVER_IDENTITY,
-        ),
+        (RBAC, "ClusterRoleBinding", None, SERVER_IDENTITY),
+        (RBAC, "Role", Some(LEASE_NAMESPACE), SERVER_IDENTITY),
+        (RBAC, "RoleBinding", Some(LEASE_NAMESPACE), SERVER_IDENTITY),
+        (RBAC, "Role", Some(LEASE_NAMESPACE), AGENT_NAME),
+        (RBAC, "RoleBinding", Some(LEASE_NAMESPACE), AGENT_NAME),
         ("apps/v1", "DaemonSet", Some(AGENT_NAMESPACE), AGENT_NAME),
         ("apps/v1", "Deployment", Some(AGENT_NAMESPACE), AGENT_NAME),
     ]
@@ -390,8 +436,8 @@ fn meta(name: &str, namespace: Option<&str>, labels: &BTreeMap<String, String>) 
 
 /// The agents' arguments: the CA of the tenant (the service-account volume's `ca.crt`, which
 /// signed the API server's serving certificate the server presents), the server at
-/// `server_host:server_port`, the health and admin ports, the projected token; merged with
-/// `agent.extra_args`.
+/// `server_host:server_port`, the health and admin ports, the projected token, counting the
+/// servers by their leases; merged with `agent.extra_args`.
 #[must_use]
 pub fn agent_args(agent: &Agent, server_host: &str, server_port: u16) -> Vec<String> {
     let defaults = [
@@ -407,6 +453,12 @@ pub fn agent_args(agent: &Agent, server_host: &str, server_port: u16) -> Vec<Str
             "service-account-token-path",
             format!("{AGENT_TOKEN_DIR}/{AGENT_TOKEN_FILE}"),
         ),
+        Flag {
+            name: "count-server-leases".into(),
+            value: None,
+        },
+        Flag::new("lease-namespace", LEASE_NAMESPACE),
+        Flag::new("lease-label", LEASE_LABEL),
     ];
     merge_flags(&defaults, &agent.extra_args, |_| false)
         .iter()
@@ -414,17 +466,32 @@ pub fn agent_args(agent: &Agent, server_host: &str, server_port: u16) -> Vec<Str
         .collect()
 }
 
-/// The agents' objects for a server reachable at `server_host:server_port` (the endpoint's
-/// host and the server port).
-#[must_use]
-pub fn agent_objects(agent: &Agent, server_host: &str, server_port: u16) -> AgentObjects {
-    let labels = BTreeMap::from([("k8s-app".to_owned(), AGENT_NAME.to_owned())]);
+/// The agents' pod template (see [`agent_objects`]).
+fn agent_pod(
+    agent: &Agent,
+    server_host: &str,
+    server_port: u16,
+    api_port: u16,
+    labels: &BTreeMap<String, String>,
+) -> PodTemplateSpec {
     let container = Container {
         name: AGENT_NAME.into(),
         image: Some(agent.image.clone()),
         image_pull_policy: Some("IfNotPresent".into()),
         command: Some(vec!["/proxy-agent".into()]),
         args: Some(agent_args(agent, server_host, server_port)),
+        env: Some(vec![
+            EnvVar {
+                name: "KUBERNETES_SERVICE_HOST".into(),
+                value: Some(server_host.into()),
+                value_from: None,
+            },
+            EnvVar {
+                name: "KUBERNETES_SERVICE_PORT".into(),
+                value: Some(api_port.to_string()),
+                value_from: None,
+            },
+        ]),
         liveness_probe: Some(Probe {
             initial_delay_seconds: Some(15),
             ..http_probe("/healthz", HEALTH_PORT, 10)
@@ -438,7 +505,7 @@ pub fn agent_objects(agent: &Agent, server_host: &str, server_port: u16) -> Agen
         }]),
         ..Container::default()
     };
-    let pod = PodTemplateSpec {
+    PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels.clone()),
             ..ObjectMeta::default()
@@ -470,7 +537,22 @@ pub fn agent_objects(agent: &Agent, server_host: &str, server_port: u16) -> Agen
             }]),
             ..PodSpec::default()
         }),
-    };
+    }
+}
+
+/// The agents' objects for a server reachable at `server_host:server_port` (the endpoint's
+/// host and the server port); `api_port` is the endpoint's port. The agents read the servers'
+/// leases from the API server at the endpoint (`KUBERNETES_SERVICE_HOST`/`_PORT` set to it, as
+/// kubeadm points kube-proxy at the endpoint), so they need no Service proxy on the node.
+#[must_use]
+pub fn agent_objects(
+    agent: &Agent,
+    server_host: &str,
+    server_port: u16,
+    api_port: u16,
+) -> AgentObjects {
+    let labels = BTreeMap::from([("k8s-app".to_owned(), AGENT_NAME.to_owned())]);
+    let pod = agent_pod(agent, server_host, server_port, api_port, &labels);
     let selector = LabelSelector {
         match_labels: Some(labels.clone()),
         ..LabelSelector::default()
@@ -497,7 +579,48 @@ pub fn agent_objects(agent: &Agent, server_host: &str, server_port: u16) -> Agen
             status: None,
         })),
     };
+    let leases = |name: &str, verbs: &[&str]| Role {
+        metadata: meta(name, Some(LEASE_NAMESPACE), &labels),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["coordination.k8s.io".into()]),
+            resources: Some(vec!["leases".into()]),
+            verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+            ..PolicyRule::default()
+        }]),
+    };
+    let binding = |name: &str, subject: Subject| RoleBinding {
+        metadata: meta(name, Some(LEASE_NAMESPACE), &labels),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: name.into(),
+        },
+        subjects: Some(vec![subject]),
+    };
+    let server_user = Subject {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: "User".into(),
+        name: SERVER_IDENTITY.into(),
+        namespace: None,
+    };
     AgentObjects {
+        lease_role: leases(
+            SERVER_IDENTITY,
+            &[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+        ),
+        lease_role_binding: binding(SERVER_IDENTITY, server_user.clone()),
+        agent_lease_role: leases(AGENT_NAME, &["get", "list", "watch"]),
+        agent_lease_role_binding: binding(
+            AGENT_NAME,
+            Subject {
+                api_group: None,
+                kind: "ServiceAccount".into(),
+                name: AGENT_NAME.into(),
+                namespace: Some(AGENT_NAMESPACE.into()),
+            },
+        ),
         service_account: ServiceAccount {
             metadata: meta(AGENT_NAME, Some(AGENT_NAMESPACE), &labels),
             ..ServiceAccount::default()
@@ -509,12 +632,7 @@ pub fn agent_objects(agent: &Agent, server_host: &str, server_port: u16) -> Agen
                 kind: "ClusterRole".into(),
                 name: "system:auth-delegator".into(),
             },
-            subjects: Some(vec![Subject {
-                api_group: Some("rbac.authorization.k8s.io".into()),
-                kind: "User".into(),
-                name: SERVER_IDENTITY.into(),
-                namespace: None,
-            }]),
+            subjects: Some(vec![server_user]),
         },
         workload,
     }
@@ -553,7 +671,7 @@ mod tests {
 
     #[test]
     fn the_server_listens_for_agents_on_its_port_and_serves_the_api_server_over_its_socket() {
-        let args = server_args(&server(&["--keepalive-time=30s"]), &Layout::default(), 3);
+        let args = server_args(&server(&["--keepalive-time=30s"]), &Layout::default());
         for want in [
             "--uds-name=/run/konnectivity/konnectivity-server.socket",
             "--agent-port=8132",
@@ -562,7 +680,8 @@ mod tests {
             "--kubeconfig=/etc/kubernetes/konnectivity/kubeconfig",
             "--authentication-audience=system:konnectivity-server",
             "--agent-service-account=konnectivity-agent",
-            "--server-count=3",
+            "--enable-lease-controller",
+            "--lease-label=k8s-app=konnectivity-server",
             "--keepalive-time=30s",
         ] {
             assert!(
@@ -570,21 +689,23 @@ mod tests {
                 "{want} missing from {args:?}"
             );
         }
-        // The user's value replaces the default.
-        let args = server_args(&server(&["--server-count=1"]), &Layout::default(), 3);
+        // The servers are counted by their leases, not by a flag that would change with the
+        // replica count; the user's value replaces a default.
+        assert!(!args.iter().any(|a| a.starts_with("--server-count")));
+        let args = server_args(&server(&["--agent-port=9000"]), &Layout::default());
         assert_eq!(
             args.iter()
-                .filter(|a| a.starts_with("--server-count"))
+                .filter(|a| a.starts_with("--agent-port"))
                 .count(),
             1
         );
-        assert!(args.contains(&"--server-count=1".to_owned()));
+        assert!(args.contains(&"--agent-port=9000".to_owned()));
         assert!(egress_selector_configuration().contains(UDS_NAME));
     }
 
     #[test]
     fn the_agents_dial_the_endpoint_with_a_token_for_the_server_and_honour_every_setting() {
-        let daemon = agent_objects(&agent(AgentMode::DaemonSet), "10.0.0.10", 8132);
+        let daemon = agent_objects(&agent(AgentMode::DaemonSet), "10.0.0.10", 8132, 6443);
         let AgentWorkload::DaemonSet(ds) = &daemon.workload else {
             panic!("a DaemonSet was asked for");
         };
@@ -597,6 +718,16 @@ mod tests {
         assert!(args.contains(&"--proxy-server-port=9000".to_owned()));
         assert!(!args.contains(&"--proxy-server-port=8132".to_owned()));
         assert!(args.contains(&"--sync-interval=2s".to_owned()));
+        assert!(args.contains(&"--count-server-leases".to_owned()));
+        // The leases are read from the API server at the endpoint, not through a Service.
+        let env = pod.containers[0].env.clone().unwrap();
+        assert!(env.iter().any(
+            |e| e.name == "KUBERNETES_SERVICE_HOST" && e.value.as_deref() == Some("10.0.0.10")
+        ));
+        assert!(
+            env.iter()
+                .any(|e| e.name == "KUBERNETES_SERVICE_PORT" && e.value.as_deref() == Some("6443"))
+        );
         let token = pod.volumes.as_ref().unwrap()[0]
             .projected
             .as_ref()
@@ -615,6 +746,7 @@ mod tests {
             },
             "k.example.com",
             8132,
+            6443,
         );
         let AgentWorkload::Deployment(d) = &deployment.workload else {
             panic!("a Deployment was asked for");
@@ -626,8 +758,22 @@ mod tests {
         let kinds: Vec<&str> = values.iter().map(|v| v["kind"].as_str().unwrap()).collect();
         assert_eq!(
             kinds,
-            ["ServiceAccount", "ClusterRoleBinding", "Deployment"]
+            [
+                "ServiceAccount",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+                "Role",
+                "RoleBinding",
+                "Deployment"
+            ]
         );
+        // The server writes its lease, the agents only read them.
+        let verbs = |v: &serde_json::Value| v["rules"][0]["verbs"].as_array().unwrap().clone();
+        assert_eq!(values[3]["subjects"][0]["name"], SERVER_IDENTITY);
+        assert!(verbs(&values[2]).contains(&"create".into()));
+        assert_eq!(values[5]["subjects"][0]["kind"], "ServiceAccount");
+        assert!(!verbs(&values[4]).contains(&"create".into()));
         assert_eq!(values[1]["roleRef"]["name"], "system:auth-delegator");
         assert_eq!(values[1]["subjects"][0]["name"], SERVER_IDENTITY);
         // Every object built is among those removed when konnectivity is turned off.

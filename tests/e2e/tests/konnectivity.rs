@@ -4,7 +4,7 @@
 //! machines; the agent runs on a real worker joined through CABPK and dials out to the
 //! endpoint. `kubectl logs`, `exec`, `port-forward` and a validating webhook served by a pod
 //! on the worker work through the tunnel, fail with the usual errors without it, and work
-//! again after the control plane rolls.
+//! again after the control plane scales (its pod template unchanged) and rolls.
 
 #![cfg(real_programs_as_root)]
 
@@ -261,6 +261,12 @@ async fn netcheck_with_webhook(tenant: &Client, node: &str) -> anyhow::Result<()
     Ok(())
 }
 
+/// The control-plane Deployment's pod template, as JSON.
+async fn deployment_template(env: &Env, ns: &str, name: &str) -> anyhow::Result<serde_json::Value> {
+    let d = env.deployment(ns, name).await?;
+    Ok(serde_json::to_value(d.spec.map(|s| s.template))?)
+}
+
 #[test]
 fn konnectivity_carries_logs_exec_port_forward_and_webhooks_to_workers_the_api_server_cannot_reach()
 {
@@ -393,6 +399,19 @@ fn konnectivity_carries_logs_exec_port_forward_and_webhooks_to_workers_the_api_s
                 .contains("denied by the netcheck webhook")
         );
 
+        // Scaling keeps the pod template (agents count the servers by their leases, not by a
+        // flag of the replica count), and the tunnel keeps working with the servers left.
+        let template = deployment_template(&env, ns, name).await?;
+        env.patch_kcp(ns, name, serde_json::json!({"spec": {"replicas": 1}}))
+            .await?;
+        wait_rolled_out(&env, ns, name, 1, 3 * MINUTE, |_| true).await?;
+        assert_eq!(
+            deployment_template(&env, ns, name).await?,
+            template,
+            "scaling changed the pod template"
+        );
+        wait_all_work(&kubectl, "scaled to one replica").await;
+
         // The control plane rolls (new server pods, new server IDs): the agents reconnect.
         env.patch_kcp(
             ns,
@@ -400,7 +419,7 @@ fn konnectivity_carries_logs_exec_port_forward_and_webhooks_to_workers_the_api_s
             serde_json::json!({"spec": {"apiServer": {"extraArgs": ["--v=1"]}}}),
         )
         .await?;
-        wait_rolled_out(&env, ns, name, 2, 4 * MINUTE, |d| {
+        wait_rolled_out(&env, ns, name, 1, 4 * MINUTE, |d| {
             d.spec
                 .as_ref()
                 .and_then(|s| s.template.spec.as_ref())
@@ -430,7 +449,7 @@ fn konnectivity_carries_logs_exec_port_forward_and_webhooks_to_workers_the_api_s
             ),
         )
         .await??;
-        wait_rolled_out(&env, ns, name, 2, 4 * MINUTE, |d| {
+        wait_rolled_out(&env, ns, name, 1, 4 * MINUTE, |d| {
             d.spec
                 .as_ref()
                 .and_then(|s| s.template.spec.as_ref())

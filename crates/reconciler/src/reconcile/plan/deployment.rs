@@ -280,9 +280,7 @@ pub fn deployment(
             SECRET_MODE,
         ));
         containers.push(kamaji_bootstrap::konnectivity::server_container(
-            &k.server,
-            &cp.layout,
-            spec.replicas,
+            &k.server, &cp.layout,
         ));
     }
     volumes.extend(pod.extra_volumes.iter().cloned());

@@ -374,8 +374,12 @@ fn tenant_objects(
     // when every addon is declared, so that rendering is skipped).
     let mut objects = objects;
     if let Some(k) = &spec.konnectivity {
-        let agents =
-            kamaji_bootstrap::konnectivity::agent_objects(&k.agent, &endpoint.host, k.server.port);
+        let agents = kamaji_bootstrap::konnectivity::agent_objects(
+            &k.agent,
+            &endpoint.host,
+            k.server.port,
+            endpoint.port,
+        );
         for v in agents.to_values()? {
             objects.push(serde_json::from_value(v)?);
         }
@@ -629,7 +633,11 @@ pub(crate) mod tests {
             .map(|a| a.as_str().unwrap())
             .collect();
         assert!(args.contains(&"--keepalive-time=30s"));
-        assert!(args.contains(&"--server-count=2"), "one server per replica");
+        assert!(args.contains(&"--enable-lease-controller"));
+        assert!(
+            !args.iter().any(|a| a.starts_with("--server-count")),
+            "the template must not change with the replica count"
+        );
         let api = containers
             .iter()
             .find(|c| c["name"] == "kube-apiserver")
@@ -691,6 +699,8 @@ pub(crate) mod tests {
         assert!(args.contains(&serde_json::json!("--proxy-server-port=8132")));
         assert!(args.contains(&serde_json::json!("--sync-interval=2s")));
         find(&t, "ClusterRoleBinding", "system:konnectivity-server");
+        find(&t, "RoleBinding", "system:konnectivity-server");
+        find(&t, "RoleBinding", "konnectivity-agent");
         // The other workload kind is removed; with konnectivity off, everything of it is.
         let removed = |t: &TenantObjects| -> Vec<String> {
             t.removed
