@@ -272,6 +272,7 @@ pub fn control_plane_spec(
             servers: datastore.server_urls(),
             prefix: kamaji_api::names::etcd_prefix(&spec.datastore_schema),
             tls: true,
+            overrides: Vec::new(),
         },
         layout: Layout::default(),
     }
