@@ -371,8 +371,8 @@ pub struct KubeProxyAddonSpec {
     /// kube-proxy's proxy mode (`KubeProxyConfiguration.mode`), a kamaji-rs field beyond
     /// Kamaji's schema; unset keeps the platform default (`mode: ""`, iptables on Linux).
     /// Applied before `configurationJSONPatches`, so a patch of `/mode` still wins. A later
-    /// change updates the published configuration only: running kube-proxy pods keep their
-    /// mode until they restart (`kubectl -n kube-system rollout restart ds/kube-proxy`).
+    /// change rolls the kube-proxy DaemonSet (its pod template carries a hash of the
+    /// configuration).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<KubeProxyMode>,
 }

@@ -116,7 +116,8 @@ where
 }
 
 /// `spec.addons` as declared: a tenant without addons has neither kube-proxy nor CoreDNS;
-/// declaring kube-proxy with an image override installs it with that image; removing the
+/// declaring kube-proxy with an image override installs it with that image; a new
+/// `kubeProxy.mode` changes the DaemonSet's pod template (its configuration hash); removing the
 /// declaration removes every object kamaji-rs applied for it, and keeps an object of the same
 /// kind and name space a user created for an addon kamaji-rs never installed.
 #[kamaji_e2e::test]
@@ -174,6 +175,40 @@ async fn addons_are_installed_as_declared_and_removed_with_their_declaration() {
     .await;
     wait_tenant::<ConfigMap>(&tenant, "kube-proxy", "present", |c| c.is_some()).await;
     wait_tenant::<Role>(&tenant, "kube-proxy", "present", |r| r.is_some()).await;
+    // A new mode rolls the DaemonSet: its pod template's configuration hash changes.
+    let config_hash = |d: &DaemonSet| -> Option<String> {
+        let template = &d.spec.as_ref()?.template;
+        let annotations = template.metadata.as_ref()?.annotations.as_ref()?;
+        annotations
+            .get(kamaji_bootstrap::kubeadm::addons::KUBE_PROXY_CONFIG_HASH_ANNOTATION)
+            .cloned()
+    };
+    let before = config_hash(
+        &Api::<DaemonSet>::namespaced(tenant.clone(), "kube-system")
+            .get("kube-proxy")
+            .await
+            .unwrap(),
+    )
+    .expect("the kube-proxy pod template carries its configuration hash");
+    env.patch_kcp(
+        ns,
+        "demo",
+        serde_json::json!({"spec": {"addons": {"kubeProxy": {"mode": "ipvs"}}}}),
+    )
+    .await
+    .unwrap();
+    wait_tenant::<DaemonSet>(
+        &tenant,
+        "kube-proxy",
+        "a new configuration hash",
+        move |d| d.and_then(config_hash).is_some_and(|h| h != before),
+    )
+    .await;
+    wait_tenant::<ConfigMap>(&tenant, "kube-proxy", "mode ipvs", |c| {
+        c.and_then(|c| c.data.as_ref())
+            .is_some_and(|d| d["config.conf"].contains("mode: ipvs"))
+    })
+    .await;
     // CoreDNS is still not declared: nothing of it.
     absent::<Deployment>(&tenant, "coredns", "absent").await;
 
