@@ -108,6 +108,9 @@ pub mod reasons {
     pub const DATASTORE_NOT_FOUND: &str = "DataStoreNotFound";
     /// The DataStore's driver is not implemented by kamaji-rs yet.
     pub const DATASTORE_DRIVER_UNSUPPORTED: &str = "DataStoreDriverUnsupported";
+    /// A DataStore of `spec.dataStoreOverrides` has another CA certificate than the control
+    /// plane's DataStore (kube-apiserver has one etcd client certificate and CA for all).
+    pub const DATASTORE_CA_MISMATCH: &str = "DataStoreCAMismatch";
     /// The spec is invalid; the message names the field.
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// A requested feature is not supported (for example `deployment.externalClusterReference`).

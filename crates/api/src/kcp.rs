@@ -187,10 +187,14 @@ pub struct KamajiControlPlaneFields {
     pub data_store_username: Option<String>,
 
     /// Kubernetes resources stored in a DataStore other than `dataStoreName` (for example
-    /// `/events` in a separate etcd). Not supported by kamaji-rs yet: a non-empty list is
-    /// refused with `SpecValid=False`.
+    /// `/events` in a separate etcd), as kube-apiserver's `--etcd-servers-overrides`, under the
+    /// same key prefix. kube-apiserver uses one client certificate and CA for every etcd, so
+    /// each DataStore named must be an etcd DataStore with the same CA certificate as the
+    /// control plane's; otherwise `DataStoreReady=False` names the entry. Deleting the control
+    /// plane removes its keys from these DataStores too. Each resource at most once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": validation::OVERRIDE_UNIQUE_RULE, "message": "dataStoreOverrides must name each resource at most once"}]))]
     pub data_store_overrides: Option<Vec<DataStoreOverride>>,
 
     /// Addons installed into the tenant cluster: CoreDNS, kube-proxy, konnectivity.
@@ -294,11 +298,13 @@ impl ApiEndpoint {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DataStoreOverride {
-    /// Resource path prefix as kube-apiserver `--etcd-servers-overrides` takes it, for
-    /// example `/events`.
+    /// The resource as kube-apiserver's `--etcd-servers-overrides` takes it, `group/resource`:
+    /// `/events` (core group), `apps/deployments`. Only resources built into kube-apiserver.
     #[schemars(length(min = 1, max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": validation::OVERRIDE_RESOURCE_RULE, "message": validation::OVERRIDE_RESOURCE_MESSAGE}]))]
     pub resource: String,
-    /// Name of the DataStore holding this resource.
+    /// Name of the (etcd) DataStore holding this resource; it must use the same CA certificate
+    /// as the control plane's DataStore.
     #[schemars(length(min = 1, max = 253))]
     pub data_store: String,
 }
@@ -369,8 +375,8 @@ pub struct KubeProxyAddonSpec {
     /// kube-proxy's proxy mode (`KubeProxyConfiguration.mode`), a kamaji-rs field beyond
     /// Kamaji's schema; unset keeps the platform default (`mode: ""`, iptables on Linux).
     /// Applied before `configurationJSONPatches`, so a patch of `/mode` still wins. A later
-    /// change updates the published configuration only: running kube-proxy pods keep their
-    /// mode until they restart (`kubectl -n kube-system rollout restart ds/kube-proxy`).
+    /// change rolls the kube-proxy DaemonSet (its pod template carries a hash of the
+    /// configuration).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<KubeProxyMode>,
 }

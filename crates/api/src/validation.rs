@@ -157,6 +157,33 @@ pub const ENDPOINT_HOSTNAME_RULE: &str = r"!isIP(self) && self.matches('^[a-z0-9
 /// (no wildcard). `host:port` and URLs fail.
 pub const ENDPOINT_HOST_RULE: &str = r"self == '' || isIP(self) || self.matches('^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$')";
 
+/// CEL rule for `dataStoreOverrides[].resource`: one `group/resource` as kube-apiserver's
+/// `--etcd-servers-overrides` takes it (`/events` for the core group, `apps/deployments`):
+/// exactly one `/`, a resource after it (never the whole keyspace), no `#`, `,` or `;` (the
+/// flag's separators). [`is_override_resource`] is the same check.
+pub const OVERRIDE_RESOURCE_RULE: &str = r"self.matches('^[a-z0-9.-]*/[a-z0-9.-]+$')";
+
+/// Admission message of [`OVERRIDE_RESOURCE_RULE`].
+pub const OVERRIDE_RESOURCE_MESSAGE: &str = "dataStoreOverrides[].resource must be one \
+    group/resource as kube-apiserver's --etcd-servers-overrides takes it: /events for core \
+    events, apps/deployments (lowercase letters, digits, '.' and '-', one '/', a resource after it)";
+
+/// CEL rule for `dataStoreOverrides`: each resource at most once.
+pub const OVERRIDE_UNIQUE_RULE: &str = "self.all(o, self.exists_one(p, p.resource == o.resource))";
+
+/// True when `resource` is one `group/resource` of `--etcd-servers-overrides`
+/// ([`OVERRIDE_RESOURCE_RULE`]).
+#[must_use]
+pub fn is_override_resource(resource: &str) -> bool {
+    let allowed = |s: &str| {
+        s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+    };
+    resource
+        .split_once('/')
+        .is_some_and(|(group, name)| allowed(group) && !name.is_empty() && allowed(name))
+}
+
 /// kube-apiserver flags that wire the control plane to its PKI, DataStore and the Cluster's
 /// service network. The controller owns them; `spec.apiServer.extraArgs` may not set them
 /// (case B12: rejected at admission rather than silently dropped).
@@ -681,6 +708,32 @@ mod tests {
 
     fn text<'a>(rule: &'a Value, key: &str) -> &'a str {
         rule[key].as_str().unwrap_or_default()
+    }
+
+    #[test]
+    fn override_resources_are_one_group_and_resource() {
+        for ok in [
+            "/events",
+            "apps/deployments",
+            "coordination.k8s.io/leases",
+            "/pods",
+        ] {
+            assert!(is_override_resource(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "/",
+            "events",
+            "apps/",
+            "/events/x",
+            "/Events",
+            "/events#x",
+            "/a,b",
+            "/a;b",
+            " /events",
+        ] {
+            assert!(!is_override_resource(bad), "{bad:?}");
+        }
     }
 
     #[test]

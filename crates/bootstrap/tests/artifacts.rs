@@ -266,6 +266,51 @@ fn kube_proxy_json_patches_are_applied_to_the_published_configuration_and_checke
     }
 }
 
+/// The kube-proxy `DaemonSet`'s pod template carries a hash of its `ConfigMap`: a new mode
+/// (the reconciler's `replace /mode`) or patch changes it, so the pods roll onto the new
+/// configuration; the same configuration, or a change elsewhere (`CoreDNS`, kubelet), keeps it.
+#[test]
+fn the_kube_proxy_pod_template_hashes_its_configuration() {
+    use kamaji_bootstrap::kubeadm::addons::KUBE_PROXY_CONFIG_HASH_ANNOTATION;
+    let hash = |spec: &TenantSpec| -> String {
+        let (_, a) = artifacts(spec);
+        a.kube_proxy
+            .unwrap()
+            .daemon_set
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()[KUBE_PROXY_CONFIG_HASH_ANNOTATION]
+            .clone()
+    };
+    let with_mode = |mode: &str| {
+        let mut spec = f0("v1.36.3");
+        spec.kube_proxy_patches = serde_json::from_value(serde_json::json!(
+            [{"op": "replace", "path": "/mode", "value": mode}]
+        ))
+        .unwrap();
+        spec
+    };
+    let plain = hash(&f0("v1.36.3"));
+    assert!(plain.starts_with("sha256:"), "{plain}");
+    assert_eq!(hash(&f0("v1.36.3")), plain, "the same configuration");
+    let ipvs = hash(&with_mode("ipvs"));
+    assert_ne!(ipvs, plain);
+    assert_ne!(hash(&with_mode("nftables")), ipvs);
+    assert_eq!(hash(&with_mode("ipvs")), ipvs);
+    let mut elsewhere = with_mode("ipvs");
+    elsewhere.coredns.tag = Some("v9.9.9".into());
+    elsewhere.kubelet.cgroup_driver = Some(CgroupDriver::Cgroupfs);
+    assert_eq!(
+        hash(&elsewhere),
+        ipvs,
+        "a change outside kube-proxy's configuration"
+    );
+}
+
 #[test]
 fn kubelet_json_patches_are_applied_and_checked() {
     let mut spec = f0("v1.36.3");

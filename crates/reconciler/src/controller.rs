@@ -3,9 +3,9 @@
 //!
 //! Watches, not polling (style.md pattern 6): owned Secrets, Deployments and Services wake
 //! their KamajiControlPlane; a Cluster wakes the control plane its `controlPlaneRef` names; a
-//! DataStore wakes every control plane that uses it. A timed requeue is used only for state
-//! that produces no event (a tenant API server becoming reachable through its endpoint, and a
-//! long resync for drift inside tenants).
+//! DataStore wakes every control plane that uses it (as its own or in `dataStoreOverrides`).
+//! A timed requeue is used only for state that produces no event (a tenant API server
+//! becoming reachable through its endpoint, and a long resync for drift inside tenants).
 
 use std::sync::Arc;
 
@@ -76,7 +76,8 @@ fn error_policy(kcp: Arc<KamajiControlPlane>, error: &Error, ctx: Arc<Context>) 
     Action::requeue(delay)
 }
 
-/// The control planes that use DataStore `name` (by `dataStoreName`, or the default).
+/// The control planes that use DataStore `name` (by `dataStoreName`, or the default, or in
+/// `dataStoreOverrides`).
 fn users_of(
     store: &Store<KamajiControlPlane>,
     name: &str,
@@ -85,7 +86,7 @@ fn users_of(
     store
         .state()
         .iter()
-        .filter(|k| crate::reconcile::validate::datastore_name(k, default) == name)
+        .filter(|k| crate::reconcile::validate::datastore_names(k, default).contains(&name))
         .map(|k| ObjectRef::from_obj(k.as_ref()))
         .collect()
 }

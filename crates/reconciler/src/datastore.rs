@@ -6,6 +6,12 @@
 //! certificate from that CA (the CA key is used in memory only and never copied into a tenant
 //! Secret) and gives each tenant its own key prefix (`--etcd-prefix=/<dataStoreSchema>`).
 //! Other drivers are reported as `DataStoreReady=False`, reason `DataStoreDriverUnsupported`.
+//!
+//! `spec.dataStoreOverrides` keeps resources on other etcd DataStores
+//! (`--etcd-servers-overrides`). kube-apiserver reaches every etcd with the same client
+//! certificate, CA file and key prefix, so an override DataStore must have the same CA
+//! certificate as the control plane's ([`same_ca`]); it then trusts the tenant's client
+//! certificate and its server certificate verifies against the mounted CA.
 
 use std::collections::BTreeMap;
 
@@ -51,6 +57,20 @@ pub struct Resolved {
     pub ca_cert: String,
     /// CA private key PEM (used to issue tenant client certificates; never stored per tenant).
     pub ca_key: String,
+    /// The control plane's `spec.dataStoreOverrides` on their DataStores (filled by the
+    /// observe step; empty for a DataStore resolved alone).
+    pub overrides: Vec<Override>,
+}
+
+/// A resource of `spec.dataStoreOverrides` with the DataStore that keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Override {
+    /// `group/resource` (`/events`).
+    pub resource: String,
+    /// The DataStore's name.
+    pub datastore: String,
+    /// The DataStore's server URLs.
+    pub servers: Vec<String>,
 }
 
 impl std::fmt::Debug for Resolved {
@@ -58,6 +78,7 @@ impl std::fmt::Debug for Resolved {
         f.debug_struct("Resolved")
             .field("name", &self.name)
             .field("endpoints", &self.endpoints)
+            .field("overrides", &self.overrides)
             .finish_non_exhaustive()
     }
 }
@@ -154,7 +175,40 @@ pub async fn resolve(client: &kube::Client, name: &str) -> Result<Resolved, Prob
         endpoints: ds.spec.endpoints.clone(),
         ca_cert,
         ca_key,
+        overrides: Vec::new(),
     })
+}
+
+/// The DER of each `CERTIFICATE` block of `pem` (an undecodable block is an empty one).
+fn certificates_der(pem: &str) -> Vec<Vec<u8>> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut out = Vec::new();
+    let mut body: Option<String> = None;
+    for line in pem.lines().map(str::trim) {
+        match line {
+            "-----BEGIN CERTIFICATE-----" => body = Some(String::new()),
+            "-----END CERTIFICATE-----" => {
+                if let Some(b) = body.take() {
+                    out.push(b64.decode(b).unwrap_or_default());
+                }
+            }
+            _ => {
+                if let Some(b) = body.as_mut() {
+                    b.push_str(line);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether two CA certificate PEMs hold the same certificates (DER, in order), whatever their
+/// line breaks or surrounding text: what an override DataStore needs to work with the control
+/// plane's one client certificate and CA file.
+#[must_use]
+pub fn same_ca(a: &str, b: &str) -> bool {
+    let der = certificates_der(a);
+    !der.is_empty() && der.iter().all(|d| !d.is_empty()) && der == certificates_der(b)
 }
 
 /// Client credentials towards the datastore (a tenant's client certificate).
@@ -244,4 +298,31 @@ pub async fn count_prefix(ds: &Resolved, creds: &Credentials, prefix: &str) -> R
         .as_str()
         .and_then(|d| d.parse().ok())
         .unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CA_A: &str =
+        "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\nAAEC\n-----END CERTIFICATE-----\n";
+    const CA_B: &str =
+        "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIV\nAAEC\n-----END CERTIFICATE-----\n";
+
+    /// The same certificate in another layout is the same CA; another certificate, an extra
+    /// one, or no certificate at all is not.
+    #[test]
+    fn same_ca_compares_the_certificates_not_the_text() {
+        assert!(same_ca(CA_A, CA_A));
+        let relaid = format!(
+            "subject=CN = datastore-ca\r\n{}",
+            CA_A.replace("MIIBszCCAVmgAwIBAgIU\nAAEC", "MIIBszCCAVmgAwIBAgIUAAEC")
+                .replace('\n', "\r\n")
+        );
+        assert!(same_ca(CA_A, &relaid));
+        assert!(!same_ca(CA_A, CA_B));
+        assert!(!same_ca(CA_A, &format!("{CA_A}{CA_B}")));
+        assert!(!same_ca("", ""));
+        assert!(!same_ca("not a pem", "not a pem"));
+    }
 }

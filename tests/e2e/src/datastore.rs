@@ -2,9 +2,12 @@
 //! that tests compare the tenants' key prefixes against.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::SystemTime;
 
 use anyhow::Result;
 use base64::Engine as _;
+use kamaji_bootstrap::pki::{CertificateAuthority, KeyAlgorithm, LeafSpec};
+use kamaji_machine::network::UNDERLAY_GATEWAY;
 use kamaji_reconciler::datastore::{Credentials, Resolved};
 use kamaji_testenv::pki::{CertPair, TestCa};
 use kamaji_testenv::{Etcd, LocalCluster};
@@ -38,8 +41,22 @@ pub(crate) async fn start_datastore(
 }
 
 impl Env {
-    /// Registers a Kamaji etcd DataStore named `name` pointing at this environment's etcd.
+    /// Registers a Kamaji etcd DataStore named `name` pointing at `endpoint`, with this
+    /// environment's datastore CA and admin client certificate.
     pub async fn create_datastore(&self, name: &str, endpoint: SocketAddr) -> Result<()> {
+        self.create_datastore_with_ca(name, endpoint, &self.datastore_ca, &self.datastore_client)
+            .await
+    }
+
+    /// Registers a Kamaji etcd DataStore named `name` pointing at `endpoint` with the CA `ca`
+    /// (certificate and key) and the client certificate `client`.
+    pub async fn create_datastore_with_ca(
+        &self,
+        name: &str,
+        endpoint: SocketAddr,
+        ca: &CertPair,
+        client: &CertPair,
+    ) -> Result<()> {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let ds = serde_json::json!({
             "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore",
@@ -49,29 +66,68 @@ impl Env {
                 "endpoints": [endpoint.to_string()],
                 "tlsConfig": {
                     "certificateAuthority": {
-                        "certificate": {"content": b64(&self.datastore_ca.cert_pem)},
-                        "privateKey": {"content": b64(&self.datastore_ca.key_pem)},
+                        "certificate": {"content": b64(&ca.cert_pem)},
+                        "privateKey": {"content": b64(&ca.key_pem)},
                     },
                     "clientCertificate": {
-                        "certificate": {"content": b64(&self.datastore_client.cert_pem)},
-                        "privateKey": {"content": b64(&self.datastore_client.key_pem)},
+                        "certificate": {"content": b64(&client.cert_pem)},
+                        "privateKey": {"content": b64(&client.key_pem)},
                     },
                 },
             },
         });
         self.apply_value(&ds).await
     }
+
+    /// Starts a second TLS etcd (data under the cluster's `dir_name`) whose server certificate
+    /// this environment's datastore CA issues and which trusts client certificates of that CA:
+    /// another etcd a tenant's API server can reach with its one client certificate. Returns it
+    /// with its address as pods reach it (the underlay gateway).
+    pub async fn start_datastore_sharing_the_ca(
+        &self,
+        dir_name: &str,
+    ) -> Result<(Etcd, SocketAddr)> {
+        let ca = CertificateAuthority::from_pem(
+            &self.datastore_ca.cert_pem,
+            &self.datastore_ca.key_pem,
+        )?;
+        let server = ca.issue(
+            &LeafSpec::datastore_server(dir_name, &[], &[IpAddr::V4(UNDERLAY_GATEWAY)]),
+            KeyAlgorithm::default(),
+            SystemTime::now(),
+        )?;
+        let etcd = Etcd::start_tls_also_on(
+            self.cluster.tools(),
+            &self.cluster.dir().join(dir_name),
+            server.cert_pem(),
+            server.key_pem(),
+            ca.cert_pem(),
+            Some(IpAddr::V4(UNDERLAY_GATEWAY)),
+        )
+        .await?;
+        let for_pods = SocketAddr::new(UNDERLAY_GATEWAY.into(), etcd.port());
+        Ok((etcd, for_pods))
+    }
 }
 
 /// The datastore as the manager resolves it, with the environment's admin client certificate.
 #[must_use]
 pub fn datastore_admin(env: &Env) -> (Resolved, Credentials) {
+    datastore_admin_at(env, env.datastore.url())
+}
+
+/// An etcd at `url` that shares the environment's datastore CA (the `default` DataStore's, or
+/// one of [`Env::start_datastore_sharing_the_ca`]), with the environment's admin client
+/// certificate.
+#[must_use]
+pub fn datastore_admin_at(env: &Env, url: &str) -> (Resolved, Credentials) {
     (
         Resolved {
             name: "default".into(),
-            endpoints: vec![env.datastore.url().to_owned()],
+            endpoints: vec![url.to_owned()],
             ca_cert: env.datastore_ca.cert_pem.clone(),
             ca_key: String::new(),
+            overrides: Vec::new(),
         },
         Credentials {
             cert: env.datastore_client.cert_pem.clone(),

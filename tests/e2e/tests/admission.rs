@@ -656,6 +656,22 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
             "spec.dataStoreOverrides[0].dataStore",
         ),
         (
+            "datastore-override-resource",
+            json!({"dataStoreOverrides": [{"resource": "events", "dataStore": "e"}]}),
+            "spec.dataStoreOverrides[0].resource",
+        ),
+        (
+            "datastore-override-keyspace",
+            json!({"dataStoreOverrides": [{"resource": "/", "dataStore": "e"}]}),
+            "spec.dataStoreOverrides[0].resource",
+        ),
+        (
+            "datastore-override-twice",
+            json!({"dataStoreOverrides": [{"resource": "/events", "dataStore": "a"},
+                {"resource": "/events", "dataStore": "b"}]}),
+            "dataStoreOverrides must name each resource at most once",
+        ),
+        (
             "endpoint-port",
             json!({"controlPlaneEndpoint": {"host": "a", "port": 70000}}),
             "spec.controlPlaneEndpoint.port",

@@ -116,7 +116,8 @@ where
 }
 
 /// `spec.addons` as declared: a tenant without addons has neither kube-proxy nor CoreDNS;
-/// declaring kube-proxy with an image override installs it with that image; removing the
+/// declaring kube-proxy with an image override installs it with that image; a new
+/// `kubeProxy.mode` changes the DaemonSet's pod template (its configuration hash); removing the
 /// declaration removes every object kamaji-rs applied for it, and keeps an object of the same
 /// kind and name space a user created for an addon kamaji-rs never installed.
 #[kamaji_e2e::test]
@@ -174,6 +175,40 @@ async fn addons_are_installed_as_declared_and_removed_with_their_declaration() {
     .await;
     wait_tenant::<ConfigMap>(&tenant, "kube-proxy", "present", |c| c.is_some()).await;
     wait_tenant::<Role>(&tenant, "kube-proxy", "present", |r| r.is_some()).await;
+    // A new mode rolls the DaemonSet: its pod template's configuration hash changes.
+    let config_hash = |d: &DaemonSet| -> Option<String> {
+        let template = &d.spec.as_ref()?.template;
+        let annotations = template.metadata.as_ref()?.annotations.as_ref()?;
+        annotations
+            .get(kamaji_bootstrap::kubeadm::addons::KUBE_PROXY_CONFIG_HASH_ANNOTATION)
+            .cloned()
+    };
+    let before = config_hash(
+        &Api::<DaemonSet>::namespaced(tenant.clone(), "kube-system")
+            .get("kube-proxy")
+            .await
+            .unwrap(),
+    )
+    .expect("the kube-proxy pod template carries its configuration hash");
+    env.patch_kcp(
+        ns,
+        "demo",
+        serde_json::json!({"spec": {"addons": {"kubeProxy": {"mode": "ipvs"}}}}),
+    )
+    .await
+    .unwrap();
+    wait_tenant::<DaemonSet>(
+        &tenant,
+        "kube-proxy",
+        "a new configuration hash",
+        move |d| d.and_then(config_hash).is_some_and(|h| h != before),
+    )
+    .await;
+    wait_tenant::<ConfigMap>(&tenant, "kube-proxy", "mode ipvs", |c| {
+        c.and_then(|c| c.data.as_ref())
+            .is_some_and(|d| d["config.conf"].contains("mode: ipvs"))
+    })
+    .await;
     // CoreDNS is still not declared: nothing of it.
     absent::<Deployment>(&tenant, "coredns", "absent").await;
 
@@ -326,7 +361,7 @@ async fn network_ingress_becomes_an_ingress_of_the_control_plane() {
 
 /// What the schema accepts but kamaji-rs does not implement yet, or cannot do as asked, is
 /// refused by name, with nothing created: a konnectivity server port the API server already
-/// has, `dataStoreOverrides`, `kine`. Removing the fields lets the same control plane come up.
+/// has, `kine`. Removing the fields lets the same control plane come up.
 #[kamaji_e2e::test]
 async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
     let _serial = serial();
@@ -335,10 +370,7 @@ async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
     env.namespace(ns).await.unwrap();
     let yaml = F0::new(ns, "demo")
         .replicas(1)
-        .spec(
-            "  addons: {konnectivity: {server: {port: 6443}}}\n  kine: {extraArgs: [--debug]}\n  \
-             dataStoreOverrides: [{resource: /events, dataStore: default}]\n",
-        )
+        .spec("  addons: {konnectivity: {server: {port: 6443}}}\n  kine: {extraArgs: [--debug]}\n")
         .yaml();
     env.apply_yaml(&yaml).await.unwrap();
     let kcp = env
@@ -346,11 +378,7 @@ async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
         .await
         .unwrap();
     let message = condition_message(&kcp, "SpecValid");
-    for field in [
-        "spec.addons.konnectivity.server.port",
-        "spec.dataStoreOverrides",
-        "spec.kine",
-    ] {
+    for field in ["spec.addons.konnectivity.server.port", "spec.kine"] {
         assert!(message.contains(field), "{field} not named: {message}");
     }
     for (kind, found) in [
@@ -379,7 +407,7 @@ async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
     env.patch_kcp(
         ns,
         "demo",
-        serde_json::json!({"spec": {"addons": null, "kine": null, "dataStoreOverrides": null}}),
+        serde_json::json!({"spec": {"addons": null, "kine": null}}),
     )
     .await
     .unwrap();
@@ -484,5 +512,162 @@ async fn network_gateway_without_the_gateway_api_says_which_crd_is_missing() {
     assert!(
         message.contains("spec.network.gateway") && message.contains("TLSRoute CRD"),
         "{message}"
+    );
+}
+
+/// The number of keys below `prefix` in the etcd `ds` (read with its admin certificate).
+async fn keys(
+    ds: &(
+        kamaji_reconciler::datastore::Resolved,
+        kamaji_reconciler::datastore::Credentials,
+    ),
+    prefix: &str,
+) -> u64 {
+    kamaji_reconciler::datastore::count_prefix(&ds.0, &ds.1, prefix)
+        .await
+        .unwrap()
+}
+
+/// `dataStoreOverrides`: `/events` kept in a second etcd (its server certificate from the same
+/// CA) becomes kube-apiserver's `--etcd-servers-overrides`; an Event created through the tenant
+/// API lands there under the tenant's prefix and not in the control plane's DataStore, which
+/// keeps everything else. A DataStore with another CA is refused naming the entry
+/// (`DataStoreReady=False`, nothing created) until it is fixed, which wakes the control plane
+/// through the DataStore watch. Deleting the tenant empties its prefix in both etcds.
+#[kamaji_e2e::test]
+#[allow(clippy::too_many_lines)] // one story: override, refusal, fix, deletion
+async fn data_store_overrides_keep_events_in_another_etcd_with_the_same_ca() {
+    use k8s_openapi::api::core::v1::{Event, Namespace};
+    use kamaji_api::KamajiControlPlane;
+    use kamaji_e2e::datastore::{datastore_admin, datastore_admin_at, etcd_prefix};
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let (events_etcd, events_for_pods) = env
+        .start_datastore_sharing_the_ca("datastore-events")
+        .await
+        .unwrap();
+    env.create_datastore("events", events_for_pods)
+        .await
+        .unwrap();
+    // The same etcd, registered with another CA: kube-apiserver could not use it.
+    let other = kamaji_testenv::pki::TestCa::new("other-ca").unwrap();
+    let other_client = other.client("datastore-admin", &[]).unwrap();
+    env.create_datastore_with_ca("other-ca", events_for_pods, &other.pair(), &other_client)
+        .await
+        .unwrap();
+    let (ns, refused_ns) = ("overrides", "overrides-refused");
+    for (namespace, datastore) in [(ns, "events"), (refused_ns, "other-ca")] {
+        env.namespace(namespace).await.unwrap();
+        let yaml = F0::new(namespace, "demo")
+            .replicas(1)
+            .spec(&format!(
+                "  dataStoreOverrides: [{{resource: /events, dataStore: {datastore}}}]\n"
+            ))
+            .yaml();
+        env.apply_yaml(&yaml).await.unwrap();
+    }
+
+    // Another CA: refused by name, nothing created.
+    let kcp = env
+        .wait_kcp_condition(refused_ns, "demo", "DataStoreReady", "False", 2 * MINUTE)
+        .await
+        .unwrap();
+    let message = condition_message(&kcp, "DataStoreReady");
+    for text in [
+        "spec.dataStoreOverrides[0].dataStore",
+        "DataStore other-ca",
+        "same CA certificate",
+    ] {
+        assert!(message.contains(text), "{text} not said: {message}");
+    }
+    assert!(
+        Api::<Deployment>::namespaced(env.client(), refused_ns)
+            .get_opt("demo")
+            .await
+            .unwrap()
+            .is_none(),
+        "a Deployment was created for a refused override"
+    );
+
+    // The same CA: the flag, and the events in the second etcd only.
+    env.wait_kcp_condition(ns, "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let args = env
+        .container_args(ns, "demo", "kube-apiserver")
+        .await
+        .unwrap();
+    let flag = format!("--etcd-servers-overrides=/events#https://{events_for_pods}");
+    assert!(args.contains(&flag), "{flag} not in {args:?}");
+    let tenant = env.tenant_client(ns, "demo").await.unwrap();
+    let probe = "override-probe";
+    Api::<Namespace>::all(tenant.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": probe}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let event: Event = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": probe, "namespace": probe},
+        "involvedObject": {"apiVersion": "v1", "kind": "ServiceAccount", "name": "default",
+            "namespace": probe},
+        "reason": "Probe", "message": "kept by DataStore events", "type": "Normal",
+    }))
+    .unwrap();
+    Api::<Event>::namespaced(tenant.clone(), probe)
+        .create(&PostParams::default(), &event)
+        .await
+        .unwrap();
+    let prefix = etcd_prefix(&env, ns, "demo").await;
+    let primary = datastore_admin(&env);
+    let events = datastore_admin_at(&env, events_etcd.url());
+    assert_eq!(
+        keys(&events, &format!("{prefix}/events/{probe}")).await,
+        1,
+        "the Event is not in the events etcd"
+    );
+    assert_eq!(
+        keys(&primary, &format!("{prefix}/events")).await,
+        0,
+        "events in the control plane's DataStore"
+    );
+    // Everything else stays in the control plane's DataStore.
+    assert!(keys(&primary, &format!("{prefix}/namespaces")).await > 0);
+    assert_eq!(
+        keys(&events, &format!("{prefix}/namespaces")).await,
+        0,
+        "namespaces in the events etcd"
+    );
+
+    // The DataStore fixed: its watch wakes the refused control plane.
+    env.create_datastore("other-ca", events_for_pods)
+        .await
+        .unwrap();
+    env.wait_kcp_condition(refused_ns, "demo", "DataStoreReady", "True", 2 * MINUTE)
+        .await
+        .unwrap();
+    env.capi(refused_ns, "v1beta2", "Cluster")
+        .delete("demo", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+
+    // Deletion forgets: the prefix is empty in both etcds.
+    removed_with_the_tenant(
+        &env,
+        ns,
+        Api::<KamajiControlPlane>::namespaced(env.client(), ns),
+        "KamajiControlPlane",
+    )
+    .await;
+    assert_eq!(
+        keys(&events, &prefix).await,
+        0,
+        "keys left in the events etcd"
+    );
+    assert_eq!(
+        keys(&primary, &prefix).await,
+        0,
+        "keys left in the control plane's etcd"
     );
 }

@@ -158,6 +158,7 @@ fn apiserver_command(
             servers: vec![etcd_url.to_owned()],
             prefix: "/tenants/demo".into(),
             tls: true,
+            overrides: Vec::new(),
         },
         egress_selector_config: None,
         layout,

@@ -33,6 +33,25 @@ pub struct DatastoreWiring {
     /// Whether the datastore takes a TLS client certificate (mounted as
     /// [`PkiVolume::Datastore`]).
     pub tls: bool,
+    /// `--etcd-servers-overrides`: resources (`group/resource`, `/events` for the core group)
+    /// kept on other servers, with their URLs. kube-apiserver reaches them with the same
+    /// client certificate, CA and prefix as [`Self::servers`].
+    pub overrides: Vec<(String, Vec<String>)>,
+}
+
+impl DatastoreWiring {
+    /// The `--etcd-servers-overrides` value: `group/resource#url;url`, comma separated (the
+    /// format of kube-apiserver's help); `None` without overrides.
+    #[must_use]
+    pub fn overrides_flag(&self) -> Option<String> {
+        (!self.overrides.is_empty()).then(|| {
+            self.overrides
+                .iter()
+                .map(|(resource, servers)| format!("{resource}#{}", servers.join(";")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    }
 }
 
 /// Everything the components' default flags depend on, already validated.
@@ -84,6 +103,9 @@ pub fn default_flags(spec: &ControlPlaneSpec, component: Component) -> Vec<Flag>
                 Flag::new("etcd-servers", ds.servers.join(",")),
                 Flag::new("etcd-prefix", ds.prefix.clone()),
             ];
+            if let Some(overrides) = ds.overrides_flag() {
+                f.push(Flag::new("etcd-servers-overrides", overrides));
+            }
             if ds.tls {
                 f.push(Flag::new(
                     "etcd-cafile",
@@ -260,6 +282,7 @@ mod tests {
                 servers: vec!["https://10.0.0.2:2379".into()],
                 prefix: "/tenant_a_demo_1".into(),
                 tls,
+                overrides: Vec::new(),
             },
             egress_selector_config: None,
             layout: Layout::default(),
@@ -297,6 +320,53 @@ mod tests {
         let without = component_args(&spec(false), Component::ApiServer, &[]);
         assert!(!without.iter().any(|a| a.starts_with("--etcd-certfile")));
         assert!(with.contains(&"--advertise-address=10.0.0.10".into()));
+    }
+
+    /// `--etcd-servers-overrides` in kube-apiserver's format (`group/resource#servers`, servers
+    /// `;`-separated, overrides `,`-separated), only when there are overrides.
+    #[test]
+    fn datastore_overrides_become_etcd_servers_overrides() {
+        let none = component_args(&spec(true), Component::ApiServer, &[]);
+        assert!(
+            !none
+                .iter()
+                .any(|a| a.starts_with("--etcd-servers-overrides"))
+        );
+        let mut s = spec(true);
+        s.datastore.overrides = vec![
+            (
+                "/events".into(),
+                vec![
+                    "https://10.0.0.3:2379".into(),
+                    "https://10.0.0.4:2379".into(),
+                ],
+            ),
+            (
+                "coordination.k8s.io/leases".into(),
+                vec!["https://10.0.0.5:2379".into()],
+            ),
+        ];
+        let args = component_args(&s, Component::ApiServer, &[]);
+        let overrides: Vec<&String> = args
+            .iter()
+            .filter(|a| a.starts_with("--etcd-servers-overrides="))
+            .collect();
+        assert_eq!(
+            overrides,
+            [
+                &"--etcd-servers-overrides=/events#https://10.0.0.3:2379;https://10.0.0.4:2379,\
+               coordination.k8s.io/leases#https://10.0.0.5:2379"
+                    .to_owned()
+            ]
+        );
+        // One client certificate and one prefix for every server.
+        assert!(args.contains(&"--etcd-prefix=/tenant_a_demo_1".into()));
+        assert_eq!(
+            args.iter()
+                .filter(|a| a.starts_with("--etcd-certfile="))
+                .count(),
+            1
+        );
     }
 
     #[test]

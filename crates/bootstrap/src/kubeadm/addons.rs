@@ -51,6 +51,26 @@ pub struct CoreDnsObjects {
     pub deployment: Deployment,
 }
 
+/// Pod-template annotation of the kube-proxy DaemonSet: a hash of the `kube-proxy` ConfigMap's
+/// data (`config.conf`, `kubeconfig.conf`), so a change of the configuration (`mode`, the
+/// patches, the endpoint) rolls the DaemonSet's pods onto it (kube-proxy reads its
+/// configuration only at start).
+pub const KUBE_PROXY_CONFIG_HASH_ANNOTATION: &str =
+    "controlplane.cluster.x-k8s.io/kamaji-rs-kube-proxy-config-hash";
+
+/// `sha256:<hex>` of a ConfigMap's data (keys in order, each key and value length-prefixed).
+fn config_hash(data: &BTreeMap<String, String>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for (k, v) in data {
+        for part in [k, v] {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part.as_bytes());
+        }
+    }
+    format!("sha256:{}", hex::encode(h.finalize()))
+}
+
 const KUBE_PROXY_DAEMONSET: &str = r"
 apiVersion: apps/v1
 kind: DaemonSet
@@ -132,7 +152,8 @@ pub fn kube_proxy_configuration(tenant: &Tenant) -> Result<Value, ValidationErro
 /// `kube-proxy` Role/RoleBinding for the bootstrap token group, the ConfigMap (label
 /// `app: kube-proxy`; `config.conf` = a KubeProxyConfiguration with `clusterCIDR` = the pod
 /// CIDRs, `kubeconfig.conf` pointing at the **public** endpoint) and the DaemonSet with image
-/// `<registry>/kube-proxy:<tenant version>` (or the override).
+/// `<registry>/kube-proxy:<tenant version>` (or the override) and the ConfigMap's hash in its
+/// pod template ([`KUBE_PROXY_CONFIG_HASH_ANNOTATION`]), so a configuration change rolls it.
 ///
 /// # Errors
 /// [`Error::Render`], [`Error::Template`].
@@ -155,13 +176,21 @@ pub fn kube_proxy(tenant: &Tenant) -> Result<KubeProxyObjects, Error> {
     };
     config_map.metadata.labels = Some(labels(&[("app", "kube-proxy")]));
     let mut daemon_set: DaemonSet = from_template("kube-proxy DaemonSet", KUBE_PROXY_DAEMONSET)?;
-    for c in daemon_set
-        .spec
-        .iter_mut()
-        .filter_map(|s| s.template.spec.as_mut())
-        .flat_map(|p| p.containers.iter_mut())
-    {
-        c.image = Some(tenant.kube_proxy_image().to_owned());
+    let hash = config_hash(config_map.data.as_ref().unwrap_or(&BTreeMap::new()));
+    for template in daemon_set.spec.iter_mut().map(|s| &mut s.template) {
+        template
+            .metadata
+            .get_or_insert_default()
+            .annotations
+            .get_or_insert_default()
+            .insert(KUBE_PROXY_CONFIG_HASH_ANNOTATION.to_owned(), hash.clone());
+        for c in template
+            .spec
+            .iter_mut()
+            .flat_map(|p| p.containers.iter_mut())
+        {
+            c.image = Some(tenant.kube_proxy_image().to_owned());
+        }
     }
     let (role, role_binding) = configmap_reader(
         "kube-proxy",

@@ -1,6 +1,7 @@
-//! The **deletion** branch: stop the control plane, remove the tenant's datastore prefix,
-//! remove what kamaji-rs created, then release the finalizer. Completes when parts are already
-//! gone; a control plane deleted by `clusterctl move` only has its finalizer released.
+//! The **deletion** branch: stop the control plane, remove the tenant's datastore prefix (from
+//! its DataStore and those of its `dataStoreOverrides`), remove what kamaji-rs created, then
+//! release the finalizer. Completes when parts are already gone; a control plane deleted by
+//! `clusterctl move` only has its finalizer released.
 
 use std::time::{Duration, SystemTime};
 
@@ -19,7 +20,7 @@ use tracing::{info, warn};
 
 use super::plan::pki::datastore_common_name;
 use super::status::Cond;
-use super::validate::{datastore_name, datastore_schema};
+use super::validate::{datastore_names, datastore_schema};
 use super::{Report, object_key};
 use crate::context::Context;
 use crate::datastore::{self, Credentials};
@@ -119,10 +120,13 @@ async fn stop_control_plane(ctx: &Context, ns: &str, names: &ObjectNames) -> Res
     Ok(pods.items.is_empty() && !deployment_left)
 }
 
-/// Removes the tenant's keys from its datastore with a short-lived client certificate the
-/// manager issues itself from the DataStore CA, in memory: cleanup never depends on the
+/// Removes the tenant's keys from its datastore, and from the DataStores of its
+/// `spec.dataStoreOverrides` (the same prefix), each with a short-lived client certificate the
+/// manager issues itself from that DataStore's CA, in memory: cleanup never depends on the
 /// tenant's `<cluster>-apiserver-etcd-client` Secret, which a namespace deletion may remove
-/// first. When the DataStore is gone the keys cannot be reached and a Warning event says so.
+/// first. When a DataStore is gone its keys cannot be reached and a Warning event says so. An
+/// override DataStore with another CA than the control plane's was refused
+/// (`DataStoreReady=False`), so the API server never wrote there: it is left alone.
 async fn remove_datastore_prefix(
     kcp: &KamajiControlPlane,
     ctx: &Context,
@@ -130,38 +134,51 @@ async fn remove_datastore_prefix(
     names: &ObjectNames,
     report: &mut Report,
 ) -> Result<(), Error> {
-    let schema = datastore_schema(kcp);
-    let ds_name = datastore_name(kcp, &ctx.config.default_datastore);
-    match datastore::resolve(&ctx.client, ds_name).await {
-        Ok(ds) => {
-            let (leaf, _) = leaves::datastore_client(
-                &ds.ca_cert,
-                &ds.ca_key,
-                &datastore_common_name(ns, names),
-                None,
-                ctx.config.key_algorithm,
-                SystemTime::now(),
-            )?;
-            let credentials = Credentials {
-                cert: leaf.cert_pem().to_owned(),
-                key: leaf.key_pem().to_owned(),
-            };
-            let prefix = kamaji_api::names::etcd_prefix(&schema);
-            let deleted = datastore::delete_prefix(&ds, &credentials, &prefix)
-                .await
-                .map_err(Error::Datastore)?;
-            info!(kcp = %object_key(kcp), prefix, deleted, "removed the tenant's datastore keys");
+    let prefix = kamaji_api::names::etcd_prefix(&datastore_schema(kcp));
+    let mut primary_ca: Option<String> = None;
+    for (i, ds_name) in datastore_names(kcp, &ctx.config.default_datastore)
+        .into_iter()
+        .enumerate()
+    {
+        let ds = match datastore::resolve(&ctx.client, ds_name).await {
+            Ok(ds) => ds,
+            Err(p) => {
+                warn!(kcp = %object_key(kcp), datastore = ds_name, "datastore prefix not removed: {}", p.message());
+                report.warn(
+                    reasons::WAITING_FOR_DATASTORE_CLEANUP,
+                    &format!(
+                        "the tenant's datastore keys were not removed: {}",
+                        p.message()
+                    ),
+                );
+                continue;
+            }
+        };
+        if i == 0 {
+            primary_ca = Some(ds.ca_cert.clone());
+        } else if primary_ca
+            .as_deref()
+            .is_some_and(|ca| !datastore::same_ca(ca, &ds.ca_cert))
+        {
+            info!(kcp = %object_key(kcp), datastore = ds_name, "not the control plane's CA: the API server never wrote there");
+            continue;
         }
-        Err(p) => {
-            warn!(kcp = %object_key(kcp), "datastore prefix not removed: {}", p.message());
-            report.warn(
-                reasons::WAITING_FOR_DATASTORE_CLEANUP,
-                &format!(
-                    "the tenant's datastore keys were not removed: {}",
-                    p.message()
-                ),
-            );
-        }
+        let (leaf, _) = leaves::datastore_client(
+            &ds.ca_cert,
+            &ds.ca_key,
+            &datastore_common_name(ns, names),
+            None,
+            ctx.config.key_algorithm,
+            SystemTime::now(),
+        )?;
+        let credentials = Credentials {
+            cert: leaf.cert_pem().to_owned(),
+            key: leaf.key_pem().to_owned(),
+        };
+        let deleted = datastore::delete_prefix(&ds, &credentials, &prefix)
+            .await
+            .map_err(Error::Datastore)?;
+        info!(kcp = %object_key(kcp), datastore = ds_name, prefix, deleted, "removed the tenant's datastore keys");
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! initialized, and whether its API answers through the endpoint.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service};
@@ -15,7 +16,7 @@ use kube::api::{Api, ListParams};
 use super::status::{Cond, Replicas};
 use super::validate::ValidSpec;
 use crate::context::Context;
-use crate::datastore::{self, Problem, Resolved};
+use crate::datastore::{self, Override, Problem, Resolved};
 use crate::error::{Error, KubeContext};
 use crate::tenant;
 
@@ -47,35 +48,73 @@ pub fn is_initialized(kcp: &KamajiControlPlane) -> bool {
     })
 }
 
-/// The DataStore of the control plane with its `DataStoreReady=True` condition; `Err` is the
-/// `DataStoreReady=False` condition when it is missing, unsupported or invalid.
+/// The DataStore of the control plane, with the DataStores of its `spec.dataStoreOverrides`
+/// in [`Resolved::overrides`], and its `DataStoreReady=True` condition; `Err` is the
+/// `DataStoreReady=False` condition when one is missing, unsupported or invalid, or an
+/// override's CA certificate is not the control plane's DataStore's (the message names the
+/// entry).
 pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Cond), Cond> {
-    match datastore::resolve(&ctx.client, &spec.datastore_name).await {
-        Ok(ds) => {
-            let ready = Cond::yes(
-                types::DATASTORE_READY,
-                reasons::READY,
-                format!(
-                    "DataStore {} (etcd), prefix /{}",
-                    ds.name, spec.datastore_schema
-                ),
-            );
-            Ok((ds, ready))
-        }
+    let mut ds = match datastore::resolve(&ctx.client, &spec.datastore_name).await {
+        Ok(ds) => ds,
         Err(problem) => {
-            let reason = match &problem {
-                Problem::NotFound(_) => reasons::DATASTORE_NOT_FOUND,
-                Problem::DriverUnsupported(_) => reasons::DATASTORE_DRIVER_UNSUPPORTED,
-                Problem::Invalid(_) => reasons::INVALID_SPEC,
-            };
             let mut msg = problem.message();
             if spec.default_datastore {
                 msg.push_str(
                     " (spec.dataStoreName is empty, so the manager's default DataStore is used)",
                 );
             }
-            Err(Cond::no(types::DATASTORE_READY, reason, msg))
+            return Err(Cond::no(types::DATASTORE_READY, reason(&problem), msg));
         }
+    };
+    let mut message = format!(
+        "DataStore {} (etcd), prefix /{}",
+        ds.name, spec.datastore_schema
+    );
+    for (i, (resource, name)) in spec.datastore_overrides.iter().enumerate() {
+        let field = format!("spec.dataStoreOverrides[{i}].dataStore");
+        let other = if *name == ds.name {
+            ds.clone()
+        } else {
+            datastore::resolve(&ctx.client, name).await.map_err(|p| {
+                Cond::no(
+                    types::DATASTORE_READY,
+                    reason(&p),
+                    format!("{field}: {}", p.message()),
+                )
+            })?
+        };
+        if !datastore::same_ca(&ds.ca_cert, &other.ca_cert) {
+            return Err(Cond::no(
+                types::DATASTORE_READY,
+                reasons::DATASTORE_CA_MISMATCH,
+                format!(
+                    "{field}: DataStore {name} has another CA certificate than DataStore {} of \
+                     the control plane: kube-apiserver reaches every etcd with one client \
+                     certificate and CA, so DataStore {name} must use the same CA certificate \
+                     (and its etcd trust client certificates issued by it)",
+                    ds.name
+                ),
+            ));
+        }
+        let _ = write!(message, "; {resource} in DataStore {name}");
+        ds.overrides.push(Override {
+            resource: resource.clone(),
+            datastore: name.clone(),
+            servers: other.server_urls(),
+        });
+    }
+    Ok((
+        ds,
+        Cond::yes(types::DATASTORE_READY, reasons::READY, message),
+    ))
+}
+
+/// The `DataStoreReady=False` reason of a DataStore problem.
+fn reason(problem: &Problem) -> &'static str {
+    match problem {
+        Problem::NotFound(_) => reasons::DATASTORE_NOT_FOUND,
+        Problem::DriverUnsupported(_) => reasons::DATASTORE_DRIVER_UNSUPPORTED,
+        Problem::Invalid(_) => reasons::INVALID_SPEC,
     }
 }
 

@@ -236,6 +236,8 @@ pub struct ValidSpec {
     pub datastore_name: String,
     /// Whether `spec.dataStoreName` was empty (the manager's default is used).
     pub default_datastore: bool,
+    /// `spec.dataStoreOverrides` in order: resource (`group/resource`) and DataStore name.
+    pub datastore_overrides: Vec<(String, String)>,
     /// The three components, in [`Component::ALL`] order.
     pub components: [ComponentSpec; 3],
     /// `spec.deployment`.
@@ -315,6 +317,7 @@ pub fn validate(
         .filter(|r| !r.is_empty())
         .unwrap_or_else(|| DEFAULT_REGISTRY.to_owned());
     let kubelet_address_types = kubelet_address_types(fields);
+    let datastore_overrides = datastore_overrides(fields, &mut errors);
     let (Some(version), Some(network), Some(port)) = (version, network, port) else {
         return Err(errors);
     };
@@ -356,6 +359,7 @@ pub fn validate(
         datastore_schema: datastore_schema(kcp),
         default_datastore: fields.data_store_name.as_deref().is_none_or(str::is_empty),
         datastore_name: datastore_name(kcp, default_datastore).to_owned(),
+        datastore_overrides,
         components: Component::ALL.map(|c| component(fields, c)),
         pod: pod_settings(fields),
         rollout_after: kcp
@@ -708,17 +712,6 @@ fn field_errors(kcp: &KamajiControlPlane) -> Vec<SpecError> {
 /// accepted and ignored.
 fn not_supported_yet(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecError> {
     let mut errors = Vec::new();
-    if fields
-        .data_store_overrides
-        .as_ref()
-        .is_some_and(|o| !o.is_empty())
-    {
-        errors.push(SpecError::new(
-            "spec.dataStoreOverrides",
-            "storing resources in another DataStore is not supported by kamaji-rs yet: remove \
-             it; every resource is stored in the control plane's DataStore",
-        ));
-    }
     if fields.data_store_username.is_some() {
         errors.push(SpecError::new(
             "spec.dataStoreUsername",
@@ -783,6 +776,58 @@ pub fn datastore_name<'a>(kcp: &'a KamajiControlPlane, default: &'a str) -> &'a 
         .as_deref()
         .filter(|n| !n.is_empty())
         .unwrap_or(default)
+}
+
+/// `spec.dataStoreOverrides` as (resource, DataStore) pairs: each resource one
+/// `group/resource` of `--etcd-servers-overrides`, at most once (admission checks the same;
+/// this catches objects stored before those rules). Whether each DataStore exists and shares
+/// the control plane's CA is the observe step's (`DataStoreReady`).
+fn datastore_overrides(
+    fields: &kamaji_api::KamajiControlPlaneFields,
+    errors: &mut Vec<SpecError>,
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (i, o) in fields.data_store_overrides.iter().flatten().enumerate() {
+        let field = format!("spec.dataStoreOverrides[{i}]");
+        if !kamaji_api::validation::is_override_resource(&o.resource) {
+            errors.push(SpecError::new(
+                format!("{field}.resource"),
+                format!(
+                    "{:?} is not one group/resource as kube-apiserver's \
+                     --etcd-servers-overrides takes it (/events for core events, \
+                     apps/deployments)",
+                    o.resource
+                ),
+            ));
+        } else if out.iter().any(|(r, _)| *r == o.resource) {
+            errors.push(SpecError::new(
+                format!("{field}.resource"),
+                format!("{} is overridden more than once", o.resource),
+            ));
+        }
+        if o.data_store.is_empty() {
+            errors.push(SpecError::new(
+                format!("{field}.dataStore"),
+                "names no DataStore",
+            ));
+        }
+        out.push((o.resource.clone(), o.data_store.clone()));
+    }
+    out
+}
+
+/// Every DataStore a control plane keeps keys in: [`datastore_name`], then the DataStores of
+/// `spec.dataStoreOverrides` not named before (the watch of DataStores and the deletion of the
+/// tenant's keys use it; not validated).
+#[must_use]
+pub fn datastore_names<'a>(kcp: &'a KamajiControlPlane, default: &'a str) -> Vec<&'a str> {
+    let mut names = vec![datastore_name(kcp, default)];
+    for o in kcp.spec.fields.data_store_overrides.iter().flatten() {
+        if !o.data_store.is_empty() && !names.contains(&o.data_store.as_str()) {
+            names.push(&o.data_store);
+        }
+    }
+    names
 }
 
 /// The control plane's datastore schema (etcd key prefix without the leading `/`):
@@ -1274,9 +1319,16 @@ pub(crate) mod tests {
                 "8134 is taken",
             ),
             (
-                serde_json::json!({"dataStoreOverrides": [{"resource": "/events", "dataStore": "events"}]}),
-                "spec.dataStoreOverrides",
-                "not supported by kamaji-rs yet",
+                serde_json::json!({"dataStoreOverrides": [{"resource": "events", "dataStore": "events"}]}),
+                "spec.dataStoreOverrides[0].resource",
+                "not one group/resource",
+            ),
+            (
+                serde_json::json!({"dataStoreOverrides": [
+                    {"resource": "/events", "dataStore": "events"},
+                    {"resource": "/events", "dataStore": "other"}]}),
+                "spec.dataStoreOverrides[1].resource",
+                "more than once",
             ),
             (
                 serde_json::json!({"kine": {"extraArgs": ["--debug"]}}),
@@ -1455,6 +1507,62 @@ pub(crate) mod tests {
         c.api_server_port = 0;
         let errors = validate(&fixture(serde_json::json!({})), &c, None, "default").unwrap_err();
         assert_eq!(errors[0].field, "Cluster.spec.clusterNetwork.apiServerPort");
+    }
+
+    /// `dataStoreOverrides` are kept in order; the whole keyspace, a resource without its
+    /// `/`, a duplicate and an empty DataStore name are refused naming the entry; the
+    /// DataStores a control plane uses are its own, then the overrides' once each.
+    #[test]
+    fn data_store_overrides_are_validated_and_kept_in_order() {
+        let overrides = serde_json::json!({"dataStoreName": "main", "dataStoreOverrides": [
+            {"resource": "/events", "dataStore": "events"},
+            {"resource": "coordination.k8s.io/leases", "dataStore": "main"},
+            {"resource": "apps/deployments", "dataStore": "events"}]});
+        let kcp = fixture(overrides);
+        assert_eq!(
+            valid(&kcp).datastore_overrides,
+            vec![
+                ("/events".to_owned(), "events".to_owned()),
+                ("coordination.k8s.io/leases".to_owned(), "main".to_owned()),
+                ("apps/deployments".to_owned(), "events".to_owned()),
+            ]
+        );
+        assert_eq!(datastore_names(&kcp, "default"), vec!["main", "events"]);
+        assert!(
+            valid(&fixture(serde_json::json!({})))
+                .datastore_overrides
+                .is_empty()
+        );
+        for (entry, field) in [
+            (
+                serde_json::json!({"resource": "/", "dataStore": "e"}),
+                "resource",
+            ),
+            (
+                serde_json::json!({"resource": "", "dataStore": "e"}),
+                "resource",
+            ),
+            (
+                serde_json::json!({"resource": "events", "dataStore": "e"}),
+                "resource",
+            ),
+            (
+                serde_json::json!({"resource": "/events#x", "dataStore": "e"}),
+                "resource",
+            ),
+            (
+                serde_json::json!({"resource": "/events", "dataStore": ""}),
+                "dataStore",
+            ),
+        ] {
+            let errors = errors(serde_json::json!({"dataStoreOverrides": [entry.clone()]}));
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.field == format!("spec.dataStoreOverrides[0].{field}")),
+                "{entry}: {errors:?}"
+            );
+        }
     }
 
     #[test]

@@ -273,6 +273,11 @@ pub fn control_plane_spec(
             servers: datastore.server_urls(),
             prefix: kamaji_api::names::etcd_prefix(&spec.datastore_schema),
             tls: true,
+            overrides: datastore
+                .overrides
+                .iter()
+                .map(|o| (o.resource.clone(), o.servers.clone()))
+                .collect(),
         },
         egress_selector_config: spec
             .konnectivity
@@ -512,6 +517,7 @@ pub(crate) mod tests {
             endpoints: vec!["10.0.0.2:2379".into()],
             ca_cert: ca.cert_pem().into(),
             ca_key: ca.key_pem().into(),
+            overrides: Vec::new(),
         }
     }
 
