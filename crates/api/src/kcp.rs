@@ -191,7 +191,10 @@ pub struct KamajiControlPlaneFields {
     /// same key prefix. kube-apiserver uses one client certificate and CA for every etcd, so
     /// each DataStore named must be an etcd DataStore with the same CA certificate as the
     /// control plane's; otherwise `DataStoreReady=False` names the entry. Deleting the control
-    /// plane removes its keys from these DataStores too. Each resource at most once.
+    /// plane removes its keys from these DataStores too. Each resource at most once. Immutable
+    /// (added, changed or removed later, the objects already stored would vanish from the
+    /// tenant). kube-apiserver checks every such etcd in its health checks: an outage of one
+    /// fails the API servers' liveness and restarts them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": validation::OVERRIDE_UNIQUE_RULE, "message": "dataStoreOverrides must name each resource at most once"}]))]
@@ -953,8 +956,9 @@ pub struct NetworkComponent {
     #[schemars(length(max = 45))]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "isIP(self)", "message": "network.serviceAddress must be an IP address"}]))]
     pub service_address: Option<String>,
-    /// IP address advertised to tenant-side consumers (workers, konnectivity) when it differs
-    /// from the management-side address. Must be an IP address.
+    /// kube-apiserver's `--advertise-address` (the address of the tenant's `kubernetes`
+    /// Service endpoints), also a serving-certificate name; without it the endpoint's IP, when
+    /// it is one. Must be an IP address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 45))]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "isIP(self)", "message": "network.advertiseAddress must be an IP address"}]))]

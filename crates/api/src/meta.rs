@@ -21,6 +21,12 @@ pub const CONTRACT_VERSIONS: &str = "v1alpha1_v1alpha2";
 
 /// Field manager of every server-side apply kamaji-rs sends.
 pub const FIELD_MANAGER: &str = "kamaji-rs";
+/// Annotation on every object kamaji-rs applies in a tenant (value `"true"`): only an object
+/// carrying it (and applied by [`FIELD_MANAGER`]) is removed when its addon leaves
+/// `spec.addons`. Objects an earlier version applied without it, which installed CoreDNS and
+/// kube-proxy whatever `spec.addons` said, are left in place (no longer updated) rather than
+/// deleted by a manager upgrade.
+pub const TENANT_INSTALLED_ANNOTATION: &str = "controlplane.cluster.x-k8s.io/kamaji-rs-installed";
 /// Finalizer kamaji-rs puts on a `KamajiControlPlane` to clean up its control plane and
 /// DataStore data before the object goes.
 pub const FINALIZER: &str = "kamaji-rs.controlplane.cluster.x-k8s.io/finalizer";

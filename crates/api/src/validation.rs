@@ -591,6 +591,21 @@ fn removed_flag_rules() -> Vec<Value> {
         .collect()
 }
 
+/// `spec.dataStoreOverrides` cannot be added, changed or removed: kube-apiserver would look
+/// for a resource's objects in the other DataStore, and those already stored would vanish from
+/// the tenant (the garbage collector then deleting what they owned).
+fn data_store_overrides_fixed() -> Value {
+    rule_at(
+        "has(self.dataStoreOverrides) == has(oldSelf.dataStoreOverrides) && \
+         (!has(self.dataStoreOverrides) || self.dataStoreOverrides == oldSelf.dataStoreOverrides)"
+            .to_owned(),
+        "spec.dataStoreOverrides is immutable: moving a resource to or from another DataStore \
+         would hide the objects already stored; create a new control plane instead"
+            .to_owned(),
+        ".dataStoreOverrides",
+    )
+}
+
 fn immutable_once_set(field: &str) -> Value {
     rule_at(
         format!("!has(oldSelf.{field}) || (has(self.{field}) && self.{field} == oldSelf.{field})"),
@@ -636,6 +651,7 @@ pub(crate) fn kamaji_control_plane_spec(schema: &mut Schema) {
             .into_iter()
             .map(immutable_once_set),
     );
+    rules.push(data_store_overrides_fixed());
     rules.extend(reserved_flag_rules("self", "spec."));
     rules.extend(removed_flag_rules());
     rules.extend(endpoint_field_rules());

@@ -25,10 +25,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath, PodSpec,
-    PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SecretVolumeSource,
-    SecurityContext, ServiceAccount, ServiceAccountTokenProjection, Toleration, Volume,
-    VolumeMount, VolumeProjection,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath, Lifecycle,
+    LifecycleHandler, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements,
+    SecretVolumeSource, SecurityContext, ServiceAccount, ServiceAccountTokenProjection,
+    SleepAction, Toleration, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::api::rbac::v1::{
     ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -74,11 +74,34 @@ const AGENT_TOKEN_FILE: &str = "konnectivity-agent-token";
 /// Lifetime of the agents' projected tokens (the kubelet refreshes them at 80 %).
 const AGENT_TOKEN_SECONDS: i64 = 3600;
 
-/// The apiserver-network-proxy release that goes with Kubernetes `1.<minor>`: `v0.<minor>.0`
-/// (the project versions its releases after the Kubernetes minor since v0.28).
+/// The oldest apiserver-network-proxy release the server's and agents' flags work with
+/// (`v0.<this>`): lease counting with `--lease-namespace`/`--lease-label` on both sides is in
+/// every release from v0.33.0 (checked in the sources of v0.33.0, v0.34.0 and v0.36.0; older
+/// releases lack some of these flags and would exit at start).
+pub const MIN_RELEASE_MINOR: u32 = 33;
+
+/// The apiserver-network-proxy release the images default to for Kubernetes `1.<minor>`: the
+/// project's release of that minor where it is known to exist (v0.33.0, v0.34.0, v0.36.0),
+/// else the newest known one before it (v0.34.0 for 1.35); `None` below 1.33, where no
+/// release with the flags used here goes with the tenant.
 #[must_use]
-pub fn default_version(minor: u32) -> String {
-    format!("v0.{minor}.0")
+pub fn default_version(minor: u32) -> Option<&'static str> {
+    match minor {
+        33 => Some("v0.33.0"),
+        34 | 35 => Some("v0.34.0"),
+        36.. => Some("v0.36.0"),
+        _ => None,
+    }
+}
+
+/// Whether image tag `tag` is a release older than [`MIN_RELEASE_MINOR`] (`v0.32.1`); a tag
+/// that is no `v0.<minor>…` version (a mirror's own tag) is not judged.
+#[must_use]
+pub fn is_too_old(tag: &str) -> bool {
+    tag.strip_prefix("v0.")
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|minor| minor.parse::<u32>().ok())
+        .is_some_and(|minor| minor < MIN_RELEASE_MINOR)
 }
 
 /// The `EgressSelectorConfiguration` (`apiserver.k8s.io/v1beta1`) sending kube-apiserver's
@@ -269,9 +292,10 @@ pub fn volumes(secret_name: &str, mode: i32) -> Vec<Volume> {
 }
 
 /// The server container: [`server_args`], the agent port, liveness on the health port, the
-/// API server's serving certificate (`layout`), the konnectivity Secret and the socket.
+/// API server's serving certificate (`layout`), the konnectivity Secret and the socket; on
+/// deletion it sleeps `pre_stop_seconds` before it stops, like kube-apiserver beside it.
 #[must_use]
-pub fn server_container(server: &Server, layout: &Layout) -> Container {
+pub fn server_container(server: &Server, layout: &Layout, pre_stop_seconds: i64) -> Container {
     Container {
         name: SERVER_CONTAINER.into(),
         image: Some(server.image.clone()),
@@ -298,6 +322,17 @@ pub fn server_container(server: &Server, layout: &Layout) -> Container {
         }),
         resources: server.resources.clone(),
         security_context: server.security_context.clone(),
+        // Serves kube-apiserver's tunnelled requests for as long as kube-apiserver keeps
+        // serving after the pod is deleted (its own pre-stop sleep of `pre_stop_seconds`).
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction {
+                    seconds: pre_stop_seconds,
+                }),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
         volume_mounts: Some(vec![
             VolumeMount {
                 name: PkiVolume::ApiServer.volume_name().into(),
@@ -497,6 +532,20 @@ fn agent_pod(
             ..http_probe("/healthz", HEALTH_PORT, 10)
         }),
         readiness_probe: Some(http_probe("/readyz", HEALTH_PORT, 5)),
+        // Declared so that agents in the host network never share a node's ports (the
+        // scheduler places such pods by them).
+        ports: Some(
+            [("admin", ADMIN_PORT), ("health", HEALTH_PORT)]
+                .into_iter()
+                .map(|(name, port)| ContainerPort {
+                    name: Some(name.into()),
+                    container_port: i32::from(port),
+                    host_port: agent.host_network.then_some(i32::from(port)),
+                    protocol: Some("TCP".into()),
+                    ..ContainerPort::default()
+                })
+                .collect(),
+        ),
         volume_mounts: Some(vec![VolumeMount {
             name: AGENT_TOKEN_FILE.into(),
             mount_path: AGENT_TOKEN_DIR.into(),
@@ -788,7 +837,19 @@ mod tests {
     }
 
     #[test]
-    fn the_default_version_follows_the_kubernetes_minor() {
-        assert_eq!(default_version(36), "v0.36.0");
+    fn the_default_version_is_a_known_release_with_lease_counting() {
+        assert_eq!(default_version(36), Some("v0.36.0"));
+        assert_eq!(default_version(35), Some("v0.34.0"));
+        assert_eq!(default_version(33), Some("v0.33.0"));
+        assert_eq!(default_version(32), None);
+        for minor in 23..=36 {
+            if let Some(v) = default_version(minor) {
+                assert!(!is_too_old(v), "{v}");
+            }
+        }
+        assert!(is_too_old("v0.32.1"));
+        assert!(is_too_old("v0.1.5"));
+        assert!(!is_too_old("v0.33.0"));
+        assert!(!is_too_old("mirror-2026"));
     }
 }

@@ -14,7 +14,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::error::Error;
-use kamaji_api::meta::{FIELD_MANAGER, KUBECONFIG_SECRET_KEY};
+use kamaji_api::meta::{FIELD_MANAGER, KUBECONFIG_SECRET_KEY, TENANT_INSTALLED_ANNOTATION};
 
 /// A client for the kubeconfig stored under key `value` of `secret`, with short timeouts.
 ///
@@ -79,8 +79,9 @@ pub async fn apply(client: &Client, objects: &[DynamicObject]) -> Result<(), Err
 }
 
 /// Deletes each object of `objects` (identities only) that exists in the tenant and that
-/// kamaji-rs applied (its `managedFields` name [`FIELD_MANAGER`]); an object of the same name
-/// a user created is kept. The delete is preconditioned on the UID read, so an object
+/// kamaji-rs applied (its `managedFields` name [`FIELD_MANAGER`] and it carries
+/// [`TENANT_INSTALLED_ANNOTATION`]); an object of the same name a user created is kept, and so
+/// is one an earlier kamaji-rs applied without the annotation. The delete is preconditioned on the UID read, so an object
 /// re-created in between is kept too. Returns how many were deleted.
 ///
 /// # Errors
@@ -99,7 +100,12 @@ pub async fn remove_applied(client: &Client, objects: &[DynamicObject]) -> Resul
             .managed_fields
             .iter()
             .flatten()
-            .any(|m| m.manager.as_deref() == Some(FIELD_MANAGER));
+            .any(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
+            && found
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(TENANT_INSTALLED_ANNOTATION));
         if !ours {
             continue;
         }

@@ -756,6 +756,24 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
             "spec.dataStoreUsername is immutable",
         ),
         (
+            "datastore-overrides-added",
+            json!({}),
+            json!({"dataStoreOverrides": [{"resource": "/events", "dataStore": "events"}]}),
+            "spec.dataStoreOverrides is immutable",
+        ),
+        (
+            "datastore-overrides-changed",
+            json!({"dataStoreOverrides": [{"resource": "/events", "dataStore": "events"}]}),
+            json!({"dataStoreOverrides": [{"resource": "apps/deployments", "dataStore": "events"}]}),
+            "spec.dataStoreOverrides is immutable",
+        ),
+        (
+            "datastore-overrides-removed",
+            json!({"dataStoreOverrides": [{"resource": "/events", "dataStore": "events"}]}),
+            json!({"dataStoreOverrides": null}),
+            "spec.dataStoreOverrides is immutable",
+        ),
+        (
             "lb-class-set-later",
             json!({}),
             json!({"network": {"loadBalancerConfig": {"loadBalancerClass": "x/lb"}}}),

@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::Role;
 use kamaji_e2e::{Env, F0, condition_message, serial};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, Resource, ResourceExt as _};
 
@@ -212,6 +212,19 @@ async fn addons_are_installed_as_declared_and_removed_with_their_declaration() {
     // CoreDNS is still not declared: nothing of it.
     absent::<Deployment>(&tenant, "coredns", "absent").await;
 
+    // An object as an earlier kamaji-rs applied it (without the installed annotation, when
+    // kube-proxy was installed whatever spec.addons said): a manager upgrade must not delete it.
+    let accounts = Api::<ServiceAccount>::namespaced(tenant.clone(), "kube-system");
+    accounts
+        .patch(
+            "kube-proxy",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                kamaji_api::meta::TENANT_INSTALLED_ANNOTATION: null}}})),
+        )
+        .await
+        .unwrap();
+
     // The declaration removed: what kamaji-rs applied for kube-proxy goes, the user's stays.
     env.patch_kcp(ns, "demo", serde_json::json!({"spec": {"addons": null}}))
         .await
@@ -224,12 +237,20 @@ async fn addons_are_installed_as_declared_and_removed_with_their_declaration() {
         .await
         .unwrap();
     assert_eq!(kept.data, users.data, "the user's ConfigMap was changed");
-    let kcp = env
-        .wait_kcp_condition(ns, "demo", "TenantBootstrapped", "True", MINUTE)
-        .await
-        .unwrap();
-    let message = condition_message(&kcp, "TenantBootstrapped");
-    assert!(!message.contains("kube-proxy"), "{message}");
+    assert!(
+        accounts.get_opt("kube-proxy").await.unwrap().is_some(),
+        "an object applied without the installed annotation was deleted"
+    );
+    // The status of the pass that removed it (not the one before) says so.
+    env.wait_kcp(ns, "demo", "bootstrapped without kube-proxy", MINUTE, |k| {
+        k.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "TenantBootstrapped"))
+            .is_some_and(|c| c.status == "True" && !c.message.contains("kube-proxy"))
+    })
+    .await
+    .unwrap();
 }
 
 /// `network.advertiseAddress`: kube-apiserver advertises it (`--advertise-address`), so the

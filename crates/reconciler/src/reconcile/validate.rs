@@ -375,10 +375,10 @@ pub fn validate(
 }
 
 /// `addons.konnectivity`, with defaults: images without a version take the
-/// apiserver-network-proxy release of the tenant's minor. Refused with an Ingress or Gateway
-/// exposure (the agents dial the endpoint's host at the server port, which an Ingress or
-/// TLSRoute for the API server does not route), and with a server port that is already
-/// taken in the pod or on the Service.
+/// apiserver-network-proxy release known for the tenant's minor
+/// ([`kamaji_bootstrap::konnectivity::default_version`]); the agents tolerate
+/// `CriticalAddonsOnly` unless `agent.tolerations` is given. Refused (see
+/// [`konnectivity_errors`]) where it cannot work as asked.
 fn konnectivity(
     fields: &kamaji_api::KamajiControlPlaneFields,
     exposure: &Exposure,
@@ -392,85 +392,69 @@ fn konnectivity(
     };
     use kamaji_bootstrap::konnectivity as k;
     let spec = fields.addons.as_ref()?.konnectivity.as_ref()?;
-    let via = if exposure.ingress.is_some() {
-        Some("spec.network.ingress")
-    } else if exposure.gateway.is_some() {
-        Some("spec.network.gateway")
-    } else {
-        None
-    };
-    if let Some(via) = via {
-        errors.push(SpecError::new(
-            "spec.addons.konnectivity",
-            format!(
-                "konnectivity agents connect to the endpoint's host at the server port, which \
-                 {via} does not route: expose the control plane with a LoadBalancer or NodePort \
-                 Service, or remove konnectivity"
-            ),
-        ));
-    }
     let server = spec.server.clone().unwrap_or_default();
     let agent = spec.agent.clone().unwrap_or_default();
     let port = server.port.unwrap_or(DEFAULT_KONNECTIVITY_SERVER_PORT);
-    let port = u16::try_from(port).ok().filter(|p| *p != 0);
-    let taken = |p: u16| {
-        p == api_port
-            || p == k::ADMIN_PORT
-            || p == k::HEALTH_PORT
-            || exposure
-                .additional_ports
-                .iter()
-                .any(|a| a.port == i32::from(p) || a.name.as_deref() == Some(k::SERVER_PORT_NAME))
-    };
-    match port {
-        Some(p) if !taken(p) => {}
-        _ => {
-            errors.push(SpecError::new(
-                "spec.addons.konnectivity.server.port",
-                format!(
-                    "{} is taken: the API server listens on {api_port}, konnectivity's admin and \
-                     health ports are {} and {}, and network.additionalServicePorts may not \
-                     use it (nor the port name {})",
-                    server.port.unwrap_or(DEFAULT_KONNECTIVITY_SERVER_PORT),
-                    k::ADMIN_PORT,
-                    k::HEALTH_PORT,
-                    k::SERVER_PORT_NAME
-                ),
-            ));
-        }
-    }
-    let image = |image: Option<&String>, default: &str, version: Option<&String>| {
-        format!(
-            "{}:{}",
-            image
-                .filter(|i| !i.is_empty())
-                .map_or(default, String::as_str),
-            version
+    let before = errors.len();
+    errors.extend(konnectivity_errors(fields, exposure, api_port, minor, port));
+    let mut image =
+        |image: Option<&String>, default: &str, version: Option<&String>, field: &str| {
+            let tag = version
                 .filter(|v| !v.is_empty())
                 .cloned()
-                .unwrap_or_else(|| k::default_version(minor))
-        )
-    };
+                .or_else(|| k::default_version(minor).map(str::to_owned))
+                .unwrap_or_default();
+            if k::is_too_old(&tag) {
+                errors.push(SpecError::new(
+                    field,
+                    format!(
+                        "{tag} is older than v0.{}.0, the first apiserver-network-proxy release \
+                     with the lease-counting flags kamaji-rs runs the server and agents with",
+                        k::MIN_RELEASE_MINOR
+                    ),
+                ));
+            }
+            format!(
+                "{}:{tag}",
+                image
+                    .filter(|i| !i.is_empty())
+                    .map_or(default, String::as_str)
+            )
+        };
+    let server_image = image(
+        server.image.as_ref(),
+        DEFAULT_KONNECTIVITY_SERVER_IMAGE,
+        server.version.as_ref(),
+        "spec.addons.konnectivity.server.version",
+    );
+    let agent_image = image(
+        agent.image.as_ref(),
+        DEFAULT_KONNECTIVITY_AGENT_IMAGE,
+        agent.version.as_ref(),
+        "spec.addons.konnectivity.agent.version",
+    );
+    if errors.len() > before {
+        return None;
+    }
     Some(k::Konnectivity {
         server: k::Server {
-            image: image(
-                server.image.as_ref(),
-                DEFAULT_KONNECTIVITY_SERVER_IMAGE,
-                server.version.as_ref(),
-            ),
-            port: port.unwrap_or_default(),
+            image: server_image,
+            port: u16::try_from(port).unwrap_or_default(),
             resources: server.resources.clone(),
             extra_args: server.extra_args.clone().unwrap_or_default(),
             security_context: server.security_context.clone(),
         },
         agent: k::Agent {
-            image: image(
-                agent.image.as_ref(),
-                DEFAULT_KONNECTIVITY_AGENT_IMAGE,
-                agent.version.as_ref(),
-            ),
+            image: agent_image,
             host_network: agent.host_network.unwrap_or(false),
-            tolerations: agent.tolerations.clone().unwrap_or_default(),
+            // Kamaji's default, also when `agent` is given without tolerations.
+            tolerations: agent.tolerations.clone().unwrap_or_else(|| {
+                vec![k8s_openapi::api::core::v1::Toleration {
+                    key: Some("CriticalAddonsOnly".to_owned()),
+                    operator: Some("Exists".to_owned()),
+                    ..Default::default()
+                }]
+            }),
             extra_args: agent.extra_args.clone().unwrap_or_default(),
             mode: match agent.mode.unwrap_or(KonnectivityAgentMode::DaemonSet) {
                 KonnectivityAgentMode::DaemonSet => k::AgentMode::DaemonSet,
@@ -480,6 +464,109 @@ fn konnectivity(
             },
         },
     })
+}
+
+/// Why `addons.konnectivity` cannot work as asked: a tenant older than the releases it runs;
+/// an exposure the agents cannot dial the server port through (an Ingress or TLSRoute routes
+/// only the API server's TLS; a NodePort Service would put the port on a node port the agents
+/// are not told); a server `port` the pod or the Service already uses; an extra container or
+/// volume under the names it adds to the pod.
+fn konnectivity_errors(
+    fields: &kamaji_api::KamajiControlPlaneFields,
+    exposure: &Exposure,
+    api_port: u16,
+    minor: u32,
+    port: i32,
+) -> Vec<SpecError> {
+    use kamaji_bootstrap::controlplane::{CONTROLLER_MANAGER_PORT, SCHEDULER_PORT};
+    use kamaji_bootstrap::konnectivity as k;
+    let mut errors = Vec::new();
+    if k::default_version(minor).is_none() {
+        errors.push(SpecError::new(
+            "spec.addons.konnectivity",
+            format!(
+                "konnectivity needs spec.version v1.{} or newer (the apiserver-network-proxy \
+                 releases kamaji-rs runs start with v0.{}.0)",
+                k::MIN_RELEASE_MINOR,
+                k::MIN_RELEASE_MINOR
+            ),
+        ));
+    }
+    let via = if exposure.ingress.is_some() {
+        Some("spec.network.ingress")
+    } else if exposure.gateway.is_some() {
+        Some("spec.network.gateway")
+    } else if exposure.service_type == kamaji_api::kcp::ServiceType::NodePort {
+        Some("a NodePort Service (spec.network.serviceType)")
+    } else {
+        None
+    };
+    if let Some(via) = via {
+        errors.push(SpecError::new(
+            "spec.addons.konnectivity",
+            format!(
+                "konnectivity agents connect to the endpoint's host at the server port, which \
+                 {via} does not serve: expose the control plane with a LoadBalancer Service (or \
+                 a ClusterIP Service behind a load balancer of yours that forwards the server \
+                 port too), or remove konnectivity"
+            ),
+        ));
+    }
+    let taken = |p: u16| {
+        [
+            api_port,
+            k::ADMIN_PORT,
+            k::HEALTH_PORT,
+            CONTROLLER_MANAGER_PORT,
+            SCHEDULER_PORT,
+        ]
+        .contains(&p)
+            || exposure
+                .additional_ports
+                .iter()
+                .any(|a| a.port == i32::from(p) || a.name.as_deref() == Some(k::SERVER_PORT_NAME))
+    };
+    if !u16::try_from(port).is_ok_and(|p| p != 0 && !taken(p)) {
+        errors.push(SpecError::new(
+            "spec.addons.konnectivity.server.port",
+            format!(
+                "{port} is taken: the control-plane pod listens on {api_port}, {}, {}, {} and \
+                 {}, and network.additionalServicePorts may not use it (nor the port name {})",
+                CONTROLLER_MANAGER_PORT,
+                SCHEDULER_PORT,
+                k::ADMIN_PORT,
+                k::HEALTH_PORT,
+                k::SERVER_PORT_NAME
+            ),
+        ));
+    }
+    let deployment = fields.deployment.as_ref();
+    if deployment
+        .and_then(|d| d.extra_containers.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.name == k::SERVER_CONTAINER))
+    {
+        errors.push(SpecError::new(
+            "spec.deployment.extraContainers",
+            format!("{} is konnectivity's container", k::SERVER_CONTAINER),
+        ));
+    }
+    if deployment
+        .and_then(|d| d.extra_volumes.as_ref())
+        .is_some_and(|v| {
+            v.iter()
+                .any(|v| v.name == k::CONFIG_VOLUME || v.name == k::UDS_VOLUME)
+        })
+    {
+        errors.push(SpecError::new(
+            "spec.deployment.extraVolumes",
+            format!(
+                "{} and {} are konnectivity's volumes",
+                k::CONFIG_VOLUME,
+                k::UDS_VOLUME
+            ),
+        ));
+    }
+    errors
 }
 
 /// `spec.version`: a version, in the supported range, without flags or plugins it removed.
@@ -1306,7 +1393,7 @@ pub(crate) mod tests {
                 serde_json::json!({"addons": {"konnectivity": {}},
                     "network": {"ingress": {"hostname": "k.example.com"}}}),
                 "spec.addons.konnectivity",
-                "which spec.network.ingress does not route",
+                "which spec.network.ingress does not serve",
             ),
             (
                 serde_json::json!({"addons": {"konnectivity": {"server": {"port": 6443}}}}),
@@ -1317,6 +1404,33 @@ pub(crate) mod tests {
                 serde_json::json!({"addons": {"konnectivity": {"server": {"port": 8134}}}}),
                 "spec.addons.konnectivity.server.port",
                 "8134 is taken",
+            ),
+            (
+                serde_json::json!({"addons": {"konnectivity": {"server": {"port": 10257}}}}),
+                "spec.addons.konnectivity.server.port",
+                "10257 is taken",
+            ),
+            (
+                serde_json::json!({"addons": {"konnectivity": {}},
+                    "network": {"serviceType": "NodePort", "serviceAddress": "10.0.0.9"}}),
+                "spec.addons.konnectivity",
+                "which a NodePort Service (spec.network.serviceType) does not serve",
+            ),
+            (
+                serde_json::json!({"addons": {"konnectivity": {}}, "version": "v1.32.4"}),
+                "spec.addons.konnectivity",
+                "needs spec.version v1.33 or newer",
+            ),
+            (
+                serde_json::json!({"addons": {"konnectivity": {"agent": {"version": "v0.32.1"}}}}),
+                "spec.addons.konnectivity.agent.version",
+                "v0.32.1 is older than v0.33.0",
+            ),
+            (
+                serde_json::json!({"addons": {"konnectivity": {}},
+                    "deployment": {"extraContainers": [{"name": "konnectivity-server", "image": "x"}]}}),
+                "spec.deployment.extraContainers",
+                "konnectivity's container",
             ),
             (
                 serde_json::json!({"dataStoreOverrides": [{"resource": "events", "dataStore": "events"}]}),

@@ -280,7 +280,9 @@ pub fn deployment(
             SECRET_MODE,
         ));
         containers.push(kamaji_bootstrap::konnectivity::server_container(
-            &k.server, &cp.layout,
+            &k.server,
+            &cp.layout,
+            API_SERVER_PRE_STOP_SECONDS,
         ));
     }
     volumes.extend(pod.extra_volumes.iter().cloned());

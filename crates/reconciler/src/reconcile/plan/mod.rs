@@ -405,6 +405,15 @@ fn tenant_objects(
             o.metadata.name.clone(),
         )
     };
+    for o in &mut objects {
+        o.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(
+                kamaji_api::meta::TENANT_INSTALLED_ANNOTATION.to_owned(),
+                "true".to_owned(),
+            );
+    }
     let declared: std::collections::BTreeSet<_> = objects.iter().map(identity).collect();
     // konnectivity's agents: all of their objects when it is off, the other workload kind
     // when it is on.
@@ -597,6 +606,13 @@ pub(crate) mod tests {
         // Join RBAC is never an addon's to remove.
         assert!(names(&none.objects).contains("ConfigMap/kubeadm-config"));
         assert!(none.removed.iter().all(|o| o.data.is_null()));
+        // Everything applied is marked installed (only marked objects are ever removed).
+        assert!(proxy.objects.iter().all(|o| {
+            o.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(kamaji_api::meta::TENANT_INSTALLED_ANNOTATION))
+        }));
         assert!(!none.summary.contains("kube-proxy"));
         assert!(proxy.summary.contains("kube-proxy"));
         assert_ne!(none.hash, proxy.hash);
@@ -614,6 +630,13 @@ pub(crate) mod tests {
             "agent": {"mode": "Deployment", "replicas": 2, "hostNetwork": true,
                       "version": "v0.36.1", "extraArgs": ["--sync-interval=2s"]}}}});
         let spec = valid(&fixture(on));
+        // A mirror's image and tag reach the sidecar.
+        let mirrored = valid(&fixture(serde_json::json!({"addons": {"konnectivity": {
+            "server": {"image": "mirror.example.com/kas/proxy-server", "version": "v0.36.2"}}}})));
+        assert_eq!(
+            mirrored.konnectivity.as_ref().unwrap().server.image,
+            "mirror.example.com/kas/proxy-server:v0.36.2"
+        );
         let endpoint = Endpoint {
             host: "10.0.0.10".into(),
             port: 6443,
@@ -691,6 +714,7 @@ pub(crate) mod tests {
     fn konnectivity_agents_are_applied_in_the_tenant_as_declared_and_removed_without_it() {
         let t = tenant_of(serde_json::json!({"addons": {"konnectivity": {
             "agent": {"mode": "Deployment", "replicas": 2, "hostNetwork": true,
+                      "image": "mirror.example.com/kas/proxy-agent",
                       "version": "v0.36.1", "extraArgs": ["--sync-interval=2s"]}}}}));
         let agents = find(&t, "Deployment", "konnectivity-agent");
         assert_eq!(agents["spec"]["replicas"], 2);
@@ -698,8 +722,12 @@ pub(crate) mod tests {
         assert_eq!(agent_pod["hostNetwork"], true);
         assert_eq!(
             agent_pod["containers"][0]["image"],
-            "registry.k8s.io/kas-network-proxy/proxy-agent:v0.36.1"
+            "mirror.example.com/kas/proxy-agent:v0.36.1"
         );
+        // `agent` given without tolerations keeps the default one; agents in the host network
+        // claim their ports on the node.
+        assert_eq!(agent_pod["tolerations"][0]["key"], "CriticalAddonsOnly");
+        assert_eq!(agent_pod["containers"][0]["ports"][1]["hostPort"], 8134);
         let args = agent_pod["containers"][0]["args"].as_array().unwrap();
         assert!(args.contains(&serde_json::json!("--proxy-server-host=10.0.0.10")));
         assert!(args.contains(&serde_json::json!("--proxy-server-port=8132")));
