@@ -326,9 +326,9 @@ pub struct AddonsSpec {
     /// when the API server cannot reach the workers' network: its traffic to kubelets, pods and
     /// Services (logs, exec, port-forward, webhooks) goes through agents that dial out to the
     /// endpoint's host at `server.port`, which whatever serves the endpoint must forward to
-    /// the Service's `konnectivity` port (a LoadBalancer Service does). Refused with
-    /// `network.ingress` or `network.gateway`. Removing it removes the agents and rolls the
-    /// pods without the server.
+    /// the Service's `konnectivity` port (a LoadBalancer Service does). Needs Kubernetes 1.33
+    /// or newer; refused with `network.ingress`, `network.gateway` or a NodePort Service.
+    /// Removing it removes the agents and rolls the pods without the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub konnectivity: Option<KonnectivitySpec>,
 }
