@@ -315,23 +315,41 @@ fn join(cluster: &LocalCluster, server: &str, machine: &Machine, n: usize) -> Re
     Ok(())
 }
 
-/// Waits until the machine's Node is Ready with a pod CIDR; returns the CIDR.
+/// Waits until the machine's Node is Ready with a pod CIDR; returns the CIDR. Three minutes:
+/// beside other suites on 2 cores, the management cluster's controller manager has once taken
+/// over two to allocate the CIDR.
 async fn wait_ready_with_cidr(nodes: &Api<Node>, machine: &Machine) -> Result<String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_mins(2);
+    let deadline = tokio::time::Instant::now() + Duration::from_mins(3);
+    let mut seen = String::from("no Node");
     loop {
         if let Some(node) = nodes.get_opt(machine.name()).await? {
             let ready = node
                 .status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            if let (true, Some(cidr)) = (ready, node.spec.and_then(|s| s.pod_cidr)) {
-                return Ok(cidr);
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .map(|c| {
+                    format!(
+                        "Ready={} ({})",
+                        c.status,
+                        c.message.clone().unwrap_or_default()
+                    )
+                });
+            let cidr = node.spec.and_then(|s| s.pod_cidr);
+            if let (Some(true), Some(cidr)) =
+                (ready.as_ref().map(|r| r.starts_with("Ready=True")), &cidr)
+            {
+                return Ok(cidr.clone());
             }
+            seen = format!(
+                "{}, pod CIDR {cidr:?}",
+                ready.unwrap_or_else(|| "no Ready".into())
+            );
         }
         if tokio::time::Instant::now() > deadline {
             bail!(
-                "management machine {} did not become a Ready Node with a pod CIDR in 2 minutes; kubelet log:\n{}",
+                "management machine {} did not become a Ready Node with a pod CIDR in 3 minutes \
+                 (last seen: {seen}); kubelet log:\n{}",
                 machine.name(),
                 machine.kubelet_log_tail(40)
             );
