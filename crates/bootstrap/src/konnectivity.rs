@@ -385,50 +385,18 @@ impl AgentObjects {
     /// # Errors
     /// When an object does not serialise (never for these types).
     pub fn to_values(&self) -> Result<Vec<serde_json::Value>, serde_json::Error> {
-        let typed = |api_version: &str, kind: &str, mut v: serde_json::Value| {
-            if let Some(o) = v.as_object_mut() {
-                o.insert("apiVersion".into(), api_version.into());
-                o.insert("kind".into(), kind.into());
-            }
-            v
-        };
+        // k8s-openapi writes each resource's `apiVersion` and `kind`.
         let workload = match &self.workload {
-            AgentWorkload::DaemonSet(d) => typed("apps/v1", "DaemonSet", serde_json::to_value(d)?),
-            AgentWorkload::Deployment(d) => {
-                typed("apps/v1", "Deployment", serde_json::to_value(d)?)
-            }
+            AgentWorkload::DaemonSet(d) => serde_json::to_value(d)?,
+            AgentWorkload::Deployment(d) => serde_json::to_value(d)?,
         };
         Ok(vec![
-            typed(
-                "v1",
-                "ServiceAccount",
-                serde_json::to_value(&self.service_account)?,
-            ),
-            typed(
-                "rbac.authorization.k8s.io/v1",
-                "ClusterRoleBinding",
-                serde_json::to_value(&self.cluster_role_binding)?,
-            ),
-            typed(
-                "rbac.authorization.k8s.io/v1",
-                "Role",
-                serde_json::to_value(&self.lease_role)?,
-            ),
-            typed(
-                "rbac.authorization.k8s.io/v1",
-                "RoleBinding",
-                serde_json::to_value(&self.lease_role_binding)?,
-            ),
-            typed(
-                "rbac.authorization.k8s.io/v1",
-                "Role",
-                serde_json::to_value(&self.agent_lease_role)?,
-            ),
-            typed(
-                "rbac.authorization.k8s.io/v1",
-                "RoleBinding",
-                serde_json::to_value(&self.agent_lease_role_binding)?,
-            ),
+            serde_json::to_value(&self.service_account)?,
+            serde_json::to_value(&self.cluster_role_binding)?,
+            serde_json::to_value(&self.lease_role)?,
+            serde_json::to_value(&self.lease_role_binding)?,
+            serde_json::to_value(&self.agent_lease_role)?,
+            serde_json::to_value(&self.agent_lease_role_binding)?,
             workload,
         ])
     }
