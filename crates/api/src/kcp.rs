@@ -468,13 +468,20 @@ fn default_konnectivity_agent() -> Option<KonnectivityAgentSpec> {
     Some(KonnectivityAgentSpec {
         image: Some(DEFAULT_KONNECTIVITY_AGENT_IMAGE.to_owned()),
         mode: Some(KonnectivityAgentMode::DaemonSet),
-        tolerations: Some(vec![Toleration {
-            key: Some("CriticalAddonsOnly".to_owned()),
-            operator: Some("Exists".to_owned()),
-            ..Toleration::default()
-        }]),
+        tolerations: Some(default_konnectivity_agent_tolerations()),
         ..KonnectivityAgentSpec::default()
     })
+}
+
+/// The konnectivity agents' tolerations when `agent.tolerations` is not given (Kamaji's
+/// default): `CriticalAddonsOnly` Exists.
+#[must_use]
+pub fn default_konnectivity_agent_tolerations() -> Vec<Toleration> {
+    vec![Toleration {
+        key: Some("CriticalAddonsOnly".to_owned()),
+        operator: Some("Exists".to_owned()),
+        ..Toleration::default()
+    }]
 }
 
 /// konnectivity server settings.

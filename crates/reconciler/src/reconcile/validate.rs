@@ -448,13 +448,10 @@ fn konnectivity(
             image: agent_image,
             host_network: agent.host_network.unwrap_or(false),
             // Kamaji's default, also when `agent` is given without tolerations.
-            tolerations: agent.tolerations.clone().unwrap_or_else(|| {
-                vec![k8s_openapi::api::core::v1::Toleration {
-                    key: Some("CriticalAddonsOnly".to_owned()),
-                    operator: Some("Exists".to_owned()),
-                    ..Default::default()
-                }]
-            }),
+            tolerations: agent
+                .tolerations
+                .clone()
+                .unwrap_or_else(kamaji_api::kcp::default_konnectivity_agent_tolerations),
             extra_args: agent.extra_args.clone().unwrap_or_default(),
             mode: match agent.mode.unwrap_or(KonnectivityAgentMode::DaemonSet) {
                 KonnectivityAgentMode::DaemonSet => k::AgentMode::DaemonSet,
