@@ -313,7 +313,7 @@ async fn tenant(
     ctx.waiting.reset(&key);
     set_cluster_endpoint(ctx, spec, endpoint).await?;
     match bootstrap_tenant(kcp, ctx, objects, super_admin).await {
-        Ok(()) => {
+        Ok(client) => {
             report.push(Cond::yes(
                 types::TENANT_BOOTSTRAPPED,
                 reasons::READY,
@@ -323,7 +323,7 @@ async fn tenant(
                 return Ok(ctx.config.resync);
             };
             // Agents connecting produce no event here: look again until all are connected.
-            let connected = konnectivity_agents(k, super_admin, report).await;
+            let connected = konnectivity_agents(k, &client, report).await;
             Ok(if connected {
                 ctx.config.resync
             } else {
@@ -608,18 +608,10 @@ async fn set_cluster_endpoint(
 /// server); returns whether all are.
 async fn konnectivity_agents(
     k: &kamaji_bootstrap::konnectivity::Konnectivity,
-    super_admin: Option<&Secret>,
+    client: &kube::Client,
     report: &mut Report,
 ) -> bool {
-    let counts = match super_admin {
-        Some(s) => match tenant::client_from_secret(s).await {
-            Ok(client) => tenant::konnectivity_agents(&client, k.agent.mode).await,
-            Err(e) => Err(e),
-        },
-        None => Err(crate::error::Error::Tenant(
-            "super-admin kubeconfig missing".into(),
-        )),
-    };
+    let counts = tenant::konnectivity_agents(client, k.agent.mode).await;
     let (cond, connected) = match counts {
         Ok(Some((ready, desired))) if desired > 0 && ready >= desired => (
             Cond::yes(
@@ -664,13 +656,14 @@ async fn konnectivity_agents(
 }
 
 /// Applies the kubeadm join artifacts to the tenant when they changed (or cluster-info is
-/// missing or stale there), with the provider's super-admin identity.
+/// missing or stale there), with the provider's super-admin identity; returns that client for
+/// the pass's other reads of the tenant.
 async fn bootstrap_tenant(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     tenant: &TenantObjects,
     super_admin: Option<&Secret>,
-) -> Result<(), Error> {
+) -> Result<kube::Client, Error> {
     let super_admin =
         super_admin.ok_or_else(|| Error::Tenant("super-admin kubeconfig missing".into()))?;
     let uid = kcp.uid().unwrap_or_default();
@@ -683,7 +676,7 @@ async fn bootstrap_tenant(
     if cached.as_deref() == Some(tenant.hash.as_str())
         && tenant::cluster_info_kubeconfig(&client).await? == tenant.cluster_info
     {
-        return Ok(());
+        return Ok(client);
     }
     tenant::apply(&client, &tenant.objects).await?;
     let removed = tenant::remove_applied(&client, &tenant.removed).await?;
@@ -696,5 +689,5 @@ async fn bootstrap_tenant(
     if let Ok(mut m) = ctx.bootstrapped.lock() {
         m.insert(uid, tenant.hash.clone());
     }
-    Ok(())
+    Ok(client)
 }
