@@ -179,36 +179,16 @@ pub async fn resolve(client: &kube::Client, name: &str) -> Result<Resolved, Prob
     })
 }
 
-/// The DER of each `CERTIFICATE` block of `pem` (an undecodable block is an empty one).
-fn certificates_der(pem: &str) -> Vec<Vec<u8>> {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let mut out = Vec::new();
-    let mut body: Option<String> = None;
-    for line in pem.lines().map(str::trim) {
-        match line {
-            "-----BEGIN CERTIFICATE-----" => body = Some(String::new()),
-            "-----END CERTIFICATE-----" => {
-                if let Some(b) = body.take() {
-                    out.push(b64.decode(b).unwrap_or_default());
-                }
-            }
-            _ => {
-                if let Some(b) = body.as_mut() {
-                    b.push_str(line);
-                }
-            }
-        }
-    }
-    out
-}
-
 /// Whether two CA certificate PEMs hold the same certificates (DER, in order), whatever their
 /// line breaks or surrounding text: what an override DataStore needs to work with the control
 /// plane's one client certificate and CA file.
 #[must_use]
 pub fn same_ca(a: &str, b: &str) -> bool {
-    let der = certificates_der(a);
-    !der.is_empty() && der.iter().all(|d| !d.is_empty()) && der == certificates_der(b)
+    use kamaji_bootstrap::pki::inspect::certificates_der;
+    match (certificates_der(a), certificates_der(b)) {
+        (Some(a), Some(b)) => !a.is_empty() && a == b,
+        _ => false,
+    }
 }
 
 /// Client credentials towards the datastore (a tenant's client certificate).

@@ -16,6 +16,16 @@ use x509_parser::pem::parse_x509_pem;
 use super::spec::{CertAndKey, LeafSpec};
 use crate::error::{Error, parse_err};
 
+/// The DER of each `CERTIFICATE` block of `pem`, in order (x509-parser's PEM reader: text
+/// around the blocks and CRLF line ends are allowed); `None` when a block does not decode.
+#[must_use]
+pub fn certificates_der(pem: &str) -> Option<Vec<Vec<u8>>> {
+    x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes())
+        .filter(|p| p.as_ref().map_or(true, |p| p.label == "CERTIFICATE"))
+        .map(|p| p.ok().map(|p| p.contents))
+        .collect()
+}
+
 /// Leaves are reissued when less than this is left of their validity. kubeadm renews
 /// certificates on upgrade; CAPI renews the kubeconfig's client certificate at half its life.
 /// kamaji-rs reissues a leaf 30 days before it expires (the pod-template hash then rolls the
