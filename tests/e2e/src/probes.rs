@@ -315,6 +315,32 @@ async fn readyz_answer(tenant: &kube::Config) -> Result<(), String> {
     }
 }
 
+/// A [`wait_rolled_out`] predicate: the pod template's kube-apiserver has argument `arg`.
+pub fn api_server_has(arg: &'static str) -> impl Fn(&Deployment) -> bool + Send + 'static {
+    move |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.containers.iter().find(|c| c.name == "kube-apiserver"))
+            .and_then(|c| c.args.as_ref())
+            .is_some_and(|args| args.iter().any(|a| a == arg))
+    }
+}
+
+/// A [`wait_rolled_out`] predicate: the pod template has (`present`) or lacks a container
+/// named `name`.
+pub fn has_container(
+    name: &'static str,
+    present: bool,
+) -> impl Fn(&Deployment) -> bool + Send + 'static {
+    move |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .is_some_and(|p| p.containers.iter().any(|c| c.name == name) == present)
+    }
+}
+
 /// Waits until Deployment `ns/name` has rolled out completely: the controller saw the current
 /// spec, `replicas` pods exist, all are updated and available, and `done` holds for its spec.
 pub async fn wait_rolled_out(

@@ -14,11 +14,13 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kamaji_bootstrap::pki::{CertificateAuthority, KeyAlgorithm, LeafSpec};
 use kamaji_e2e::machines::{SETTINGS_FOR_THIS_MACHINE_KIND, machine_deployment};
-use kamaji_e2e::{Env, F0, condition_message, serial, wait_rolled_out};
+use kamaji_e2e::{
+    Env, F0, api_server_has, condition_message, has_container, serial, wait_rolled_out,
+};
 use kamaji_machine::images::NETCHECK_IMAGE;
 use kamaji_machine::run_in_private_network;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::wait::await_condition;
 use tokio::io::AsyncBufReadExt as _;
 
@@ -263,16 +265,7 @@ async fn netcheck_with_webhook(tenant: &Client, node: &str) -> anyhow::Result<()
          }]},
     ]);
     for o in objects.as_array().unwrap() {
-        let gvk = kube::api::GroupVersionKind::try_from(&serde_json::from_value::<
-            kube::api::TypeMeta,
-        >(o.clone())?)?;
-        let ar = kube::api::ApiResource::from_gvk(&gvk);
-        let api: Api<kube::api::DynamicObject> = match o["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(tenant.clone(), ns, &ar),
-            None => Api::all_with(tenant.clone(), &ar),
-        };
-        api.create(&PostParams::default(), &serde_json::from_value(o.clone())?)
-            .await?;
+        kamaji_testenv::apply::apply_value(tenant, o, "kamaji-rs-e2e").await?;
     }
     let pods: Api<Pod> = Api::namespaced(tenant.clone(), "default");
     tokio::time::timeout(
@@ -387,12 +380,14 @@ fn konnectivity_carries_logs_exec_port_forward_and_webhooks_to_workers_the_api_s
             condition_message(&kcp, "KonnectivityReady"),
             "1 of 1 konnectivity agents connected"
         );
-        let deployment = wait_rolled_out(&env, ns, name, 2, 3 * MINUTE, |d| {
-            d.spec
-                .as_ref()
-                .and_then(|s| s.template.spec.as_ref())
-                .is_some_and(|p| p.containers.iter().any(|c| c.name == "konnectivity-server"))
-        })
+        let deployment = wait_rolled_out(
+            &env,
+            ns,
+            name,
+            2,
+            3 * MINUTE,
+            has_container("konnectivity-server", true),
+        )
         .await?;
         let server = deployment
             .spec
@@ -448,17 +443,7 @@ fn konnectivity_carries_logs_exec_port_forward_and_webhooks_to_workers_the_api_s
             serde_json::json!({"spec": {"apiServer": {"extraArgs": ["--v=1"]}}}),
         )
         .await?;
-        wait_rolled_out(&env, ns, name, 1, 4 * MINUTE, |d| {
-            d.spec
-                .as_ref()
-                .and_then(|s| s.template.spec.as_ref())
-                .is_some_and(|p| {
-                    p.containers
-                        .iter()
-                        .any(|c| c.args.iter().flatten().any(|a| a == "--v=1"))
-                })
-        })
-        .await?;
+        wait_rolled_out(&env, ns, name, 1, 4 * MINUTE, api_server_has("--v=1")).await?;
         wait_all_work(&kubectl, "after the control plane rolled").await;
 
         // konnectivity off: the agents are removed from the tenant, the condition and the
@@ -478,12 +463,14 @@ fn konnectivity_carries_logs_exec_port_forward_and_webhooks_to_workers_the_api_s
             ),
         )
         .await??;
-        wait_rolled_out(&env, ns, name, 1, 4 * MINUTE, |d| {
-            d.spec
-                .as_ref()
-                .and_then(|s| s.template.spec.as_ref())
-                .is_some_and(|p| p.containers.iter().all(|c| c.name != "konnectivity-server"))
-        })
+        wait_rolled_out(
+            &env,
+            ns,
+            name,
+            1,
+            4 * MINUTE,
+            has_container("konnectivity-server", false),
+        )
         .await?;
         let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(env.client(), ns);
         let gone = tokio::time::timeout(

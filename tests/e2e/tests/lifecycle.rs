@@ -10,25 +10,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use kamaji_api::KamajiControlPlane;
 use kamaji_e2e::{
-    Env, F0, ReadyzProbe, datastore_admin, etcd_prefix, f0, secret_text, serial, wait_rolled_out,
+    Env, F0, ReadyzProbe, api_server_has, datastore_admin, etcd_prefix, f0, secret_text, serial,
+    wait_rolled_out,
 };
 use kamaji_reconciler::datastore;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 
 const MINUTE: Duration = Duration::from_mins(1);
-
-/// Whether the kube-apiserver container of a Deployment has argument `arg`.
-fn api_server_has(arg: &'static str) -> impl Fn(&Deployment) -> bool + Send + 'static {
-    move |d: &Deployment| {
-        d.spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .and_then(|p| p.containers.iter().find(|c| c.name == "kube-apiserver"))
-            .and_then(|c| c.args.as_ref())
-            .is_some_and(|args| args.iter().any(|a| a == arg))
-    }
-}
 
 /// Polls a Deployment's `status.availableReplicas` every 500 ms until stopped and keeps the
 /// lowest value seen (B14: available API server pods during a rollout).
