@@ -40,6 +40,10 @@ pub mod types {
     /// is set): `True` when every agent the tenant's workload wants is ready (an agent is
     /// ready once it holds a connection to a server), with the counts in the message.
     pub const KONNECTIVITY_READY: &str = "KonnectivityReady";
+    /// The service-account key rotation requested with
+    /// [`crate::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION`] (only once one was requested):
+    /// `False` while it runs, with the phase as the reason, `True` once the old key is dropped.
+    pub const SERVICE_ACCOUNT_KEY_ROTATED: &str = "ServiceAccountKeyRotated";
     /// The spec passed the controller's own validation (checks CEL cannot express, such as
     /// the DNS Service IP lying inside the Cluster's service CIDR).
     pub const SPEC_VALID: &str = "SpecValid";
@@ -142,4 +146,15 @@ pub mod reasons {
     /// disappeared after the control plane was initialized. It is never generated again
     /// implicitly: every joined node and issued credential trusts the old one.
     pub const ROOT_KEY_MATERIAL_MISSING: &str = "RootKeyMaterialMissing";
+    /// `ServiceAccountKeyRotated` False: the API servers roll to trust the new key; the old one
+    /// still signs.
+    pub const TRUSTING_NEW_KEY: &str = "TrustingNewKey";
+    /// `ServiceAccountKeyRotated` False: the new key signs; tokens of the old key are accepted
+    /// until the overlap ends.
+    pub const VERIFYING_PREVIOUS_KEY: &str = "VerifyingPreviousKey";
+    /// `ServiceAccountKeyRotated` True: the old key is no longer accepted.
+    pub const ROTATED: &str = "Rotated";
+    /// `ServiceAccountKeyRotated` False: the rotation cannot run (the message says why and
+    /// what to change).
+    pub const ROTATION_REFUSED: &str = "RotationRefused";
 }

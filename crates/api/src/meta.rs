@@ -27,6 +27,14 @@ pub const FIELD_MANAGER: &str = "kamaji-rs";
 /// kube-proxy whatever `spec.addons` said, are left in place (no longer updated) rather than
 /// deleted by a manager upgrade.
 pub const TENANT_INSTALLED_ANNOTATION: &str = "controlplane.cluster.x-k8s.io/kamaji-rs-installed";
+/// Requests a rotation of the service-account signing key (`<cluster>-sa`) when set on a
+/// `KamajiControlPlane` to a value no rotation has used yet (any string, e.g. a date): the new
+/// key is first trusted by every API server, then signs, and the old public key keeps
+/// verifying for the manager's `--service-account-key-overlap-seconds` before it is dropped.
+/// `ServiceAccountKeyRotated` reports the phase; the value of the last rotation done is kept
+/// on `<cluster>-sa-rotation.keys`.
+pub const SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION: &str =
+    "controlplane.cluster.x-k8s.io/rotate-service-account-key";
 /// Finalizer kamaji-rs puts on a `KamajiControlPlane` to clean up its control plane and
 /// DataStore data before the object goes.
 pub const FINALIZER: &str = "kamaji-rs.controlplane.cluster.x-k8s.io/finalizer";

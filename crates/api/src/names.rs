@@ -224,11 +224,14 @@ pub enum InternalSecret {
     /// The konnectivity server's kubeconfig and kube-apiserver's egress selector
     /// configuration.
     KonnectivityServer,
+    /// The state of a service-account key rotation: the next key pair while API servers
+    /// learn to trust it, then the previous public key while its tokens are still accepted.
+    ServiceAccountRotation,
 }
 
 impl InternalSecret {
     /// Every internal Secret.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::ApiServer,
         Self::ApiServerKubeletClient,
         Self::FrontProxyClient,
@@ -236,6 +239,7 @@ impl InternalSecret {
         Self::SchedulerKubeconfig,
         Self::SuperAdminKubeconfig,
         Self::KonnectivityServer,
+        Self::ServiceAccountRotation,
     ];
 
     /// The name suffix after the cluster name, leading `-` included.
@@ -249,6 +253,7 @@ impl InternalSecret {
             Self::SchedulerKubeconfig => "-scheduler.kubeconfig",
             Self::SuperAdminKubeconfig => "-super-admin.kubeconfig",
             Self::KonnectivityServer => "-konnectivity-server.kubeconfig",
+            Self::ServiceAccountRotation => "-sa-rotation.keys",
         }
     }
 
@@ -262,7 +267,7 @@ impl InternalSecret {
             Self::ControllerManagerKubeconfig => Some("-controller-manager-kubeconfig"),
             Self::SchedulerKubeconfig => Some("-scheduler-kubeconfig"),
             Self::SuperAdminKubeconfig => Some("-super-admin-kubeconfig"),
-            Self::KonnectivityServer => None,
+            Self::KonnectivityServer | Self::ServiceAccountRotation => None,
         }
     }
 }
@@ -672,7 +677,7 @@ mod tests {
         }
 
         #[test]
-        fn no_two_clusters_share_a_secret_name(a in k8s_name(), tail in "[a-z0-9.-]{0,30}", roles in 0usize..7) {
+        fn no_two_clusters_share_a_secret_name(a in k8s_name(), tail in "[a-z0-9.-]{0,30}", roles in 0usize..InternalSecret::ALL.len()) {
             // b is a, a dash and something shaped like a role or a CAPI suffix.
             let word = InternalSecret::ALL[roles].suffix().trim_start_matches('-');
             let b = format!("{a}-{tail}{word}");

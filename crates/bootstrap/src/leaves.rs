@@ -4,7 +4,8 @@
 //! controller-manager and scheduler kubeconfigs, the provider's super-admin kubeconfig and the
 //! CAPI `<cluster>-kubeconfig`) is read back from its Secret and kept, byte for byte, unless
 //! [`decide_leaf`] says it must be reissued (missing, SANs or subject changed, issuer changed,
-//! expiring within [`RENEWAL_WINDOW`]) or its kubeconfig points elsewhere. Randomness (a new key)
+//! expiring within the [`LeafPolicy`]'s renewal window) or its kubeconfig points elsewhere.
+//! Each planned leaf says when it must be reissued next ([`LeafSecret::renew_at`]). Randomness (a new key)
 //! happens only for a leaf that is reissued. The roots are inputs: nothing here can replace
 //! one.
 
@@ -18,10 +19,10 @@ use kamaji_api::names::{InternalSecret, ObjectNames};
 
 use crate::error::Error;
 use crate::kubeconfig::{self, Kubeconfig};
-use crate::pki::inspect::{LeafDecision, RENEWAL_WINDOW, decide_leaf};
+use crate::pki::inspect::{CertificateInfo, LeafDecision, decide_leaf};
 use crate::pki::{
-    CertAndKey, CertificateAuthority, DatastoreCa, KeyAlgorithm, LeafCertificate, LeafRole,
-    LeafSpec, TenantRoots,
+    CertAndKey, CertificateAuthority, DatastoreCa, KeyAlgorithm, LeafCertificate, LeafPolicy,
+    LeafRole, LeafSpec, TenantRoots,
 };
 use crate::secrets::{self, SecretTarget};
 
@@ -84,6 +85,8 @@ pub struct LeafInputs<'a> {
     pub konnectivity: bool,
     /// Algorithm of new keys.
     pub algorithm: KeyAlgorithm,
+    /// Validity of new leaves and when leaves are reissued.
+    pub policy: LeafPolicy,
     /// Now.
     pub now: SystemTime,
 }
@@ -97,6 +100,8 @@ pub struct LeafSecret {
     pub secret: Secret,
     /// Whether the content differs from what is stored (new or reissued).
     pub changed: bool,
+    /// When this leaf must be reissued: its `notAfter` less the policy's renewal window.
+    pub renew_at: SystemTime,
 }
 
 impl LeafInputs<'_> {
@@ -165,14 +170,20 @@ pub fn plan(
             &spec,
             issuer.cert_pem(),
             inputs.now,
-            RENEWAL_WINDOW,
+            inputs.policy.renewal_window(),
         );
         let leaf = match (decision, stored) {
             (LeafDecision::Keep, Some(pair)) => {
                 LeafCertificate::from_pem(spec.role(), pair.cert_pem(), pair.key_pem())
             }
-            _ => issuer.issue(&spec, inputs.algorithm, inputs.now)?,
+            _ => issuer.issue_valid_for(
+                &spec,
+                inputs.algorithm,
+                inputs.now,
+                inputs.policy.validity(),
+            )?,
         };
+        let renew_at = renew_at(&leaf, inputs.policy)?;
         let mut secret = match server {
             None => secrets::leaf_secret(target, &leaf),
             Some(url) => {
@@ -210,9 +221,19 @@ pub fn plan(
             role,
             secret,
             changed,
+            renew_at,
         });
     }
     Ok(out)
+}
+
+/// When `leaf` must be reissued under `policy` ([`LeafPolicy::renew_at`] of its `notAfter`).
+///
+/// # Errors
+/// [`Error::Parse`] when the certificate does not parse (a kept leaf was parsed already by
+/// [`decide_leaf`], a new one is ours).
+pub fn renew_at(leaf: &LeafCertificate, policy: LeafPolicy) -> Result<SystemTime, Error> {
+    Ok(policy.renew_at(CertificateInfo::from_pem(leaf.cert_pem())?.not_after))
 }
 
 fn render_kubeconfig(
@@ -289,9 +310,9 @@ fn stored_leaf(secret: &Secret, is_kubeconfig: bool) -> Option<CertAndKey> {
     }
 }
 
-/// The datastore client certificate of a tenant: kept while valid for `common_name` and
-/// signed by the DataStore CA (`ca_cert_pem` + `ca_key_pem`), otherwise issued anew. Returns the
-/// leaf and whether it is new. The DataStore CA key is only used here, in memory; it is never
+/// The datastore client certificate of a tenant: kept while valid for `common_name`, signed by
+/// the DataStore CA (`ca_cert_pem` + `ca_key_pem`) and outside `policy`'s renewal window,
+/// otherwise issued anew for `policy`'s validity. Returns the leaf and whether it is new. The DataStore CA key is only used here, in memory; it is never
 /// written into a tenant Secret.
 ///
 /// # Errors
@@ -302,6 +323,7 @@ pub fn datastore_client(
     common_name: &str,
     existing: Option<&Secret>,
     algorithm: KeyAlgorithm,
+    policy: LeafPolicy,
     now: SystemTime,
 ) -> Result<(LeafCertificate, bool), Error> {
     let spec = LeafSpec::datastore_client(common_name);
@@ -309,7 +331,8 @@ pub fn datastore_client(
         .and_then(secrets::tls_pair_of)
         .map(|(c, k)| CertAndKey::new(c, k));
     if let Some(pair) = &stored
-        && decide_leaf(Some(pair), &spec, ca_cert_pem, now, RENEWAL_WINDOW) == LeafDecision::Keep
+        && decide_leaf(Some(pair), &spec, ca_cert_pem, now, policy.renewal_window())
+            == LeafDecision::Keep
     {
         return Ok((
             LeafCertificate::from_pem(spec.role(), pair.cert_pem(), pair.key_pem()),
@@ -317,7 +340,10 @@ pub fn datastore_client(
         ));
     }
     let ca = DatastoreCa::from_pem(ca_cert_pem, ca_key_pem)?;
-    Ok((ca.issue_client(common_name, algorithm, now)?, true))
+    Ok((
+        ca.issue_client(common_name, algorithm, now, policy.validity())?,
+        true,
+    ))
 }
 
 #[cfg(test)]
@@ -343,6 +369,7 @@ mod tests {
             super_admin_url: "https://10.0.0.5:6443".into(),
             konnectivity: false,
             algorithm: KeyAlgorithm::default(),
+            policy: LeafPolicy::default(),
             now: SystemTime::now(),
         }
     }
@@ -410,6 +437,72 @@ mod tests {
         // Without konnectivity there is no such leaf.
         let without = plan(&inputs(&names, &roots, &api, "10.0.0.10"), &BTreeMap::new()).unwrap();
         assert_eq!(without.len(), LEAVES.len());
+    }
+
+    /// Under a short policy every leaf says it must be reissued at `notAfter − window`, is
+    /// kept until then, and is reissued (with a later renewal time) right after.
+    #[test]
+    fn leaves_are_kept_until_their_renewal_time_and_reissued_after_it() {
+        use std::time::Duration;
+        let (names, roots, api) = setup();
+        let policy = LeafPolicy::new(Duration::from_mins(10), Duration::from_secs(200)).unwrap();
+        let t0 = SystemTime::UNIX_EPOCH
+            + Duration::from_secs(
+                SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs(),
+            );
+        let at = |now| LeafInputs {
+            policy,
+            now,
+            ..inputs(&names, &roots, &api, "10.0.0.10")
+        };
+        let first = plan(&at(t0), &BTreeMap::new()).unwrap();
+        let due = t0 + Duration::from_secs(400);
+        assert!(first.iter().all(|l| l.renew_at == due), "notAfter − window");
+        let before = plan(&at(due - Duration::from_secs(1)), &stored(&first)).unwrap();
+        assert!(
+            before.iter().all(|l| !l.changed),
+            "kept before the renewal time"
+        );
+        let after = plan(&at(due + Duration::from_secs(1)), &stored(&first)).unwrap();
+        assert!(
+            after.iter().all(|l| l.changed),
+            "every leaf reissued after it"
+        );
+        assert!(
+            after
+                .iter()
+                .all(|l| l.renew_at == due + Duration::from_secs(401)),
+            "the next renewal is one policy later"
+        );
+        // The datastore client follows the same policy.
+        let dca =
+            crate::pki::CertificateAuthority::generate("etcd-ca", KeyAlgorithm::default(), t0)
+                .unwrap();
+        let (leaf, new) = datastore_client(
+            dca.cert_pem(),
+            dca.key_pem(),
+            "t",
+            None,
+            KeyAlgorithm::default(),
+            policy,
+            t0,
+        )
+        .unwrap();
+        assert!(new);
+        assert_eq!(renew_at(&leaf, policy).unwrap(), due);
+    }
+
+    #[test]
+    fn a_renewal_window_not_shorter_than_the_validity_is_refused_naming_the_flag() {
+        use std::time::Duration;
+        let e = LeafPolicy::new(Duration::from_mins(1), Duration::from_mins(1)).unwrap_err();
+        assert_eq!(e.field, "--certificate-renewal-window-seconds");
+        let e = LeafPolicy::new(Duration::ZERO, Duration::ZERO).unwrap_err();
+        assert_eq!(e.field, "--leaf-certificate-validity-seconds");
+        assert!(LeafPolicy::new(Duration::from_secs(61), Duration::from_mins(1)).is_ok());
     }
 
     #[test]

@@ -84,6 +84,13 @@ pub fn service_account_secret(target: SecretTarget<'_>, sa: &ServiceAccountKeyPa
     capi_secret(target, pair(sa.public_pem(), sa.private_pem()))
 }
 
+/// A Secret of the cluster holding `data` as is (type `cluster.x-k8s.io/secret`, the cluster
+/// label), for state kamaji-rs keeps in its own Secrets.
+#[must_use]
+pub fn data_secret(target: SecretTarget<'_>, data: BTreeMap<String, ByteString>) -> Secret {
+    capi_secret(target, data)
+}
+
 /// A leaf certificate Secret (`tls.crt` / `tls.key`), for leaves the reconciler stores
 /// (e.g. `<cluster>-apiserver-etcd-client`).
 #[must_use]

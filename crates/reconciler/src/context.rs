@@ -31,6 +31,12 @@ pub struct Config {
     /// API call ([`crate::reconcile::status::transient_setback`]) is reported once it has
     /// lasted this long, and looked at again every [`Config::unreachable_requeue`] meanwhile.
     pub transient_grace: Duration,
+    /// Validity of new leaves and how long before expiry they are reissued
+    /// (`--leaf-certificate-validity-seconds`, `--certificate-renewal-window-seconds`).
+    pub leaf_policy: kamaji_bootstrap::pki::LeafPolicy,
+    /// How long a rotated-out service-account public key keeps verifying tokens after the
+    /// new key signs (`--service-account-key-overlap-seconds`).
+    pub service_account_overlap: Duration,
 }
 
 impl Default for Config {
@@ -42,6 +48,8 @@ impl Default for Config {
             unreachable_requeue: Duration::from_secs(2),
             resync: Duration::from_mins(10),
             transient_grace: Duration::from_secs(30),
+            leaf_policy: kamaji_bootstrap::pki::LeafPolicy::default(),
+            service_account_overlap: Duration::from_hours(25),
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kamaji_bootstrap::pki::KeyAlgorithm;
+use kamaji_bootstrap::pki::{KeyAlgorithm, LeafPolicy};
 use kamaji_reconciler::context::{Config, Context};
 use kamaji_reconciler::controller::{self, Scope};
 use kamaji_reconciler::{leader, server};
@@ -67,6 +67,20 @@ struct Args {
     #[arg(long, env = "TRANSIENT_FAILURE_GRACE_SECONDS", default_value_t = 30)]
     transient_failure_grace_seconds: u64,
     /// Log format: `text` or `json`.
+    /// How long new leaf certificates (serving, client, kubeconfigs, the datastore client)
+    /// are valid, in seconds; default one year, as kubeadm and Cluster API.
+    #[arg(long, env = "LEAF_CERTIFICATE_VALIDITY_SECONDS", default_value_t = 365 * 24 * 3600)]
+    leaf_certificate_validity_seconds: u64,
+    /// A leaf with less than this many seconds of validity left is reissued (the control
+    /// plane rolls onto it); the manager looks again at the earliest such instant. Must be
+    /// shorter than the validity. Default 30 days.
+    #[arg(long, env = "CERTIFICATE_RENEWAL_WINDOW_SECONDS", default_value_t = 30 * 24 * 3600)]
+    certificate_renewal_window_seconds: u64,
+    /// After a service-account key rotation's new key signs, how many seconds the old public
+    /// key keeps verifying tokens it signed. Default 25 h: kubelets replace a pod's projected
+    /// token after 80 % of its life or 24 h at the latest.
+    #[arg(long, env = "SERVICE_ACCOUNT_KEY_OVERLAP_SECONDS", default_value_t = 25 * 3600)]
+    service_account_key_overlap_seconds: u64,
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     log_format: String,
 }
@@ -129,6 +143,11 @@ async fn main() -> Result<()> {
     init_logging(&args.log_format);
     let key_algorithm = KeyAlgorithm::parse(&args.key_algorithm)
         .map_err(|e| anyhow::anyhow!("--key-algorithm: {}", e.reason))?;
+    let leaf_policy = LeafPolicy::new(
+        Duration::from_secs(args.leaf_certificate_validity_seconds),
+        Duration::from_secs(args.certificate_renewal_window_seconds),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let client = Client::try_default()
         .await
         .context("connect to the management cluster")?;
@@ -138,6 +157,8 @@ async fn main() -> Result<()> {
         management_domain: args.cluster_domain.clone(),
         resync: Duration::from_secs(args.resync_seconds),
         transient_grace: Duration::from_secs(args.transient_failure_grace_seconds),
+        leaf_policy,
+        service_account_overlap: Duration::from_secs(args.service_account_key_overlap_seconds),
         ..Config::default()
     };
     let ctx = Arc::new(Context::new(client.clone(), config));

@@ -161,6 +161,7 @@ fn apiserver_command(
             overrides: Vec::new(),
         },
         egress_selector_config: None,
+        service_account_verify_file: None,
         layout,
     };
     let mut cmd = Command::new(tools.path("kube-apiserver"));

@@ -152,6 +152,20 @@ impl Layout {
         format!("{}/{file}", self.dir(volume))
     }
 
+    /// The directory of the service-account rotation Secret (`<cluster>-sa-rotation.keys`),
+    /// mounted into kube-apiserver only while a rotation runs.
+    #[must_use]
+    pub fn service_account_verify_dir(&self) -> String {
+        format!("{}/pki/sa-rotation", self.root)
+    }
+
+    /// The other public key kube-apiserver accepts while a service-account key rotation
+    /// runs (key `verify.pub` of the rotation Secret).
+    #[must_use]
+    pub fn service_account_verify_file(&self) -> String {
+        format!("{}/verify.pub", self.service_account_verify_dir())
+    }
+
     /// A component's own kubeconfig file, for kube-controller-manager and kube-scheduler.
     #[must_use]
     pub fn kubeconfig(&self, component: Component) -> Option<String> {

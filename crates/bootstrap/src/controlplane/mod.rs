@@ -74,6 +74,10 @@ pub struct ControlPlaneSpec {
     /// `--egress-selector-config-file`, when konnectivity carries the `cluster` egress
     /// ([`crate::konnectivity::egress_selector_file`]).
     pub egress_selector_config: Option<String>,
+    /// A second `--service-account-key-file` while a service-account key rotation runs: the
+    /// file of the other public key the API servers accept
+    /// ([`Layout::service_account_verify_file`]).
+    pub service_account_verify_file: Option<String>,
     /// Where the key material is.
     pub layout: Layout,
 }
@@ -167,6 +171,11 @@ pub fn default_flags(spec: &ControlPlaneSpec, component: Component) -> Vec<Flag>
                     "service-account-key-file",
                     file(PkiVolume::ServiceAccount, "tls.crt"),
                 ),
+            ]);
+            if let Some(other) = &spec.service_account_verify_file {
+                f.push(Flag::new("service-account-key-file", other.clone()));
+            }
+            f.extend([
                 Flag::new(
                     "service-account-signing-key-file",
                     file(PkiVolume::ServiceAccount, "tls.key"),
@@ -285,6 +294,7 @@ mod tests {
                 overrides: Vec::new(),
             },
             egress_selector_config: None,
+            service_account_verify_file: None,
             layout: Layout::default(),
         }
     }

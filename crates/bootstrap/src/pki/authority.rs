@@ -110,7 +110,8 @@ impl CertificateAuthority {
     }
 
     /// Issues a leaf certificate for `spec` with a fresh key of `algorithm`, valid from
-    /// `now − 5 min` to `now + 1 year`, with the key usages of [`LeafSpec`].
+    /// `now − 5 min` to `now + 1 year` ([`LEAF_VALIDITY`]), with the key usages of
+    /// [`LeafSpec`].
     ///
     /// # Errors
     /// [`Error::Generate`] if key generation or signing fails; [`Error::Parse`] if the stored
@@ -121,13 +122,28 @@ impl CertificateAuthority {
         algorithm: KeyAlgorithm,
         now: SystemTime,
     ) -> Result<LeafCertificate, Error> {
+        self.issue_valid_for(spec, algorithm, now, LEAF_VALIDITY)
+    }
+
+    /// As [`CertificateAuthority::issue`], valid until `now + validity`
+    /// ([`super::LeafPolicy::validity`]).
+    ///
+    /// # Errors
+    /// As [`CertificateAuthority::issue`].
+    pub fn issue_valid_for(
+        &self,
+        spec: &LeafSpec,
+        algorithm: KeyAlgorithm,
+        now: SystemTime,
+        validity: Duration,
+    ) -> Result<LeafCertificate, Error> {
         let what = spec.common_name();
         let ca_key = KeyPair::from_pem(self.key_pem()).map_err(|e| parse_err("CA key", e))?;
         let issuer = Issuer::from_ca_cert_pem(self.cert_pem(), &ca_key)
             .map_err(|e| parse_err("CA certificate", e))?;
         let key = algorithm.generate(what)?;
         let mut params = CertificateParams::default();
-        set_validity(&mut params, now, LEAF_VALIDITY);
+        set_validity(&mut params, now, validity);
         params.distinguished_name = distinguished_name(spec.common_name(), spec.organizations());
         let mut sans = Vec::new();
         for d in spec.dns_names() {
@@ -212,7 +228,8 @@ impl DatastoreCa {
     pub fn cert_pem(&self) -> &str {
         self.0.cert_pem()
     }
-    /// Issues the API server's datastore client certificate ([`LeafSpec::datastore_client`]).
+    /// Issues the API server's datastore client certificate ([`LeafSpec::datastore_client`]),
+    /// valid until `now + validity`.
     ///
     /// # Errors
     /// As [`CertificateAuthority::issue`].
@@ -221,9 +238,14 @@ impl DatastoreCa {
         common_name: &str,
         algorithm: KeyAlgorithm,
         now: SystemTime,
+        validity: Duration,
     ) -> Result<LeafCertificate, Error> {
-        self.0
-            .issue(&LeafSpec::datastore_client(common_name), algorithm, now)
+        self.0.issue_valid_for(
+            &LeafSpec::datastore_client(common_name),
+            algorithm,
+            now,
+            validity,
+        )
     }
 }
 

@@ -31,7 +31,9 @@ pub mod inspect;
 mod spec;
 mod tenant;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use crate::error::ValidationError;
 
 pub use authority::{
     CertificateAuthority, DatastoreCa, LeafCertificate, ServiceAccountKeyPair, ca_cert_hash,
@@ -45,6 +47,80 @@ pub const BACKDATE: Duration = Duration::from_mins(5);
 pub const CA_VALIDITY: Duration = Duration::from_hours(10 * 365 * 24);
 /// kubeadm's `CertificateValidityPeriod` (365 days), also CAPI's `DefaultCertDuration`.
 pub const LEAF_VALIDITY: Duration = Duration::from_hours(365 * 24);
+
+/// How long leaves are issued for and how early they are reissued, one policy for every leaf
+/// of every tenant (the manager's `--leaf-certificate-validity-seconds` and
+/// `--certificate-renewal-window-seconds`).
+///
+/// The default follows kubeadm and CAPI for the validity ([`LEAF_VALIDITY`], one year) and
+/// reissues [`inspect::RENEWAL_WINDOW`] (30 days) before a leaf expires. A leaf is kept while
+/// more than `renewal_window` of it is left, so the earliest instant any leaf of a tenant must be
+/// reissued is `min(notAfter) − renewal_window` ([`LeafPolicy::renew_at`]); the reconciler looks
+/// again at that instant, since nothing else produces an event then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeafPolicy {
+    validity: Duration,
+    renewal_window: Duration,
+}
+
+impl Default for LeafPolicy {
+    fn default() -> Self {
+        Self {
+            validity: LEAF_VALIDITY,
+            renewal_window: inspect::RENEWAL_WINDOW,
+        }
+    }
+}
+
+impl LeafPolicy {
+    /// A policy issuing leaves valid for `validity` (from issuance; `notBefore` is backdated
+    /// by [`BACKDATE`] on top) and reissuing them once less than `renewal_window` is left.
+    ///
+    /// # Errors
+    /// [`ValidationError`] naming the flag when `validity` is zero or `renewal_window` is not
+    /// shorter than `validity` (every leaf would be reissued on every pass).
+    pub fn new(validity: Duration, renewal_window: Duration) -> Result<Self, ValidationError> {
+        if validity.is_zero() {
+            return Err(ValidationError::new(
+                "--leaf-certificate-validity-seconds",
+                "must be more than 0",
+            ));
+        }
+        if renewal_window >= validity {
+            return Err(ValidationError::new(
+                "--certificate-renewal-window-seconds",
+                format!(
+                    "{} s is not shorter than the leaf validity of {} s: every leaf would be \
+                     reissued on every pass",
+                    renewal_window.as_secs(),
+                    validity.as_secs()
+                ),
+            ));
+        }
+        Ok(Self {
+            validity,
+            renewal_window,
+        })
+    }
+    /// How long a new leaf is valid from its issuance.
+    #[must_use]
+    pub fn validity(&self) -> Duration {
+        self.validity
+    }
+    /// A leaf with less than this left is reissued.
+    #[must_use]
+    pub fn renewal_window(&self) -> Duration {
+        self.renewal_window
+    }
+    /// When a leaf whose validity ends at `not_after` must be reissued: `not_after −
+    /// renewal_window` (the epoch if that lies before it).
+    #[must_use]
+    pub fn renew_at(&self, not_after: SystemTime) -> SystemTime {
+        not_after
+            .checked_sub(self.renewal_window)
+            .unwrap_or(std::time::UNIX_EPOCH)
+    }
+}
 
 /// Common name of the cluster CA.
 pub const CA_COMMON_NAME: &str = "kubernetes";

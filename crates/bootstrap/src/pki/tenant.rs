@@ -94,7 +94,7 @@ impl TenantLeaves {
                 now,
             )?,
             datastore_client: match req.datastore {
-                Some((dca, cn)) => Some(dca.issue_client(cn, alg, now)?),
+                Some((dca, cn)) => Some(dca.issue_client(cn, alg, now, super::LEAF_VALIDITY)?),
                 None => None,
             },
             controller_manager: ca.issue(&LeafSpec::controller_manager(), alg, now)?,

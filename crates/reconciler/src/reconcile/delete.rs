@@ -169,6 +169,7 @@ async fn remove_datastore_prefix(
             &datastore_common_name(ns, names),
             None,
             ctx.config.key_algorithm,
+            ctx.config.leaf_policy,
             SystemTime::now(),
         )?;
         let credentials = Credentials {

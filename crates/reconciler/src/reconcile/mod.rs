@@ -214,6 +214,8 @@ async fn steps(
     let settings = plan::Settings {
         algorithm: ctx.config.key_algorithm,
         management_domain: ctx.config.management_domain.clone(),
+        leaf_policy: ctx.config.leaf_policy,
+        service_account_overlap: ctx.config.service_account_overlap,
         now: SystemTime::now(),
     };
     let planned = Instant::now();

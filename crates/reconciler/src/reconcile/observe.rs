@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kamaji_api::KamajiControlPlane;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::CLUSTER_NAME_LABEL;
@@ -34,6 +34,10 @@ pub struct Observed {
     pub initialized: bool,
     /// The tenant API answered `/readyz` through the endpoint with `<cluster>-kubeconfig`.
     pub reachable: bool,
+    /// While a service-account key rotation runs: the keys' fingerprint of every
+    /// control-plane pod (terminating ones included) and whether the Deployment has rolled
+    /// out ([`super::plan::sa_rotation`]).
+    pub control_plane_pods: Option<(Vec<Option<String>>, bool)>,
 }
 
 /// Whether the status says the control plane was initialized (either contract flavour).
@@ -180,11 +184,68 @@ pub async fn observe(
             reachable = tenant::readyz(&client).await;
         }
     }
+    let control_plane_pods = if rotating(spec, &secrets) {
+        Some(pod_fingerprints(spec, ctx, deployment.as_ref()).await?)
+    } else {
+        None
+    };
     Ok(Observed {
         secrets,
         deployment,
         service,
         initialized,
         reachable,
+        control_plane_pods,
     })
+}
+
+/// Whether a service-account key rotation is under way: its Secret holds a key.
+fn rotating(spec: &ValidSpec, secrets: &BTreeMap<String, Secret>) -> bool {
+    use super::plan::sa_rotation::{NEXT_KEY, VERIFY_KEY};
+    secrets
+        .get(
+            &spec
+                .names
+                .internal_secret(kamaji_api::names::InternalSecret::ServiceAccountRotation),
+        )
+        .and_then(|s| s.data.as_ref())
+        .is_some_and(|d| d.contains_key(NEXT_KEY) || d.contains_key(VERIFY_KEY))
+}
+
+/// The service-account keys' fingerprint of each control-plane pod, and whether the
+/// Deployment has rolled out (the controller saw its spec; every replica updated and
+/// available; no other pod counted).
+async fn pod_fingerprints(
+    spec: &ValidSpec,
+    ctx: &Context,
+    deployment: Option<&Deployment>,
+) -> Result<(Vec<Option<String>>, bool), Error> {
+    use super::plan::sa_rotation::SERVICE_ACCOUNT_KEYS_ANNOTATION;
+    let selector = super::plan::selector_labels(spec)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &spec.namespace)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .ctx(|| format!("list control-plane Pods ({selector})"))?;
+    let fingerprints = pods
+        .items
+        .iter()
+        .map(|p| {
+            p.annotations()
+                .get(SERVICE_ACCOUNT_KEYS_ANNOTATION)
+                .cloned()
+        })
+        .collect();
+    let rolled_out = deployment.is_some_and(|d| {
+        let s = d.status.clone().unwrap_or_default();
+        let want = d.spec.as_ref().and_then(|s| s.replicas);
+        s.observed_generation == d.metadata.generation
+            && s.updated_replicas == want
+            && s.available_replicas == want
+            && s.replicas == want
+    });
+    Ok((fingerprints, rolled_out))
 }

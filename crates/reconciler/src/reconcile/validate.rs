@@ -244,6 +244,9 @@ pub struct ValidSpec {
     pub pod: PodSettings,
     /// `spec.rollout.after`: pods created before it are replaced once it has passed.
     pub rollout_after: Option<k8s_openapi::jiff::Timestamp>,
+    /// The service-account key rotation requested
+    /// ([`kamaji_api::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION`]), if any.
+    pub service_account_key_rotation: Option<String>,
     /// The kubeadm artifacts' inputs, validated (the endpoint is set by the plan step).
     pub tenant: Tenant,
     /// The addons `spec.addons` declares (kube-proxy, CoreDNS); an absent one is not
@@ -368,6 +371,13 @@ pub fn validate(
             .as_ref()
             .and_then(|r| r.after.as_ref())
             .map(|t| t.0),
+        service_account_key_rotation: kcp
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(kamaji_api::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION))
+            .filter(|v| !v.is_empty())
+            .cloned(),
         tenant,
         addons: declared_addons(fields.addons.as_ref()),
         konnectivity,

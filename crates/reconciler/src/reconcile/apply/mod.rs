@@ -81,10 +81,10 @@ pub async fn apply(
     report: &mut Report,
 ) -> Result<Flow<Applied>, Error> {
     let ns = spec.namespace.as_str();
-    let owner = &plan.owner;
-    if let Some(stop) = roots(ctx, ns, &plan, report).await? {
+    if let Some(stop) = roots(ctx, ns, observed, &plan, report).await? {
         return Ok(Flow::Stop(stop));
     }
+    let owner = &plan.owner;
     if let Some((type_, msg)) = front(ctx, ns, &plan, observed).await? {
         return Ok(Flow::Stop(conflict(report, type_, msg)));
     }
@@ -109,19 +109,12 @@ pub async fn apply(
         match apply_owned(ctx, ns, leaf.secret, current, owner).await? {
             Outcome::Stored(s) if role == LeafRole::SuperAdmin => super_admin = Some(s),
             Outcome::Stored(_) => {}
-            Outcome::Conflict(msg) if role == LeafRole::Admin => {
-                return Ok(Flow::Stop(conflict(
-                    report,
-                    types::KUBECONFIG_AVAILABLE,
-                    msg,
-                )));
-            }
             Outcome::Conflict(msg) => {
-                return Ok(Flow::Stop(conflict(
-                    report,
-                    types::CERTIFICATES_AVAILABLE,
-                    msg,
-                )));
+                let type_ = match role {
+                    LeafRole::Admin => types::KUBECONFIG_AVAILABLE,
+                    _ => types::CERTIFICATES_AVAILABLE,
+                };
+                return Ok(Flow::Stop(conflict(report, type_, msg)));
             }
         }
     }
@@ -147,7 +140,13 @@ pub async fn apply(
         .as_ref()
         .is_some_and(|old| template_of(old) != template_of(&deployment));
     remove_legacy_secrets(ctx, spec, &cp.legacy, &deployment).await?;
-    let rollout_due = cp.rollout_due;
+    // spec.rollout.after passing, a service-account key rotation waiting for pods to end or
+    // its overlap to pass: no event says so.
+    let rollout_due = cp
+        .rollout_due
+        .into_iter()
+        .chain(plan.service_account.due)
+        .min();
     let requeue = tenant(
         kcp,
         ctx,
@@ -171,13 +170,57 @@ pub async fn apply(
         )
         .await?;
     }
-    // spec.rollout.after produces no event when it passes: look again then.
-    let requeue = rollout_due.map_or(requeue, |due| requeue.min(due));
+    let requeue = timed_requeue(kcp, requeue, rollout_due, cp.renewal_due);
     Ok(Flow::Continue(Applied {
         deployment: Some(deployment),
         template_changed,
         requeue: Action::requeue(requeue),
     }))
+}
+
+/// Writes the service-account keys of a rotation step, in order (`<cluster>-sa` only after the
+/// rotation Secret holds the key it replaces). Stops at a Secret another object controls.
+async fn service_account_keys(
+    ctx: &Context,
+    ns: &str,
+    observed: &Observed,
+    owner: &OwnerReference,
+    writes: Vec<Secret>,
+    report: &mut Report,
+) -> Result<Option<Action>, Error> {
+    for secret in writes {
+        let name = secret.name_any();
+        info!(secret = %format!("{ns}/{name}"), "service-account key rotation: writing the next step");
+        if let Outcome::Conflict(msg) =
+            apply_owned(ctx, ns, secret, observed.secrets.get(&name), owner).await?
+        {
+            return Ok(Some(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
+        }
+    }
+    Ok(None)
+}
+
+/// `requeue`, or earlier when state that produces no event changes first: `spec.rollout.after`
+/// passing or a service-account key rotation's next check (`rollout_due`), or the first leaf reaching its renewal time (`renewal_due`, logged
+/// with the delay, so the instant can be checked).
+fn timed_requeue(
+    kcp: &KamajiControlPlane,
+    requeue: std::time::Duration,
+    rollout_due: Option<std::time::Duration>,
+    renewal_due: std::time::Duration,
+) -> std::time::Duration {
+    let requeue = rollout_due.map_or(requeue, |due| requeue.min(due));
+    let renewal_due = renewal_due.max(std::time::Duration::from_secs(1));
+    if renewal_due < requeue {
+        tracing::info!(
+            kcp = %object_key(kcp),
+            requeue_seconds = renewal_due.as_secs(),
+            "looking again when the first leaf certificate reaches its renewal time"
+        );
+        renewal_due
+    } else {
+        requeue
+    }
 }
 
 /// The pod template of `d` as stored.
@@ -244,9 +287,11 @@ fn conflict(report: &mut Report, type_: &'static str, msg: String) -> Action {
 
 /// The roots: a stored one must not be controlled by another object; a new one is created if
 /// absent. `Some(action)` stops the pass.
+/// The roots, created if absent, then the step of a service-account key rotation.
 async fn roots(
     ctx: &Context,
     ns: &str,
+    observed: &Observed,
     plan: &Plan,
     report: &mut Report,
 ) -> Result<Option<Action>, Error> {
@@ -270,6 +315,13 @@ async fn roots(
             return Ok(Some(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
         }
     }
+    let keys = &plan.service_account;
+    let writes = keys.writes.clone();
+    if let Some(stop) = service_account_keys(ctx, ns, observed, &plan.owner, writes, report).await?
+    {
+        return Ok(Some(stop));
+    }
+    report.conditions.extend(keys.condition.clone());
     Ok(None)
 }
 

@@ -168,6 +168,14 @@ fn container(spec: &ValidSpec, cp: &ControlPlaneSpec, c: Component) -> Container
         volume_mounts.push(kamaji_bootstrap::konnectivity::config_mount());
         volume_mounts.push(kamaji_bootstrap::konnectivity::uds_mount());
     }
+    if c == Component::ApiServer && cp.service_account_verify_file.is_some() {
+        volume_mounts.push(VolumeMount {
+            name: SERVICE_ACCOUNT_ROTATION_VOLUME.into(),
+            mount_path: cp.layout.service_account_verify_dir(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
     volume_mounts.extend(own.extra_volume_mounts.iter().cloned());
     Container {
         name: c.name().into(),
@@ -199,8 +207,30 @@ fn container(spec: &ValidSpec, cp: &ControlPlaneSpec, c: Component) -> Container
     }
 }
 
-/// The Secret volumes of the key material (the datastore's only for a TLS datastore).
+/// The volume of the service-account rotation Secret, mounted into kube-apiserver while a
+/// rotation runs (only its public key, [`super::sa_rotation::VERIFY_KEY`]).
+pub const SERVICE_ACCOUNT_ROTATION_VOLUME: &str = "sa-rotation";
+
+/// The Secret volumes of the key material (the datastore's only for a TLS datastore; the
+/// service-account rotation's while one runs).
 fn pki_volumes(spec: &ValidSpec, cp: &ControlPlaneSpec) -> Vec<Volume> {
+    let rotation = cp.service_account_verify_file.as_ref().map(|_| Volume {
+        name: SERVICE_ACCOUNT_ROTATION_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(
+                spec.names
+                    .internal_secret(kamaji_api::names::InternalSecret::ServiceAccountRotation),
+            ),
+            default_mode: Some(SECRET_MODE),
+            items: Some(vec![KeyToPath {
+                key: super::sa_rotation::VERIFY_KEY.into(),
+                path: super::sa_rotation::VERIFY_KEY.into(),
+                mode: None,
+            }]),
+            optional: None,
+        }),
+        ..Volume::default()
+    });
     PkiVolume::ALL
         .into_iter()
         .filter(|v| *v != PkiVolume::Datastore || cp.datastore.tls)
@@ -222,6 +252,7 @@ fn pki_volumes(spec: &ValidSpec, cp: &ControlPlaneSpec) -> Vec<Volume> {
             }),
             ..Volume::default()
         })
+        .chain(rotation)
         .collect()
 }
 

@@ -19,6 +19,7 @@ pub mod endpoint;
 pub mod gateway;
 pub mod ingress;
 pub mod pki;
+pub mod sa_rotation;
 pub mod service;
 
 use std::collections::BTreeMap;
@@ -59,6 +60,11 @@ pub struct Settings {
     pub algorithm: KeyAlgorithm,
     /// DNS domain of the management cluster (Service SANs).
     pub management_domain: String,
+    /// Validity of new leaves and when leaves are reissued.
+    pub leaf_policy: kamaji_bootstrap::pki::LeafPolicy,
+    /// How long the old service-account key keeps verifying after a rotation's new key
+    /// signs.
+    pub service_account_overlap: std::time::Duration,
     /// Now.
     pub now: SystemTime,
 }
@@ -72,6 +78,9 @@ pub struct Plan {
     pub roots: RootSecrets,
     /// `<cluster>-apiserver-etcd-client`.
     pub datastore_client: Secret,
+    /// The service-account keys: which the API servers accept, and the next step of a
+    /// requested rotation (written right after the roots).
+    pub service_account: sa_rotation::ServiceAccountKeys,
     /// The control-plane Service.
     pub service: Service,
     /// The API server's Ingress (`network.ingress`).
@@ -104,6 +113,9 @@ pub struct ControlPlane {
     pub deployment: Deployment,
     /// How long until `spec.rollout.after` passes, while it is ahead.
     pub rollout_due: Option<std::time::Duration>,
+    /// How long until the first leaf (or the datastore client) must be reissued
+    /// ([`kamaji_bootstrap::leaves::LeafSecret::renew_at`]): nothing produces an event then.
+    pub renewal_due: std::time::Duration,
     /// Secrets no pod needs any more, removed once every replica runs without them: those
     /// under v0.1 names (moved to new ones), and konnectivity's once it is turned off.
     pub legacy: Vec<Secret>,
@@ -209,8 +221,41 @@ pub fn plan(
             s.metadata.owner_references = Some(vec![owner.clone()]);
         }
     }
+    let mut service_account =
+        match &roots.secrets[2] {
+            pki::Root::Stored(sa) => sa_rotation::plan(
+                spec,
+                &sa_rotation::Inputs {
+                    service_account: sa,
+                    state: observed.secrets.get(&spec.names.internal_secret(
+                        kamaji_api::names::InternalSecret::ServiceAccountRotation,
+                    )),
+                    request: spec.service_account_key_rotation.as_deref(),
+                    uid: &owner.uid,
+                    pods: observed
+                        .control_plane_pods
+                        .as_ref()
+                        .map(|(p, rolled_out)| (p.as_slice(), *rolled_out)),
+                    overlap: settings.service_account_overlap,
+                    algorithm: alg,
+                    now,
+                },
+            )?,
+            pki::Root::New(_) => sa_rotation::ServiceAccountKeys::default(),
+        };
+    service_account.writes = std::mem::take(&mut service_account.writes)
+        .into_iter()
+        .map(|s| owned(s, &owner))
+        .collect();
     let datastore_client = owned(
-        pki::datastore_client(spec, datastore, &observed.secrets, alg, now)?,
+        pki::datastore_client(
+            spec,
+            datastore,
+            &observed.secrets,
+            alg,
+            settings.leaf_policy,
+            now,
+        )?,
         &owner,
     );
     let service = service::service(spec, &owner, observed.service.as_ref());
@@ -229,6 +274,7 @@ pub fn plan(
             settings,
             &roots,
             &datastore_client,
+            &service_account,
             endpoint,
             ip,
         )?),
@@ -242,6 +288,7 @@ pub fn plan(
         owner,
         roots,
         datastore_client,
+        service_account,
         service,
         ingress,
         tls_route,
@@ -283,6 +330,7 @@ pub fn control_plane_spec(
             .konnectivity
             .as_ref()
             .map(|_| kamaji_bootstrap::konnectivity::egress_selector_file()),
+        service_account_verify_file: None,
         layout: Layout::default(),
     }
 }
@@ -296,6 +344,7 @@ fn control_plane(
     settings: &Settings,
     roots: &RootSecrets,
     datastore_client: &Secret,
+    service_account: &sa_rotation::ServiceAccountKeys,
     endpoint: Endpoint,
     service_ip: std::net::IpAddr,
 ) -> Result<ControlPlane, Error> {
@@ -309,6 +358,7 @@ fn control_plane(
         &observed.secrets,
         &legacy,
         settings.algorithm,
+        settings.leaf_policy,
         settings.now,
     )?
     .into_iter()
@@ -318,8 +368,30 @@ fn control_plane(
     })
     .collect();
     let pki_hash = pki::mounted_hash(&leaves, datastore_client, roots);
-    let cp = control_plane_spec(spec, datastore, &endpoint);
+    let renewal_due = pki::renewal_due(
+        &leaves,
+        datastore_client,
+        settings.leaf_policy,
+        settings.now,
+    )?;
+    let mut cp = control_plane_spec(spec, datastore, &endpoint);
+    cp.service_account_verify_file = service_account
+        .verify_extra
+        .as_ref()
+        .map(|_| cp.layout.service_account_verify_file());
     let mut deployment = deployment::deployment(spec, &cp, owner, &pki_hash);
+    if let Some(fingerprint) = &service_account.fingerprint
+        && let Some(t) = deployment.spec.as_mut().map(|s| &mut s.template)
+    {
+        t.metadata
+            .get_or_insert_with(Default::default)
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(
+                sa_rotation::SERVICE_ACCOUNT_KEYS_ANNOTATION.to_owned(),
+                fingerprint.clone(),
+            );
+    }
     let rollout = deployment::rollout(
         spec.rollout_after,
         observed.deployment.as_ref(),
@@ -336,6 +408,7 @@ fn control_plane(
         leaves,
         deployment,
         rollout_due: rollout.due_in,
+        renewal_due,
         legacy: legacy
             .into_iter()
             .map(|(_, s)| s)
@@ -534,6 +607,8 @@ pub(crate) mod tests {
         Settings {
             algorithm: KeyAlgorithm::default(),
             management_domain: "cluster.local".into(),
+            leaf_policy: kamaji_bootstrap::pki::LeafPolicy::default(),
+            service_account_overlap: std::time::Duration::from_hours(25),
             now: SystemTime::now(),
         }
     }
@@ -557,6 +632,7 @@ pub(crate) mod tests {
             service,
             initialized: false,
             reachable: false,
+            control_plane_pods: None,
         }
     }
 
@@ -1170,6 +1246,61 @@ pub(crate) mod tests {
         assert_eq!(
             desired_hash(&again.deployment),
             desired_hash(&cp.deployment)
+        );
+    }
+
+    /// The pass says when it must look again for renewal: at the earliest `notAfter − window`
+    /// among the leaves and the datastore client, the older datastore client here.
+    #[test]
+    fn the_renewal_due_is_the_earliest_leaf_renewal_time() {
+        use std::time::Duration;
+        let spec = valid(&fixture(serde_json::json!({})));
+        let ds = datastore();
+        let whole = |t: SystemTime| {
+            SystemTime::UNIX_EPOCH
+                + Duration::from_secs(t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs())
+        };
+        let t0 = whole(SystemTime::now());
+        let at = |now| Settings {
+            leaf_policy: kamaji_bootstrap::pki::LeafPolicy::new(
+                Duration::from_mins(10),
+                Duration::from_secs(200),
+            )
+            .unwrap(),
+            now,
+            ..settings()
+        };
+        // The roots and the datastore client 100 s before the rest.
+        let early = plan(
+            &spec,
+            &observed(BTreeMap::new(), None),
+            &ds,
+            owner(),
+            &at(t0 - Duration::from_secs(100)),
+        )
+        .unwrap()
+        .unwrap();
+        let mut stored: BTreeMap<String, Secret> = early
+            .roots
+            .secrets
+            .iter()
+            .map(|r| (r.secret().name_any(), r.secret().clone()))
+            .collect();
+        stored.insert(
+            early.datastore_client.name_any(),
+            early.datastore_client.clone(),
+        );
+        let svc = Some(stored_service(&spec));
+        let cp = plan(&spec, &observed(stored, svc), &ds, owner(), &at(t0))
+            .unwrap()
+            .unwrap()
+            .control_plane
+            .unwrap();
+        assert!(cp.leaves.iter().all(|l| l.changed), "the leaves are new");
+        assert_eq!(
+            cp.renewal_due,
+            Duration::from_mins(5),
+            "the datastore client's"
         );
     }
 

@@ -13,7 +13,8 @@ use kamaji_api::names::InternalSecret;
 use kamaji_bootstrap::leaves::{self, LeafInputs, LeafSecret};
 use kamaji_bootstrap::pki::{
     ApiServerNames, CA_COMMON_NAME, CertificateAuthority, FRONT_PROXY_CA_COMMON_NAME, KeyAlgorithm,
-    LeafRole, LeafSpec, ServiceAccountKeyPair, ServiceNames, TenantRoots,
+    LeafCertificate, LeafPolicy, LeafRole, LeafSpec, ServiceAccountKeyPair, ServiceNames,
+    TenantRoots,
 };
 use kamaji_bootstrap::secrets::{self, SecretTarget};
 
@@ -159,6 +160,7 @@ pub fn datastore_client(
     ds: &crate::datastore::Resolved,
     stored: &BTreeMap<String, Secret>,
     algorithm: KeyAlgorithm,
+    policy: LeafPolicy,
     now: SystemTime,
 ) -> Result<Secret, Error> {
     let name = spec.names.apiserver_etcd_client_secret();
@@ -168,6 +170,7 @@ pub fn datastore_client(
         &datastore_common_name(&spec.namespace, &spec.names),
         stored.get(&name),
         algorithm,
+        policy,
         now,
     )?;
     let mut secret = secrets::leaf_secret(
@@ -231,6 +234,7 @@ pub fn leaves(
     stored: &BTreeMap<String, Secret>,
     legacy: &[(String, Secret)],
     algorithm: KeyAlgorithm,
+    policy: LeafPolicy,
     now: SystemTime,
 ) -> Result<Vec<LeafSecret>, Error> {
     let names = ApiServerNames {
@@ -272,9 +276,34 @@ pub fn leaves(
         ),
         konnectivity: spec.konnectivity.is_some(),
         algorithm,
+        policy,
         now,
     };
     Ok(leaves::plan(&inputs, &existing)?)
+}
+
+/// How long from `now` until the first of `leaves` or the datastore client (as planned this
+/// pass) must be reissued under `policy`; zero when that instant has passed.
+///
+/// # Errors
+/// [`Error`] when the datastore client Secret holds no parseable certificate (it was built
+/// this pass, so this does not happen).
+pub fn renewal_due(
+    leaves: &[LeafSecret],
+    datastore_client: &Secret,
+    policy: LeafPolicy,
+    now: SystemTime,
+) -> Result<std::time::Duration, Error> {
+    let (crt, key) = secrets::tls_pair_of(datastore_client)
+        .ok_or_else(|| unusable(datastore_client, "tls.crt or tls.key missing"))?;
+    let client = LeafCertificate::from_pem(LeafRole::DatastoreClient, &crt, &key);
+    let first = leaves
+        .iter()
+        .map(|l| l.renew_at)
+        .chain(std::iter::once(leaves::renew_at(&client, policy)?))
+        .min()
+        .unwrap_or(now);
+    Ok(first.duration_since(now).unwrap_or_default())
 }
 
 /// Hash of every Secret the control-plane pods mount (roots, the leaves but the two
