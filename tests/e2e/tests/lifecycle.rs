@@ -1616,7 +1616,8 @@ async fn review_token(mut config: kube::Config, token: &str) -> Result<String, S
 /// still verifies, and the old one is dropped after the overlap (60 s here). Throughout, a
 /// token issued before the rotation and a fresh token requested every second (as a kubelet
 /// refreshes a pod's projected token; it may be signed by either key, by any API server) are
-/// accepted by whichever API server answers through the endpoint: 0 refusals. Afterwards
+/// accepted by whichever API server answers through the endpoint (a new connection per
+/// request, so every API server signs and verifies some): 0 refusals. Afterwards
 /// the old token is refused (401), `<cluster>-sa` holds the new pair in CAPI's format, and
 /// the same annotation value rotates nothing again. (Negative control: with the trust phase
 /// skipped, promoting at once, the fresh tokens signed by the new key are refused by API
@@ -1661,13 +1662,15 @@ async fn a_service_account_key_rotation_refuses_no_token_until_the_overlap_ends(
     )>::new()));
     let poll = |fresh: bool| {
         let (stop, ok, seen) = (stop.clone(), ok.clone(), seen.clone());
-        let (config, tenant, old) = (config.clone(), tenant.clone(), old_token.clone());
+        let (config, old) = (config.clone(), old_token.clone());
         tokio::spawn(async move {
             let started = std::time::Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 let token = if fresh {
+                    // A new connection per request, so that every API server signs some.
+                    let admin = kube::Client::try_from(config.clone()).unwrap();
                     match kamaji_testenv::kubeconfig::service_account_token(
-                        &tenant, "default", "default", 3600,
+                        &admin, "default", "default", 3600,
                     )
                     .await
                     {
