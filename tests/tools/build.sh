@@ -3,10 +3,13 @@
 # from the Go module proxy, into a per-machine cache outside the repository.
 #
 #   tests/tools/build.sh                    build what is missing, print the bin directory
-#   tests/tools/build.sh --defer-previous   the same without building the previous release's
-#                                           programs (k8s-prev, k8s-prev-kubelet): the bin
+#   tests/tools/build.sh --defer-previous   the same without building the previous releases'
+#                                           programs (k8s-prev, k8s-prev-kubelet, k8s-minor): the bin
 #                                           directory links them where a later plain run puts
 #                                           them, so only tests of that version wait for it
+#   tests/tools/build.sh --defer-minor      the same with the previous patch release built and
+#                                           only the previous minor's programs (k8s-minor)
+#                                           deferred
 #
 # Cache: ${KAMAJI_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kamaji-rs/tools}/<group>-<version>-<hash>/
 # keyed by the pinned version and a hash of the group's go.mod/go.sum, so a
@@ -24,6 +27,9 @@ cache=${KAMAJI_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kamaji-rs/tools}
 K8S_VERSION=v1.36.3
 # The previous patch release, for upgrade tests (control-plane programs only).
 K8S_PREV_VERSION=v1.36.1
+# The previous minor release, for minor upgrades with workers of both minors: its control
+# plane, kubeadm, kubelet and kube-proxy.
+K8S_MINOR_VERSION=v1.35.4
 ETCD_VERSION=v3.6.16
 CAPI_VERSION=v1.14.2
 # The test machines (shared/reference/real-machines.md): container runtime, CNI, CoreDNS.
@@ -43,10 +49,12 @@ command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH (install Go >= 1.2
 mkdir -p "$cache" || die "cannot create the tools cache $cache"
 
 defer_previous=false
+defer_minor=false
 case "${1:-}" in
-    --defer-previous) defer_previous=true ;;
+    --defer-previous) defer_previous=true; defer_minor=true ;;
+    --defer-minor) defer_minor=true ;;
     "") ;;
-    *) die "unknown argument $1 (expected nothing or --defer-previous)" ;;
+    *) die "unknown argument $1 (expected nothing, --defer-previous or --defer-minor)" ;;
 esac
 
 hash_of() { cat "$1/go.mod" "$1"/go.sum "$1"/*.go 2>/dev/null | sha256sum | cut -c1-12; }
@@ -144,6 +152,7 @@ chain_kubernetes() {
     if $defer_previous; then
         dir_of k8s-prev "$K8S_PREV_VERSION" >"$results/prev"
         dir_of k8s-prev-kubelet "$K8S_PREV_VERSION" >"$results/prevkubelet"
+        dir_of k8s-minor "$K8S_MINOR_VERSION" >"$results/minor"
         return 0
     fi
     build k8s-prev "$K8S_PREV_VERSION" "$(k8s_ldflags_for "$K8S_PREV_VERSION")" \
@@ -154,6 +163,17 @@ chain_kubernetes() {
     # starts from it): its own module, so the control-plane group's cache stays valid.
     build k8s-prev-kubelet "$K8S_PREV_VERSION" "$(k8s_ldflags_for "$K8S_PREV_VERSION")" \
         kubelet=k8s.io/kubernetes/cmd/kubelet >"$results/prevkubelet" || exit 1
+    if $defer_minor; then
+        dir_of k8s-minor "$K8S_MINOR_VERSION" >"$results/minor"
+        return 0
+    fi
+    build k8s-minor "$K8S_MINOR_VERSION" "$(k8s_ldflags_for "$K8S_MINOR_VERSION")" \
+        kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+        kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+        kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
+        kubeadm=k8s.io/kubernetes/cmd/kubeadm \
+        kubelet=k8s.io/kubernetes/cmd/kubelet \
+        kube-proxy=k8s.io/kubernetes/cmd/kube-proxy >"$results/minor" || exit 1
 }
 chain_others() {
     local capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI_VERSION -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14"
@@ -203,7 +223,7 @@ for _ in 1 2; do
         exit 1
     fi
 done
-for group in etcd k8s prev prevkubelet capi containerd runc cni coredns konnectivity netcheck nft; do
+for group in etcd k8s prev prevkubelet minor capi containerd runc cni coredns konnectivity netcheck nft; do
     printf -v "${group}_dir" '%s' "$(cat "$results/$group")"
 done
 
@@ -227,7 +247,7 @@ gateway_src=$(cd "$cache" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io
 [ -n "$gateway_src" ] && [ -d "$gateway_src" ] \
     || die "cannot download sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION: $(head -n1 "$cache/gateway-api.log") (full log: $cache/gateway-api.log)"
 
-all_dirs="$gateway_src $etcd_dir $k8s_dir $prev_dir $prevkubelet_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $konnectivity_dir $pause_dir $nft_dir $netcheck_dir"
+all_dirs="$gateway_src $etcd_dir $k8s_dir $prev_dir $prevkubelet_dir $minor_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $konnectivity_dir $pause_dir $nft_dir $netcheck_dir"
 # Keyed by the groups' directories and this script (which decides the layout): a finished bin
 # directory is kept as it is, since tests may be running programs from it (a deferred run's
 # previous-release links start to resolve when a later run has built their groups).
@@ -249,6 +269,10 @@ for program in kube-apiserver kube-controller-manager kube-scheduler; do
     ln -sf "$prev_dir/bin/$program" "$bin.tmp/versions/$K8S_PREV_VERSION/"
 done
 ln -sf "$prevkubelet_dir/bin/kubelet" "$bin.tmp/versions/$K8S_PREV_VERSION/"
+mkdir -p "$bin.tmp/versions/$K8S_MINOR_VERSION"
+for program in kube-apiserver kube-controller-manager kube-scheduler kubeadm kubelet kube-proxy; do
+    ln -sf "$minor_dir/bin/$program" "$bin.tmp/versions/$K8S_MINOR_VERSION/"
+done
 cp "$capi_src"/core/config/crd/bases/*.yaml "$bin.tmp/crds/capi-core/"
 mkdir -p "$bin.tmp/crds/gateway-api"
 cp "$gateway_src/config/crd/standard/gateway.networking.k8s.io_tlsroutes.yaml" "$bin.tmp/crds/gateway-api/"

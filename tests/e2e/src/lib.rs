@@ -42,7 +42,10 @@ pub use env::{Env, EnvBuilder};
 pub use fixtures::{F0, f0, substitute};
 pub use kamaji_e2e_macros::test;
 pub use manager::{Identity, manager_binary};
-pub use probes::{ReadyzProbe, api_server_has, condition_message, has_container, wait_rolled_out};
+pub use probes::{
+    ReadyzProbe, api_server_has, condition_message, control_plane_at,
+    default_service_account_token, has_container, wait_rolled_out,
+};
 
 /// Runs an end-to-end test body in the test's private network (kamaji-machine's
 /// [`run_in_private_network`](kamaji_machine::run_in_private_network): a fresh network

@@ -575,7 +575,25 @@ pub const SETTINGS_FOR_THIS_MACHINE_KIND: &str = "  kubelet:
 /// quickstart's worker KubeadmConfigTemplate (`name: '{{ local_hostname }}'`).
 #[must_use]
 pub fn machine_deployment(ns: &str, cluster: &str, name: &str, replicas: i32) -> String {
-    let version = kamaji_testenv::KUBERNETES_VERSION;
+    machine_deployment_at(
+        ns,
+        cluster,
+        name,
+        replicas,
+        kamaji_testenv::KUBERNETES_VERSION,
+    )
+}
+
+/// [`machine_deployment`] of Machines of Kubernetes `version` (a built version: the stand-in
+/// machine runs that version's kubelet and kubeadm).
+#[must_use]
+pub fn machine_deployment_at(
+    ns: &str,
+    cluster: &str,
+    name: &str,
+    replicas: i32,
+    version: &str,
+) -> String {
     format!(
         r"
 apiVersion: bootstrap.cluster.x-k8s.io/v1beta1

@@ -327,6 +327,37 @@ pub fn api_server_has(arg: &'static str) -> impl Fn(&Deployment) -> bool + Send 
     }
 }
 
+/// A [`wait_rolled_out`] predicate: the pod template's three control-plane containers run
+/// images of `version` (`…:<version>`).
+pub fn control_plane_at(version: &'static str) -> impl Fn(&Deployment) -> bool + Send + 'static {
+    move |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .is_some_and(|p| {
+                p.containers.iter().take(3).all(|c| {
+                    c.image
+                        .as_deref()
+                        .is_some_and(|i| i.ends_with(&format!(":{version}")))
+                })
+            })
+    }
+}
+
+/// A ServiceAccount token (TokenRequest, 1 hour) for `default/default` of a tenant, once the
+/// ServiceAccount controller has created it.
+pub async fn default_service_account_token(tenant: &Client) -> String {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let api: Api<ServiceAccount> = Api::namespaced(tenant.clone(), "default");
+    kamaji_testenv::wait::await_object(&api, "default", Duration::from_mins(1), |_| true)
+        .await
+        .unwrap()
+        .expect("default ServiceAccount");
+    kamaji_testenv::kubeconfig::service_account_token(tenant, "default", "default", 3600)
+        .await
+        .unwrap()
+}
+
 /// A [`wait_rolled_out`] predicate: the pod template has (`present`) or lacks a container
 /// named `name`.
 pub fn has_container(

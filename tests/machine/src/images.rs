@@ -122,6 +122,17 @@ pub fn worker_images(tools: &Tools) -> Result<Vec<ImageBuilder>> {
         konnectivity(tools, "proxy-agent")?,
         netcheck(tools)?,
     ]);
+    // kube-proxy of every other built version that has one (the previous minor's), for a
+    // tenant of that version (its kube-proxy DaemonSet follows the tenant's version).
+    if let Ok(versions) = std::fs::read_dir(tools.bin_dir().join("versions")) {
+        for dir in versions.flatten() {
+            let binary = dir.path().join("kube-proxy");
+            let version = dir.file_name().to_string_lossy().into_owned();
+            if std::fs::metadata(&binary).is_ok() && version != KUBERNETES_VERSION {
+                images.push(kube_proxy_at(tools, &version, &binary)?);
+            }
+        }
+    }
     Ok(images)
 }
 
@@ -140,9 +151,14 @@ pub fn netcheck(tools: &Tools) -> Result<ImageBuilder> {
 /// glibc's `libc.so.6` and loader, and `/etc/protocols` + `/etc/services` (without them `nft`
 /// prints protocol numbers and kube-proxy's resync deletes every service: real-machines.md §5.4).
 fn kube_proxy(tools: &Tools) -> Result<ImageBuilder> {
+    kube_proxy_at(tools, KUBERNETES_VERSION, &tools.path("kube-proxy"))
+}
+
+/// The kube-proxy image of `version` with the program at `binary`.
+fn kube_proxy_at(tools: &Tools, version: &str, binary: &Path) -> Result<ImageBuilder> {
     let nft_root = tools.bin_dir().join("nft-root");
-    let mut image = ImageBuilder::new(&kube_proxy_image(KUBERNETES_VERSION))?
-        .file("/usr/local/bin/kube-proxy", tools.path("kube-proxy"), 0o755)
+    let mut image = ImageBuilder::new(&kube_proxy_image(version))?
+        .file("/usr/local/bin/kube-proxy", binary, 0o755)
         .file("/usr/sbin/nft", nft_root.join("usr/sbin/nft"), 0o755)
         .file("/etc/protocols", "/etc/protocols", 0o644)
         .file("/etc/services", "/etc/services", 0o644)

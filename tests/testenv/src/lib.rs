@@ -51,3 +51,8 @@ pub const CAPI_VERSION: &str = "v1.14.2";
 /// The previous patch release, whose kube-apiserver, kube-controller-manager and kube-scheduler
 /// `tests/tools` also builds (under `versions/<tag>/`), for upgrade tests.
 pub const PREVIOUS_KUBERNETES_VERSION: &str = "v1.36.1";
+
+/// The previous minor release, whose control-plane programs, kubeadm, kubelet and kube-proxy
+/// `tests/tools` also builds (under `versions/<tag>/`), for minor upgrades with workers of
+/// both minors.
+pub const PREVIOUS_MINOR_KUBERNETES_VERSION: &str = "v1.35.4";

@@ -1304,6 +1304,103 @@ pub(crate) mod tests {
         );
     }
 
+    /// A requested service-account key rotation: the pass stores the next key (owned) and the
+    /// API server accepts it as a second key file, mounted from the rotation Secret with its
+    /// public key only; planned again from what it stored, nothing changes.
+    #[test]
+    fn a_service_account_key_rotation_mounts_only_the_next_public_key_as_a_second_key_file() {
+        let mut spec = valid(&fixture(serde_json::json!({})));
+        spec.service_account_key_rotation = Some("r1".into());
+        let ds = datastore();
+        let first = plan(
+            &spec,
+            &observed(BTreeMap::new(), None),
+            &ds,
+            owner(),
+            &settings(),
+        )
+        .unwrap()
+        .unwrap();
+        assert!(
+            first.service_account.writes.is_empty(),
+            "no rotation of a new key"
+        );
+        let mut stored: BTreeMap<String, Secret> = first
+            .roots
+            .secrets
+            .iter()
+            .map(|r| {
+                let mut s = r.secret().clone();
+                s.metadata.owner_references = Some(vec![owner()]);
+                (s.name_any(), s)
+            })
+            .collect();
+        let svc = Some(stored_service(&spec));
+        let second = plan(
+            &spec,
+            &observed(stored.clone(), svc.clone()),
+            &ds,
+            owner(),
+            &settings(),
+        )
+        .unwrap()
+        .unwrap();
+        let keys = &second.service_account;
+        assert_eq!(keys.writes.len(), 1);
+        let state = &keys.writes[0];
+        assert_eq!(state.name_any(), "demo-sa-rotation.keys");
+        assert_eq!(state.owner_references()[0].uid, "f0-uid");
+        let cp = second.control_plane.unwrap();
+        let pod = cp.deployment.spec.clone().unwrap().template;
+        let args = pod.spec.as_ref().unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap();
+        let key_files: Vec<&String> = args
+            .iter()
+            .filter(|a| a.starts_with("--service-account-key-file="))
+            .collect();
+        assert_eq!(
+            key_files,
+            [
+                "--service-account-key-file=/etc/kubernetes/pki/sa/tls.crt",
+                "--service-account-key-file=/etc/kubernetes/pki/sa-rotation/verify.pub"
+            ]
+        );
+        let volume = pod
+            .spec
+            .as_ref()
+            .unwrap()
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|v| v.name == "sa-rotation")
+            .unwrap()
+            .secret
+            .clone()
+            .unwrap();
+        let items: Vec<String> = volume.items.unwrap().into_iter().map(|i| i.key).collect();
+        assert_eq!(
+            items,
+            ["verify.pub"],
+            "the next private key never enters the pod"
+        );
+        assert_eq!(
+            pod.metadata.unwrap().annotations.unwrap()
+                [sa_rotation::SERVICE_ACCOUNT_KEYS_ANNOTATION],
+            keys.fingerprint.clone().unwrap()
+        );
+        // The next pass, pods not yet rolled: nothing written, the same keys.
+        stored.insert(state.name_any(), state.clone());
+        let third = plan(&spec, &observed(stored, svc), &ds, owner(), &settings())
+            .unwrap()
+            .unwrap();
+        assert!(third.service_account.writes.is_empty());
+        assert_eq!(third.service_account.fingerprint, keys.fingerprint);
+        assert_eq!(third.service_account.verify_extra, keys.verify_extra);
+    }
+
     #[test]
     fn a_missing_root_after_initialization_is_never_planned_anew() {
         let spec = valid(&fixture(serde_json::json!({})));
