@@ -798,7 +798,39 @@ fn field_errors(kcp: &KamajiControlPlane) -> Vec<SpecError> {
     }
     errors.extend(not_supported_yet(fields));
     errors.extend(probe_errors(fields));
+    errors.extend(reserved_volumes(fields));
     errors
+}
+
+/// `spec.deployment.extraVolumes` must not reuse the name of a volume kamaji-rs mounts (the
+/// key material's, the service-account rotation's): the Deployment would be refused with
+/// duplicate volume names.
+fn reserved_volumes(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecError> {
+    use kamaji_bootstrap::controlplane::PkiVolume;
+    let reserved: Vec<&str> = PkiVolume::ALL
+        .iter()
+        .map(|v| v.volume_name())
+        .chain([super::plan::deployment::SERVICE_ACCOUNT_ROTATION_VOLUME])
+        .collect();
+    fields
+        .deployment
+        .as_ref()
+        .and_then(|d| d.extra_volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, v)| reserved.contains(&v.name.as_str()))
+        .map(|(i, v)| {
+            SpecError::new(
+                format!("spec.deployment.extraVolumes[{i}].name"),
+                format!(
+                    "{} is a volume kamaji-rs mounts for the key material (reserved: {})",
+                    v.name,
+                    reserved.join(", ")
+                ),
+            )
+        })
+        .collect()
 }
 
 /// Fields the schema accepts (Kamaji's provider has them, so existing manifests apply) that
@@ -1612,6 +1644,29 @@ pub(crate) mod tests {
         assert_eq!(
             e[0].field,
             "OpenStackCluster.spec.controlPlaneEndpoint.host"
+        );
+    }
+
+    /// An extra volume named like one of the key material's is refused naming the entry.
+    #[test]
+    fn extra_volumes_cannot_take_the_key_materials_names() {
+        let errors = errors(serde_json::json!({"deployment": {"extraVolumes": [
+            {"name": "mine", "emptyDir": {}},
+            {"name": "sa-rotation", "emptyDir": {}},
+            {"name": "ca", "emptyDir": {}}
+        ]}}));
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.deployment.extraVolumes[1].name",
+                "spec.deployment.extraVolumes[2].name"
+            ]
+        );
+        assert!(
+            errors[0]
+                .message
+                .contains("sa-rotation is a volume kamaji-rs mounts")
         );
     }
 
