@@ -6,7 +6,9 @@
 //! namespace, its gRPC socket in the store's work directory, CRI off) imports the images and
 //! stops, and the resulting root (content blobs, overlay snapshots, their metadata) is kept
 //! under the system temp directory, named by a fingerprint of the images and of containerd
-//! ([`ImageBuilder::fingerprint`]), for every later machine and test process.
+//! ([`ImageBuilder::fingerprint`]), for every later machine and test process. A store no test
+//! has used for two hours is removed by the next [`ImageStore::prepare`], so new tools or
+//! images do not fill the disk with old stores.
 //!
 //! A machine starts from a copy of it ([`ImageStore::copy_into`]): directories made anew,
 //! every file hard-linked — the blobs and the committed snapshots are never written, a
@@ -69,6 +71,12 @@ impl ImageStore {
         if !root.join(".complete").exists() {
             make(tools, images, &base, &fingerprint).await?;
         }
+        // Marks this store used now, and removes the stores no test has used for a while: a
+        // store is about 1 GB and a new tools build or image set makes new ones.
+        if let Ok(dir) = std::fs::File::open(&root) {
+            let _ = dir.set_modified(std::time::SystemTime::now());
+        }
+        prune(&base, &fingerprint);
         Ok(Self { root, references })
     }
 
@@ -90,6 +98,31 @@ impl ImageStore {
                 dir.display()
             )
         })
+    }
+}
+
+/// How long a store nobody used is kept. A machine holds hard links to the files of the store
+/// it was copied from, so removing a store never touches a running machine; only a process
+/// about to copy it (between [`ImageStore::prepare`] and [`ImageStore::copy_into`], seconds)
+/// could miss it.
+const UNUSED_STORE_KEPT: Duration = Duration::from_hours(2);
+
+/// Removes the stores (and work directories of unfinished ones) under `base` other than
+/// `keep` that nobody has used for [`UNUSED_STORE_KEPT`].
+fn prune(base: &Path, keep: &str) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let unused = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > UNUSED_STORE_KEPT);
+        if unused && entry.file_name() != keep {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
