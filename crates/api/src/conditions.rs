@@ -44,6 +44,10 @@ pub mod types {
     /// [`crate::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION`] (only once one was requested):
     /// `False` while it runs, with the phase as the reason, `True` once the old key is dropped.
     pub const SERVICE_ACCOUNT_KEY_ROTATED: &str = "ServiceAccountKeyRotated";
+    /// The certificate-authority rotation requested with
+    /// [`crate::meta::CA_ROTATION_ANNOTATION`] (only once one was requested): `False` while it
+    /// runs, with the phase as the reason, `True` once the old CAs are dropped.
+    pub const CERTIFICATE_AUTHORITIES_ROTATED: &str = "CertificateAuthoritiesRotated";
     /// The spec passed the controller's own validation (checks CEL cannot express, such as
     /// the DNS Service IP lying inside the Cluster's service CIDR).
     pub const SPEC_VALID: &str = "SpecValid";
@@ -152,9 +156,21 @@ pub mod reasons {
     /// `ServiceAccountKeyRotated` False: the new key signs; tokens of the old key are accepted
     /// until the overlap ends.
     pub const VERIFYING_PREVIOUS_KEY: &str = "VerifyingPreviousKey";
-    /// `ServiceAccountKeyRotated` True: the old key is no longer accepted.
+    /// `ServiceAccountKeyRotated` True: the old key is no longer accepted;
+    /// `CertificateAuthoritiesRotated` True: the old CAs are no longer trusted.
     pub const ROTATED: &str = "Rotated";
-    /// `ServiceAccountKeyRotated` False: the rotation cannot run (the message says why and
-    /// what to change).
+    /// `ServiceAccountKeyRotated` or `CertificateAuthoritiesRotated` False: the rotation
+    /// cannot run (the message says why and what to change).
     pub const ROTATION_REFUSED: &str = "RotationRefused";
+    /// `CertificateAuthoritiesRotated` False: the components roll to trust the new CAs as
+    /// well; the old ones still sign.
+    pub const TRUSTING_NEW_CA: &str = "TrustingNewCA";
+    /// `CertificateAuthoritiesRotated` False: the new CAs sign and the components roll to
+    /// certificates they issued; the old CAs are still trusted.
+    pub const ISSUING_FROM_NEW_CA: &str = "IssuingFromNewCA";
+    /// `CertificateAuthoritiesRotated` False: the Cluster's MachineDeployments roll so that
+    /// every worker joins with the new CA (the message lists the Machines still waited for).
+    pub const REPLACING_WORKERS: &str = "ReplacingWorkers";
+    /// `CertificateAuthoritiesRotated` False: the components roll to trust only the new CAs.
+    pub const DROPPING_PREVIOUS_CA: &str = "DroppingPreviousCA";
 }

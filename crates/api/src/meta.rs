@@ -35,6 +35,18 @@ pub const TENANT_INSTALLED_ANNOTATION: &str = "controlplane.cluster.x-k8s.io/kam
 /// on `<cluster>-sa-rotation.keys`.
 pub const SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION: &str =
     "controlplane.cluster.x-k8s.io/rotate-service-account-key";
+/// Requests a rotation of the cluster CA (`<cluster>-ca`) and the front-proxy CA
+/// (`<cluster>-proxy`) when set on a `KamajiControlPlane` to a value no rotation has used yet
+/// (any string, e.g. a date). In phases, each waiting until every control-plane pod runs the
+/// previous one: every component and kubeconfig trusts both CAs; the new CAs sign (the API
+/// server's certificate is served with the new CA cross-signed by the old one, so clients
+/// that trust only the old CA keep working); the Cluster's MachineDeployments are rolled
+/// through Cluster API so that every worker joins anew with the new CA; the old CAs are
+/// dropped. `CertificateAuthoritiesRotated` reports the phase; the value of the last rotation
+/// done is kept on `<cluster>-ca-rotation.keys`. Kubeconfigs issued before the rotation stop
+/// working when the old CA is dropped.
+pub const CA_ROTATION_ANNOTATION: &str =
+    "controlplane.cluster.x-k8s.io/rotate-certificate-authorities";
 /// Finalizer kamaji-rs puts on a `KamajiControlPlane` to clean up its control plane and
 /// DataStore data before the object goes.
 pub const FINALIZER: &str = "kamaji-rs.controlplane.cluster.x-k8s.io/finalizer";

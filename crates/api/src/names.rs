@@ -227,11 +227,15 @@ pub enum InternalSecret {
     /// The state of a service-account key rotation: the next key pair while API servers
     /// learn to trust it, then the previous public key while its tokens are still accepted.
     ServiceAccountRotation,
+    /// The state of a certificate-authority rotation: the next cluster and front-proxy CAs,
+    /// the trust bundles the components mount, the previous CAs and the new cluster CA
+    /// cross-signed by the previous one.
+    CaRotation,
 }
 
 impl InternalSecret {
     /// Every internal Secret.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::ApiServer,
         Self::ApiServerKubeletClient,
         Self::FrontProxyClient,
@@ -240,6 +244,7 @@ impl InternalSecret {
         Self::SuperAdminKubeconfig,
         Self::KonnectivityServer,
         Self::ServiceAccountRotation,
+        Self::CaRotation,
     ];
 
     /// The name suffix after the cluster name, leading `-` included.
@@ -254,6 +259,7 @@ impl InternalSecret {
             Self::SuperAdminKubeconfig => "-super-admin.kubeconfig",
             Self::KonnectivityServer => "-konnectivity-server.kubeconfig",
             Self::ServiceAccountRotation => "-sa-rotation.keys",
+            Self::CaRotation => "-ca-rotation.keys",
         }
     }
 
@@ -267,7 +273,7 @@ impl InternalSecret {
             Self::ControllerManagerKubeconfig => Some("-controller-manager-kubeconfig"),
             Self::SchedulerKubeconfig => Some("-scheduler-kubeconfig"),
             Self::SuperAdminKubeconfig => Some("-super-admin-kubeconfig"),
-            Self::KonnectivityServer | Self::ServiceAccountRotation => None,
+            Self::KonnectivityServer | Self::ServiceAccountRotation | Self::CaRotation => None,
         }
     }
 }

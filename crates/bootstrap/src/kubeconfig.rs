@@ -5,7 +5,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::pki::{CertificateAuthority, LeafCertificate};
+use crate::pki::LeafCertificate;
 
 /// A kubeconfig file (`apiVersion: v1`, `kind: Config`). Fields are in kubeadm's (alphabetical)
 /// order; `None` lists render as `null`, as in kubeadm's cluster-info.
@@ -135,13 +135,15 @@ pub fn server_url(host: &str, port: u16) -> String {
 /// `<user>@<cluster>` (kubeadm's `CreateWithCerts` layout).
 ///
 /// `server` is the full URL: the in-cluster Service address for controller-manager and
-/// scheduler, the public endpoint for anything handed to users or CAPI.
+/// scheduler, the public endpoint for anything handed to users or CAPI. `ca_pem` is what the
+/// client trusts (`certificate-authority-data`): the cluster CA's certificate, or, while a CA
+/// rotation runs, the bundle of the old and the new one.
 #[must_use]
 pub fn client_cert_kubeconfig(
     cluster_name: &str,
     user_name: &str,
     server: &str,
-    ca: &CertificateAuthority,
+    ca_pem: &str,
     client: &LeafCertificate,
 ) -> Kubeconfig {
     let context = format!("{user_name}@{cluster_name}");
@@ -150,7 +152,7 @@ pub fn client_cert_kubeconfig(
         clusters: Some(vec![NamedCluster {
             cluster: Cluster {
                 certificate_authority: None,
-                certificate_authority_data: Some(STANDARD.encode(ca.cert_pem())),
+                certificate_authority_data: Some(STANDARD.encode(ca_pem)),
                 server: server.into(),
             },
             name: cluster_name.into(),
@@ -185,14 +187,14 @@ pub fn client_cert_kubeconfig(
 pub fn capi_admin_kubeconfig(
     cluster_name: &str,
     server: &str,
-    ca: &CertificateAuthority,
+    ca_pem: &str,
     admin: &LeafCertificate,
 ) -> Kubeconfig {
     client_cert_kubeconfig(
         cluster_name,
         &format!("{cluster_name}-admin"),
         server,
-        ca,
+        ca_pem,
         admin,
     )
 }
@@ -202,14 +204,14 @@ pub fn capi_admin_kubeconfig(
 pub fn controller_manager_kubeconfig(
     cluster_name: &str,
     server: &str,
-    ca: &CertificateAuthority,
+    ca_pem: &str,
     cert: &LeafCertificate,
 ) -> Kubeconfig {
     client_cert_kubeconfig(
         cluster_name,
         "system:kube-controller-manager",
         server,
-        ca,
+        ca_pem,
         cert,
     )
 }
@@ -219,10 +221,10 @@ pub fn controller_manager_kubeconfig(
 pub fn scheduler_kubeconfig(
     cluster_name: &str,
     server: &str,
-    ca: &CertificateAuthority,
+    ca_pem: &str,
     cert: &LeafCertificate,
 ) -> Kubeconfig {
-    client_cert_kubeconfig(cluster_name, "system:kube-scheduler", server, ca, cert)
+    client_cert_kubeconfig(cluster_name, "system:kube-scheduler", server, ca_pem, cert)
 }
 
 /// The super-admin kubeconfig (kubeadm's `super-admin.conf`, user `kubernetes-super-admin`).
@@ -231,10 +233,10 @@ pub fn scheduler_kubeconfig(
 pub fn super_admin_kubeconfig(
     cluster_name: &str,
     server: &str,
-    ca: &CertificateAuthority,
+    ca_pem: &str,
     cert: &LeafCertificate,
 ) -> Kubeconfig {
-    client_cert_kubeconfig(cluster_name, "kubernetes-super-admin", server, ca, cert)
+    client_cert_kubeconfig(cluster_name, "kubernetes-super-admin", server, ca_pem, cert)
 }
 
 /// The kubeconfig stored in `kube-public/cluster-info`: exactly one cluster named `""` with

@@ -19,7 +19,7 @@ use kamaji_api::names::{InternalSecret, ObjectNames};
 
 use crate::error::Error;
 use crate::kubeconfig::{self, Kubeconfig};
-use crate::pki::inspect::{CertificateInfo, LeafDecision, decide_leaf};
+use crate::pki::inspect::{CertificateInfo, LeafDecision, decide_leaf, first_pem_block};
 use crate::pki::{
     CertAndKey, CertificateAuthority, DatastoreCa, KeyAlgorithm, LeafCertificate, LeafPolicy,
     LeafRole, LeafSpec, TenantRoots,
@@ -83,6 +83,16 @@ pub struct LeafInputs<'a> {
     /// ([`LeafRole::KonnectivityServer`], after [`LEAVES`]), stored with the egress selector
     /// configuration.
     pub konnectivity: bool,
+    /// What kubeconfigs trust (`certificate-authority-data`), PEM: `None` for the cluster CA
+    /// alone; while a CA rotation runs, the bundle of the old and the new cluster CA.
+    pub trust_bundle: Option<&'a str>,
+    /// Certificates (PEM) served after the API server's own in its `tls.crt`: while a CA
+    /// rotation's new CA signs, the new CA cross-signed by the old one
+    /// ([`crate::pki::CertificateAuthority::cross_sign`]).
+    pub serving_chain: Option<&'a str>,
+    /// The CA that issues the API server's kubelet client certificate when it is not the
+    /// cluster CA: while a CA rotation waits for workers that trust only the old CA.
+    pub kubelet_client_issuer: Option<&'a CertificateAuthority>,
     /// Algorithm of new keys.
     pub algorithm: KeyAlgorithm,
     /// Validity of new leaves and when leaves are reissued.
@@ -122,7 +132,10 @@ impl LeafInputs<'_> {
         let ca = &self.roots.ca;
         match role {
             LeafRole::ApiServer => (self.api_server.clone(), ca),
-            LeafRole::ApiServerKubeletClient => (LeafSpec::api_server_kubelet_client(), ca),
+            LeafRole::ApiServerKubeletClient => (
+                LeafSpec::api_server_kubelet_client(),
+                self.kubelet_client_issuer.unwrap_or(ca),
+            ),
             LeafRole::FrontProxyClient => {
                 (LeafSpec::front_proxy_client(), &self.roots.front_proxy_ca)
             }
@@ -145,7 +158,8 @@ pub fn plan(
     inputs: &LeafInputs<'_>,
     existing: &BTreeMap<String, Secret>,
 ) -> Result<Vec<LeafSecret>, Error> {
-    let ca_data = base64::engine::general_purpose::STANDARD.encode(inputs.roots.ca.cert_pem());
+    let trust = inputs.trust_bundle.unwrap_or(inputs.roots.ca.cert_pem());
+    let ca_data = base64::engine::general_purpose::STANDARD.encode(trust);
     let mut out = Vec::with_capacity(LEAVES.len() + 1);
     let konnectivity = inputs.konnectivity.then_some(LeafRole::KonnectivityServer);
     for role in LEAVES.into_iter().chain(konnectivity) {
@@ -173,9 +187,11 @@ pub fn plan(
             inputs.policy.renewal_window(),
         );
         let leaf = match (decision, stored) {
-            (LeafDecision::Keep, Some(pair)) => {
-                LeafCertificate::from_pem(spec.role(), pair.cert_pem(), pair.key_pem())
-            }
+            (LeafDecision::Keep, Some(pair)) => LeafCertificate::from_pem(
+                spec.role(),
+                first_pem_block(pair.cert_pem()),
+                pair.key_pem(),
+            ),
             _ => issuer.issue_valid_for(
                 &spec,
                 inputs.algorithm,
@@ -185,9 +201,13 @@ pub fn plan(
         };
         let renew_at = renew_at(&leaf, inputs.policy)?;
         let mut secret = match server {
-            None => secrets::leaf_secret(target, &leaf),
+            None => serving_chain(
+                role,
+                secrets::leaf_secret(target, &leaf),
+                inputs.serving_chain,
+            ),
             Some(url) => {
-                let kc = render_kubeconfig(role, inputs.cluster_name, url, &inputs.roots.ca, &leaf);
+                let kc = render_kubeconfig(role, inputs.cluster_name, url, trust, &leaf);
                 let mut s = secrets::kubeconfig_secret(target, &kc.to_yaml()?);
                 if role == LeafRole::KonnectivityServer {
                     s.data.get_or_insert_with(BTreeMap::new).insert(
@@ -209,7 +229,17 @@ pub fn plan(
                     .data
                     .as_ref()
                     .and_then(|d| d.get(crate::konnectivity::EGRESS_SELECTOR_KEY));
+        // The served chain follows a CA rotation.
+        let chain_ok = server.is_some()
+            || current
+                .and_then(|c| c.data.as_ref())
+                .and_then(|d| d.get(secrets::TLS_CRT_KEY))
+                == secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(secrets::TLS_CRT_KEY));
         let changed = !matches!(decision, LeafDecision::Keep)
+            || !chain_ok
             || !server_ok
             || !egress_ok
             || current.is_none();
@@ -227,6 +257,21 @@ pub fn plan(
     Ok(out)
 }
 
+/// The API server's Secret with `chain` after its certificate in `tls.crt` (a CA rotation's
+/// cross-signed CA); any other Secret unchanged.
+fn serving_chain(role: LeafRole, mut secret: Secret, chain: Option<&str>) -> Secret {
+    if role == LeafRole::ApiServer
+        && let Some(chain) = chain
+        && let Some(crt) = secret
+            .data
+            .as_mut()
+            .and_then(|d| d.get_mut(secrets::TLS_CRT_KEY))
+    {
+        crt.0.extend_from_slice(chain.as_bytes());
+    }
+    secret
+}
+
 /// When `leaf` must be reissued under `policy` ([`LeafPolicy::renew_at`] of its `notAfter`).
 ///
 /// # Errors
@@ -240,7 +285,7 @@ fn render_kubeconfig(
     role: LeafRole,
     cluster: &str,
     server: &str,
-    ca: &CertificateAuthority,
+    ca: &str,
     leaf: &LeafCertificate,
 ) -> Kubeconfig {
     match role {
@@ -368,6 +413,9 @@ mod tests {
             endpoint_url: format!("https://{endpoint}:6443"),
             super_admin_url: "https://10.0.0.5:6443".into(),
             konnectivity: false,
+            trust_bundle: None,
+            serving_chain: None,
+            kubelet_client_issuer: None,
             algorithm: KeyAlgorithm::default(),
             policy: LeafPolicy::default(),
             now: SystemTime::now(),
@@ -437,6 +485,62 @@ mod tests {
         // Without konnectivity there is no such leaf.
         let without = plan(&inputs(&names, &roots, &api, "10.0.0.10"), &BTreeMap::new()).unwrap();
         assert_eq!(without.len(), LEAVES.len());
+    }
+
+    /// During a CA rotation: kubeconfigs trust the bundle (certificates kept), the API server's
+    /// `tls.crt` carries the chain after its own certificate (kept), the kubelet client
+    /// certificate comes from the other issuer; without them, everything is as before.
+    #[test]
+    fn a_ca_rotation_changes_the_trust_and_the_served_chain_but_keeps_the_keys() {
+        let (names, roots, api) = setup();
+        let base = inputs(&names, &roots, &api, "10.0.0.10");
+        let first = plan(&base, &BTreeMap::new()).unwrap();
+        let other = CertificateAuthority::generate(
+            "kubernetes",
+            KeyAlgorithm::default(),
+            SystemTime::now(),
+        )
+        .unwrap();
+        let bundle = format!("{}{}", roots.ca.cert_pem(), other.cert_pem());
+        let chain = roots.ca.cross_sign(&other).unwrap();
+        let rotating = LeafInputs {
+            trust_bundle: Some(&bundle),
+            serving_chain: Some(&chain),
+            kubelet_client_issuer: Some(&other),
+            ..base.clone()
+        };
+        let during = plan(&rotating, &stored(&first)).unwrap();
+        let b64 = base64::engine::general_purpose::STANDARD;
+        for (before, now) in first.iter().zip(&during) {
+            let role = now.role;
+            if let Some(k) = kubeconfig_of(&now.secret) {
+                assert_eq!(k.ca_data, b64.encode(&bundle), "{role:?} trusts both");
+                assert_eq!(
+                    k.client,
+                    kubeconfig_of(&before.secret).unwrap().client,
+                    "{role:?} keeps its certificate"
+                );
+            }
+        }
+        let tls = |l: &LeafSecret| secrets::tls_pair_of(&l.secret).unwrap();
+        let (crt, key) = tls(&during[0]);
+        assert_eq!(during[0].role, LeafRole::ApiServer);
+        assert!(during[0].changed);
+        assert_eq!(
+            crt,
+            format!("{}{chain}", tls(&first[0]).0),
+            "own certificate, then chain"
+        );
+        assert_eq!(key, tls(&first[0]).1, "same key");
+        let kubelet = during
+            .iter()
+            .find(|l| l.role == LeafRole::ApiServerKubeletClient)
+            .unwrap();
+        assert!(crate::pki::inspect::is_signed_by(&tls(kubelet).0, other.cert_pem()).unwrap());
+        // Back without the rotation: the chain goes, the serving key stays.
+        let after = plan(&base, &stored(&during)).unwrap();
+        assert_eq!(tls(&after[0]), tls(&first[0]));
+        assert!(after[0].changed);
     }
 
     /// Under a short policy every leaf says it must be reissued at `notAfter − window`, is

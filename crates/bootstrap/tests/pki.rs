@@ -462,7 +462,7 @@ fn b01_capi_secrets_have_type_label_and_keys() {
     let kc = kamaji_bootstrap::kubeconfig::capi_admin_kubeconfig(
         "demo",
         "https://10.0.0.10:6443",
-        &f.pki.roots.ca,
+        f.pki.roots.ca.cert_pem(),
         &f.pki.leaves.admin,
     )
     .to_yaml()

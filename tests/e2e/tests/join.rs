@@ -162,6 +162,8 @@ fn apiserver_command(
         },
         egress_selector_config: None,
         service_account_verify_file: None,
+        ca_bundle_file: None,
+        front_proxy_ca_bundle_file: None,
         layout,
     };
     let mut cmd = Command::new(tools.path("kube-apiserver"));
@@ -330,13 +332,13 @@ async fn real_apiserver_kubectl_and_kubeadm_join_discovery() -> Result<()> {
         &tools,
         dir,
         "admin.conf",
-        &capi_admin_kubeconfig("demo", &server, &r.ca, &l.admin).to_yaml()?,
+        &capi_admin_kubeconfig("demo", &server, r.ca.cert_pem(), &l.admin).to_yaml()?,
     );
     let super_admin = Kubectl::new(
         &tools,
         dir,
         "super-admin.conf",
-        &super_admin_kubeconfig("demo", &server, &r.ca, &l.super_admin).to_yaml()?,
+        &super_admin_kubeconfig("demo", &server, r.ca.cert_pem(), &l.super_admin).to_yaml()?,
     );
     wait_ready(&admin, &mut apiserver).await?;
 

@@ -166,6 +166,20 @@ impl Layout {
         format!("{}/verify.pub", self.service_account_verify_dir())
     }
 
+    /// The directory of the CA rotation Secret's trust bundles
+    /// (`<cluster>-ca-rotation.keys`), mounted into kube-apiserver and
+    /// kube-controller-manager only while a CA rotation runs.
+    #[must_use]
+    pub fn ca_rotation_dir(&self) -> String {
+        format!("{}/pki/ca-rotation", self.root)
+    }
+
+    /// A file of [`Layout::ca_rotation_dir`].
+    #[must_use]
+    pub fn ca_rotation_file(&self, file: &str) -> String {
+        format!("{}/{file}", self.ca_rotation_dir())
+    }
+
     /// A component's own kubeconfig file, for kube-controller-manager and kube-scheduler.
     #[must_use]
     pub fn kubeconfig(&self, component: Component) -> Option<String> {

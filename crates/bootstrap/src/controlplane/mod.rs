@@ -78,6 +78,14 @@ pub struct ControlPlaneSpec {
     /// file of the other public key the API servers accept
     /// ([`Layout::service_account_verify_file`]).
     pub service_account_verify_file: Option<String>,
+    /// The cluster CAs the components trust while a CA rotation runs (a bundle;
+    /// [`Layout::ca_rotation_file`]): kube-apiserver's and kube-controller-manager's
+    /// `--client-ca-file` and kube-controller-manager's `--root-ca-file`. `None`: the cluster
+    /// CA's certificate.
+    pub ca_bundle_file: Option<String>,
+    /// The front-proxy CAs the components trust while a CA rotation runs:
+    /// `--requestheader-client-ca-file`. `None`: the front-proxy CA's certificate.
+    pub front_proxy_ca_bundle_file: Option<String>,
     /// Where the key material is.
     pub layout: Layout,
 }
@@ -95,13 +103,21 @@ fn join_nets(nets: &[ipnet::IpNet]) -> String {
 pub fn default_flags(spec: &ControlPlaneSpec, component: Component) -> Vec<Flag> {
     let l = &spec.layout;
     let file = |v: PkiVolume, f: &str| l.file(v, f);
+    let client_ca = spec
+        .ca_bundle_file
+        .clone()
+        .unwrap_or_else(|| file(PkiVolume::Ca, "tls.crt"));
+    let front_proxy_ca = spec
+        .front_proxy_ca_bundle_file
+        .clone()
+        .unwrap_or_else(|| file(PkiVolume::FrontProxyCa, "tls.crt"));
     match component {
         Component::ApiServer => {
             let ds = &spec.datastore;
             let mut f = vec![
                 Flag::new("allow-privileged", "true"),
                 Flag::new("authorization-mode", "Node,RBAC"),
-                Flag::new("client-ca-file", file(PkiVolume::Ca, "tls.crt")),
+                Flag::new("client-ca-file", client_ca.clone()),
                 Flag::new("enable-admission-plugins", spec.admission_plugins.join(",")),
                 Flag::new("enable-bootstrap-token-auth", "true"),
                 Flag::new("etcd-servers", ds.servers.join(",")),
@@ -152,10 +168,7 @@ pub fn default_flags(spec: &ControlPlaneSpec, component: Component) -> Vec<Flag>
                     file(PkiVolume::FrontProxyClient, "tls.key"),
                 ),
                 Flag::new("requestheader-allowed-names", "front-proxy-client"),
-                Flag::new(
-                    "requestheader-client-ca-file",
-                    file(PkiVolume::FrontProxyCa, "tls.crt"),
-                ),
+                Flag::new("requestheader-client-ca-file", front_proxy_ca.clone()),
                 Flag::new("requestheader-extra-headers-prefix", "X-Remote-Extra-"),
                 Flag::new("requestheader-group-headers", "X-Remote-Group"),
                 Flag::new("requestheader-username-headers", "X-Remote-User"),
@@ -198,18 +211,15 @@ pub fn default_flags(spec: &ControlPlaneSpec, component: Component) -> Vec<Flag>
                 Flag::new("authentication-kubeconfig", kc.clone()),
                 Flag::new("authorization-kubeconfig", kc.clone()),
                 Flag::new("bind-address", "0.0.0.0"),
-                Flag::new("client-ca-file", file(PkiVolume::Ca, "tls.crt")),
+                Flag::new("client-ca-file", client_ca.clone()),
                 Flag::new("cluster-name", spec.cluster_name.clone()),
                 Flag::new("cluster-signing-cert-file", file(PkiVolume::Ca, "tls.crt")),
                 Flag::new("cluster-signing-key-file", file(PkiVolume::Ca, "tls.key")),
                 Flag::new("controllers", "*,bootstrapsigner,tokencleaner"),
                 Flag::new("kubeconfig", kc),
                 Flag::new("leader-elect", "true"),
-                Flag::new(
-                    "requestheader-client-ca-file",
-                    file(PkiVolume::FrontProxyCa, "tls.crt"),
-                ),
-                Flag::new("root-ca-file", file(PkiVolume::Ca, "tls.crt")),
+                Flag::new("requestheader-client-ca-file", front_proxy_ca.clone()),
+                Flag::new("root-ca-file", client_ca.clone()),
                 Flag::new(
                     "service-account-private-key-file",
                     file(PkiVolume::ServiceAccount, "tls.key"),
@@ -295,6 +305,8 @@ mod tests {
             },
             egress_selector_config: None,
             service_account_verify_file: None,
+            ca_bundle_file: None,
+            front_proxy_ca_bundle_file: None,
             layout: Layout::default(),
         }
     }

@@ -109,6 +109,55 @@ impl CertificateAuthority {
         ca_cert_hash(self.cert_pem())
     }
 
+    /// `successor`'s certificate issued by this CA (a cross-signed certificate, PEM): the
+    /// subject (`CN` only, as [`Self::generate`] makes it), key, key identifier, key usages and
+    /// `CA:TRUE` of `successor`, valid from its start until the
+    /// earlier of the two CAs' ends, with an authority key identifier naming this CA. Served
+    /// after a leaf `successor` issued, it lets a client that trusts only this CA verify the
+    /// leaf (leaf → cross-signed successor → this CA) during a CA rotation, while a client
+    /// that trusts `successor` verifies the leaf directly (RFC 4158 cross-certification).
+    ///
+    /// # Errors
+    /// [`Error::Parse`] when either CA's material does not load; [`Error::Generate`] when
+    /// signing fails.
+    pub fn cross_sign(&self, successor: &Self) -> Result<String, Error> {
+        let what = "cross-signed CA certificate";
+        let own_key = KeyPair::from_pem(self.key_pem()).map_err(|e| parse_err("CA key", e))?;
+        let issuer = Issuer::from_ca_cert_pem(self.cert_pem(), &own_key)
+            .map_err(|e| parse_err("CA certificate", e))?;
+        let successor_key =
+            KeyPair::from_pem(successor.key_pem()).map_err(|e| parse_err("CA key", e))?;
+        let own_end = inspect::CertificateInfo::from_pem(self.cert_pem())?.not_after;
+        let info = inspect::CertificateInfo::from_pem(successor.cert_pem())?;
+        let common_name = info.common_name.clone().unwrap_or_default();
+        // As `generate` made the successor (the same subject and, from the same key, the same
+        // subject key identifier), under a serial of its own: the issuer's name may equal
+        // the successor's, and two certificates must not share issuer and serial.
+        let mut params = CertificateParams::default();
+        params.not_before = to_offset(info.not_before);
+        params.not_after = to_offset(info.not_after.min(own_end));
+        params.distinguished_name = distinguished_name(&common_name, &[]);
+        params.subject_alt_names = vec![SanType::DnsName(
+            common_name.as_str().try_into().map_err(gen_err(what))?,
+        )];
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+            KeyUsagePurpose::KeyCertSign,
+        ];
+        params.serial_number = Some(serial(
+            &successor_key,
+            &format!("{common_name} cross-signed"),
+            info.not_before,
+        ));
+        params.use_authority_key_identifier_extension = true;
+        let cert = params
+            .signed_by(&successor_key, &issuer)
+            .map_err(gen_err(what))?;
+        Ok(cert.pem())
+    }
+
     /// Issues a leaf certificate for `spec` with a fresh key of `algorithm`, valid from
     /// `now − 5 min` to `now + 1 year` ([`LEAF_VALIDITY`]), with the key usages of
     /// [`LeafSpec`].

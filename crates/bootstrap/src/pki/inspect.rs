@@ -16,6 +16,19 @@ use x509_parser::pem::parse_x509_pem;
 use super::spec::{CertAndKey, LeafSpec};
 use crate::error::{Error, parse_err};
 
+/// The first PEM block of `pem` (through its `-----END …-----` line, with a final newline):
+/// the leaf of a stored chain. `pem` unchanged when it holds no end marker.
+#[must_use]
+pub fn first_pem_block(pem: &str) -> &str {
+    const END: &str = "-----END ";
+    pem.find(END)
+        .and_then(|start| {
+            let line_end = pem[start..].find('\n').map_or(pem.len(), |i| start + i + 1);
+            pem.get(..line_end)
+        })
+        .unwrap_or(pem)
+}
+
 /// The DER of each `CERTIFICATE` block of `pem`, in order (x509-parser's PEM reader: text
 /// around the blocks and CRLF line ends are allowed); `None` when a block does not decode.
 #[must_use]

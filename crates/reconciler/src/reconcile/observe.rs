@@ -34,10 +34,24 @@ pub struct Observed {
     pub initialized: bool,
     /// The tenant API answered `/readyz` through the endpoint with `<cluster>-kubeconfig`.
     pub reachable: bool,
-    /// While a service-account key rotation runs: the keys' fingerprint of every
-    /// control-plane pod (terminating ones included) and whether the Deployment has rolled
-    /// out ([`super::plan::sa_rotation`]).
-    pub control_plane_pods: Option<(Vec<Option<String>>, bool)>,
+    /// While a service-account key or CA rotation runs: the control-plane pods' fingerprints
+    /// ([`super::plan::sa_rotation`], [`super::plan::ca_rotation`]).
+    pub control_plane_pods: Option<ControlPlanePods>,
+    /// While a CA rotation replaces workers: the Cluster's Machines.
+    pub worker_machines: Option<Vec<super::plan::ca_rotation::WorkerMachine>>,
+}
+
+/// The fingerprints of every control-plane pod (terminating ones included), in pod order, and
+/// whether the Deployment has rolled out.
+#[derive(Debug, Clone, Default)]
+pub struct ControlPlanePods {
+    /// [`super::plan::sa_rotation::SERVICE_ACCOUNT_KEYS_ANNOTATION`] of each pod.
+    pub service_account: Vec<Option<String>>,
+    /// [`super::plan::ca_rotation::CERTIFICATE_AUTHORITIES_ANNOTATION`] of each pod.
+    pub certificate_authorities: Vec<Option<String>>,
+    /// The Deployment controller saw its spec; every replica is updated and available; no
+    /// other pod counted.
+    pub rolled_out: bool,
 }
 
 /// Whether the status says the control plane was initialized (either contract flavour).
@@ -184,8 +198,19 @@ pub async fn observe(
             reachable = tenant::readyz(&client).await;
         }
     }
-    let control_plane_pods = if rotating(spec, &secrets) {
+    let ca_state = secrets.get(
+        &spec
+            .names
+            .internal_secret(kamaji_api::names::InternalSecret::CaRotation),
+    );
+    let (ca_rotating, replacing_workers) = super::plan::ca_rotation::under_way(ca_state);
+    let control_plane_pods = if rotating(spec, &secrets) || ca_rotating {
         Some(pod_fingerprints(spec, ctx, deployment.as_ref()).await?)
+    } else {
+        None
+    };
+    let worker_machines = if replacing_workers {
+        Some(worker_machines(spec, ctx).await?)
     } else {
         None
     };
@@ -196,7 +221,42 @@ pub async fn observe(
         initialized,
         reachable,
         control_plane_pods,
+        worker_machines,
     })
+}
+
+/// The Cluster's Machines (label `cluster.x-k8s.io/cluster-name`): name, creation time and
+/// whether a MachineSet owns it.
+async fn worker_machines(
+    spec: &ValidSpec,
+    ctx: &Context,
+) -> Result<Vec<super::plan::ca_rotation::WorkerMachine>, Error> {
+    use kube::api::DynamicObject;
+    let resource = crate::reconcile::apply::machines::machine_resource();
+    let selector = format!("{CLUSTER_NAME_LABEL}={}", spec.cluster_name);
+    let list =
+        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &spec.namespace, &resource)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .ctx(|| format!("list Machines ({selector})"))?;
+    Ok(list
+        .items
+        .iter()
+        .map(|m| super::plan::ca_rotation::WorkerMachine {
+            name: m.name_any(),
+            created: m
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(std::time::SystemTime::UNIX_EPOCH, |t| t.0.into()),
+            in_machine_set: m
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "MachineSet"),
+        })
+        .collect())
 }
 
 /// Whether a service-account key rotation is under way: its Secret holds a key.
@@ -219,7 +279,8 @@ async fn pod_fingerprints(
     spec: &ValidSpec,
     ctx: &Context,
     deployment: Option<&Deployment>,
-) -> Result<(Vec<Option<String>>, bool), Error> {
+) -> Result<ControlPlanePods, Error> {
+    use super::plan::ca_rotation::CERTIFICATE_AUTHORITIES_ANNOTATION;
     use super::plan::sa_rotation::SERVICE_ACCOUNT_KEYS_ANNOTATION;
     let selector = super::plan::selector_labels(spec)
         .iter()
@@ -230,15 +291,12 @@ async fn pod_fingerprints(
         .list(&ListParams::default().labels(&selector))
         .await
         .ctx(|| format!("list control-plane Pods ({selector})"))?;
-    let fingerprints = pods
-        .items
-        .iter()
-        .map(|p| {
-            p.annotations()
-                .get(SERVICE_ACCOUNT_KEYS_ANNOTATION)
-                .cloned()
-        })
-        .collect();
+    let of = |key: &str| {
+        pods.items
+            .iter()
+            .map(|p| p.annotations().get(key).cloned())
+            .collect()
+    };
     let rolled_out = deployment.is_some_and(|d| {
         let s = d.status.clone().unwrap_or_default();
         let want = d.spec.as_ref().and_then(|s| s.replicas);
@@ -247,5 +305,9 @@ async fn pod_fingerprints(
             && s.available_replicas == want
             && s.replicas == want
     });
-    Ok((fingerprints, rolled_out))
+    Ok(ControlPlanePods {
+        service_account: of(SERVICE_ACCOUNT_KEYS_ANNOTATION),
+        certificate_authorities: of(CERTIFICATE_AUTHORITIES_ANNOTATION),
+        rolled_out,
+    })
 }

@@ -247,6 +247,9 @@ pub struct ValidSpec {
     /// The service-account key rotation requested
     /// ([`kamaji_api::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION`]), if any.
     pub service_account_key_rotation: Option<String>,
+    /// The requested certificate-authority rotation
+    /// ([`kamaji_api::meta::CA_ROTATION_ANNOTATION`]), if any.
+    pub ca_rotation: Option<String>,
     /// The kubeadm artifacts' inputs, validated (the endpoint is set by the plan step).
     pub tenant: Tenant,
     /// The addons `spec.addons` declares (kube-proxy, CoreDNS); an absent one is not
@@ -376,6 +379,13 @@ pub fn validate(
             .annotations
             .as_ref()
             .and_then(|a| a.get(kamaji_api::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION))
+            .filter(|v| !v.is_empty())
+            .cloned(),
+        ca_rotation: kcp
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(kamaji_api::meta::CA_ROTATION_ANNOTATION))
             .filter(|v| !v.is_empty())
             .cloned(),
         tenant,
@@ -810,7 +820,10 @@ fn reserved_volumes(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecEr
     let reserved: Vec<&str> = PkiVolume::ALL
         .iter()
         .map(|v| v.volume_name())
-        .chain([super::plan::deployment::SERVICE_ACCOUNT_ROTATION_VOLUME])
+        .chain([
+            super::plan::deployment::SERVICE_ACCOUNT_ROTATION_VOLUME,
+            super::plan::deployment::CA_ROTATION_VOLUME,
+        ])
         .collect();
     fields
         .deployment

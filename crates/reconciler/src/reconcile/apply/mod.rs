@@ -11,6 +11,7 @@
 //! stops with a condition naming both.
 
 pub mod drift;
+pub mod machines;
 
 use std::time::Duration;
 
@@ -84,6 +85,9 @@ pub async fn apply(
     if let Some(stop) = roots(ctx, ns, observed, &plan, report).await? {
         return Ok(Flow::Stop(stop));
     }
+    if let Some(after) = plan.certificate_authorities.roll_workers_after {
+        machines::roll_machine_deployments(&ctx.client, ns, &spec.cluster_name, after).await?;
+    }
     let owner = &plan.owner;
     if let Some((type_, msg)) = front(ctx, ns, &plan, observed).await? {
         return Ok(Flow::Stop(conflict(report, type_, msg)));
@@ -146,6 +150,7 @@ pub async fn apply(
         .rollout_due
         .into_iter()
         .chain(plan.service_account.due)
+        .chain(plan.certificate_authorities.due)
         .min();
     let requeue = tenant(
         kcp,
@@ -178,19 +183,20 @@ pub async fn apply(
     }))
 }
 
-/// Writes the service-account keys of a rotation step, in order (`<cluster>-sa` only after the
-/// rotation Secret holds the key it replaces). Stops at a Secret another object controls.
-async fn service_account_keys(
+/// Writes the Secrets of a rotation step, in order (a root only after the rotation Secret
+/// holds what it replaces). Stops at a Secret another object controls.
+async fn rotation_writes(
     ctx: &Context,
     ns: &str,
     observed: &Observed,
     owner: &OwnerReference,
     writes: Vec<Secret>,
+    what: &str,
     report: &mut Report,
 ) -> Result<Option<Action>, Error> {
     for secret in writes {
         let name = secret.name_any();
-        info!(secret = %format!("{ns}/{name}"), "service-account key rotation: writing the next step");
+        info!(secret = %format!("{ns}/{name}"), "{what}: writing the next step");
         if let Outcome::Conflict(msg) =
             apply_owned(ctx, ns, secret, observed.secrets.get(&name), owner).await?
         {
@@ -317,11 +323,22 @@ async fn roots(
     }
     let keys = &plan.service_account;
     let writes = keys.writes.clone();
-    if let Some(stop) = service_account_keys(ctx, ns, observed, &plan.owner, writes, report).await?
+    let what = "service-account key rotation";
+    if let Some(stop) =
+        rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await?
     {
         return Ok(Some(stop));
     }
     report.conditions.extend(keys.condition.clone());
+    let authorities = &plan.certificate_authorities;
+    let writes = authorities.writes.clone();
+    let what = "certificate-authority rotation";
+    if let Some(stop) =
+        rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await?
+    {
+        return Ok(Some(stop));
+    }
+    report.conditions.extend(authorities.condition.clone());
     Ok(None)
 }
 

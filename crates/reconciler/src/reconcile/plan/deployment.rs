@@ -176,6 +176,16 @@ fn container(spec: &ValidSpec, cp: &ControlPlaneSpec, c: Component) -> Container
             ..VolumeMount::default()
         });
     }
+    if matches!(c, Component::ApiServer | Component::ControllerManager)
+        && (cp.ca_bundle_file.is_some() || cp.front_proxy_ca_bundle_file.is_some())
+    {
+        volume_mounts.push(VolumeMount {
+            name: CA_ROTATION_VOLUME.into(),
+            mount_path: cp.layout.ca_rotation_dir(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
     volume_mounts.extend(own.extra_volume_mounts.iter().cloned());
     Container {
         name: c.name().into(),
@@ -211,6 +221,11 @@ fn container(spec: &ValidSpec, cp: &ControlPlaneSpec, c: Component) -> Container
 /// rotation runs (only its public key, [`super::sa_rotation::VERIFY_KEY`]).
 pub const SERVICE_ACCOUNT_ROTATION_VOLUME: &str = "sa-rotation";
 
+/// The volume of the CA rotation Secret, mounted into kube-apiserver and
+/// kube-controller-manager while a rotation runs (only its trust bundles,
+/// [`super::ca_rotation::CA_BUNDLE`] and [`super::ca_rotation::FRONT_PROXY_CA_BUNDLE`]).
+pub const CA_ROTATION_VOLUME: &str = "ca-rotation";
+
 /// The Secret volumes of the key material (the datastore's only for a TLS datastore; the
 /// service-account rotation's while one runs).
 fn pki_volumes(spec: &ValidSpec, cp: &ControlPlaneSpec) -> Vec<Volume> {
@@ -231,6 +246,32 @@ fn pki_volumes(spec: &ValidSpec, cp: &ControlPlaneSpec) -> Vec<Volume> {
         }),
         ..Volume::default()
     });
+    let ca_rotation = (cp.ca_bundle_file.is_some() || cp.front_proxy_ca_bundle_file.is_some())
+        .then(|| Volume {
+            name: CA_ROTATION_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(
+                    spec.names
+                        .internal_secret(kamaji_api::names::InternalSecret::CaRotation),
+                ),
+                default_mode: Some(SECRET_MODE),
+                items: Some(
+                    [
+                        super::ca_rotation::CA_BUNDLE,
+                        super::ca_rotation::FRONT_PROXY_CA_BUNDLE,
+                    ]
+                    .into_iter()
+                    .map(|k| KeyToPath {
+                        key: k.into(),
+                        path: k.into(),
+                        mode: None,
+                    })
+                    .collect(),
+                ),
+                optional: None,
+            }),
+            ..Volume::default()
+        });
     PkiVolume::ALL
         .into_iter()
         .filter(|v| *v != PkiVolume::Datastore || cp.datastore.tls)
@@ -253,6 +294,7 @@ fn pki_volumes(spec: &ValidSpec, cp: &ControlPlaneSpec) -> Vec<Volume> {
             ..Volume::default()
         })
         .chain(rotation)
+        .chain(ca_rotation)
         .collect()
 }
 

@@ -14,6 +14,7 @@
 //! client and the Service: the serving certificate names the ClusterIP, and planning it before
 //! would reissue it (and roll the pods) one pass later.
 
+pub mod ca_rotation;
 pub mod deployment;
 pub mod endpoint;
 pub mod gateway;
@@ -81,6 +82,9 @@ pub struct Plan {
     /// The service-account keys: which the API servers accept, and the next step of a
     /// requested rotation (written right after the roots).
     pub service_account: sa_rotation::ServiceAccountKeys,
+    /// The certificate authorities: which the components trust, and the next step of a
+    /// requested rotation (written right after the service-account keys).
+    pub certificate_authorities: ca_rotation::CertificateAuthorities,
     /// The control-plane Service.
     pub service: Service,
     /// The API server's Ingress (`network.ingress`).
@@ -204,6 +208,7 @@ fn owned(mut secret: Secret, owner: &OwnerReference) -> Secret {
 ///
 /// # Errors
 /// [`Error`] when stored key material is unusable or issuing fails.
+#[allow(clippy::too_many_lines)]
 pub fn plan(
     spec: &ValidSpec,
     observed: &Observed,
@@ -235,7 +240,7 @@ pub fn plan(
                     pods: observed
                         .control_plane_pods
                         .as_ref()
-                        .map(|(p, rolled_out)| (p.as_slice(), *rolled_out)),
+                        .map(|p| (p.service_account.as_slice(), p.rolled_out)),
                     overlap: settings.service_account_overlap,
                     algorithm: alg,
                     now,
@@ -247,6 +252,49 @@ pub fn plan(
         .into_iter()
         .map(|s| owned(s, &owner))
         .collect();
+    let mut certificate_authorities = match (&roots.secrets[0], &roots.secrets[1]) {
+        (pki::Root::Stored(ca), pki::Root::Stored(front_proxy_ca)) => ca_rotation::plan(
+            spec,
+            &ca_rotation::Inputs {
+                ca,
+                front_proxy_ca,
+                state: observed.secrets.get(
+                    &spec
+                        .names
+                        .internal_secret(kamaji_api::names::InternalSecret::CaRotation),
+                ),
+                request: spec.ca_rotation.as_deref(),
+                uid: &owner.uid,
+                pods: observed
+                    .control_plane_pods
+                    .as_ref()
+                    .map(|p| (p.certificate_authorities.as_slice(), p.rolled_out)),
+                machines: observed.worker_machines.as_deref(),
+                algorithm: alg,
+                now,
+            },
+        )?,
+        _ => ca_rotation::CertificateAuthorities::default(),
+    };
+    certificate_authorities.writes = std::mem::take(&mut certificate_authorities.writes)
+        .into_iter()
+        .map(|s| owned(s, &owner))
+        .collect();
+    // The CAs a rotation promoted sign this pass's leaves, and their Secrets count in the
+    // mounted-material hash as they will be stored.
+    if let Some((ca, front_proxy_ca)) = &certificate_authorities.signing {
+        roots.material.ca = ca.clone();
+        roots.material.front_proxy_ca = front_proxy_ca.clone();
+        for write in &certificate_authorities.writes {
+            for root in roots.secrets.iter_mut().take(2) {
+                if let pki::Root::Stored(stored) = root
+                    && stored.metadata.name == write.metadata.name
+                {
+                    stored.data.clone_from(&write.data);
+                }
+            }
+        }
+    }
     let datastore_client = owned(
         pki::datastore_client(
             spec,
@@ -275,6 +323,7 @@ pub fn plan(
             &roots,
             &datastore_client,
             &service_account,
+            &certificate_authorities,
             endpoint,
             ip,
         )?),
@@ -289,6 +338,7 @@ pub fn plan(
         roots,
         datastore_client,
         service_account,
+        certificate_authorities,
         service,
         ingress,
         tls_route,
@@ -331,6 +381,8 @@ pub fn control_plane_spec(
             .as_ref()
             .map(|_| kamaji_bootstrap::konnectivity::egress_selector_file()),
         service_account_verify_file: None,
+        ca_bundle_file: None,
+        front_proxy_ca_bundle_file: None,
         layout: Layout::default(),
     }
 }
@@ -345,6 +397,7 @@ fn control_plane(
     roots: &RootSecrets,
     datastore_client: &Secret,
     service_account: &sa_rotation::ServiceAccountKeys,
+    authorities: &ca_rotation::CertificateAuthorities,
     endpoint: Endpoint,
     service_ip: std::net::IpAddr,
 ) -> Result<ControlPlane, Error> {
@@ -360,6 +413,7 @@ fn control_plane(
         settings.algorithm,
         settings.leaf_policy,
         settings.now,
+        authorities,
     )?
     .into_iter()
     .map(|mut l| {
@@ -379,18 +433,34 @@ fn control_plane(
         .verify_extra
         .as_ref()
         .map(|_| cp.layout.service_account_verify_file());
+    cp.ca_bundle_file = authorities
+        .ca_bundle
+        .as_ref()
+        .map(|_| cp.layout.ca_rotation_file(ca_rotation::CA_BUNDLE));
+    cp.front_proxy_ca_bundle_file = authorities.front_proxy_ca_bundle.as_ref().map(|_| {
+        cp.layout
+            .ca_rotation_file(ca_rotation::FRONT_PROXY_CA_BUNDLE)
+    });
     let mut deployment = deployment::deployment(spec, &cp, owner, &pki_hash);
-    if let Some(fingerprint) = &service_account.fingerprint
-        && let Some(t) = deployment.spec.as_mut().map(|s| &mut s.template)
-    {
-        t.metadata
-            .get_or_insert_with(Default::default)
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(
-                sa_rotation::SERVICE_ACCOUNT_KEYS_ANNOTATION.to_owned(),
-                fingerprint.clone(),
-            );
+    for (key, fingerprint) in [
+        (
+            sa_rotation::SERVICE_ACCOUNT_KEYS_ANNOTATION,
+            &service_account.fingerprint,
+        ),
+        (
+            ca_rotation::CERTIFICATE_AUTHORITIES_ANNOTATION,
+            &authorities.fingerprint,
+        ),
+    ] {
+        if let Some(fingerprint) = fingerprint
+            && let Some(t) = deployment.spec.as_mut().map(|s| &mut s.template)
+        {
+            t.metadata
+                .get_or_insert_with(Default::default)
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(key.to_owned(), fingerprint.clone());
+        }
     }
     let rollout = deployment::rollout(
         spec.rollout_after,
@@ -399,7 +469,11 @@ fn control_plane(
     );
     deployment::annotate_rollout(&mut deployment, &rollout);
     let tenant = if observed.reachable {
-        Some(tenant_objects(spec, datastore, &roots.material, &endpoint)?)
+        let trusted = authorities
+            .ca_bundle
+            .as_deref()
+            .unwrap_or(roots.material.ca.cert_pem());
+        Some(tenant_objects(spec, datastore, trusted, &endpoint)?)
     } else {
         None
     };
@@ -439,14 +513,14 @@ fn unused_konnectivity_secret(spec: &ValidSpec, observed: &Observed, uid: &str) 
 fn tenant_objects(
     spec: &ValidSpec,
     datastore: &Resolved,
-    roots: &kamaji_bootstrap::pki::TenantRoots,
+    trusted_ca_pem: &str,
     endpoint: &Endpoint,
 ) -> Result<TenantObjects, Error> {
     let tenant = spec
         .tenant
         .at_endpoint(&endpoint.host, endpoint.port, datastore.server_urls())
         .map_err(|e| Error::Tenant(format!("{}: {}", e.field, e.reason)))?;
-    let artifacts = TenantArtifacts::build(&tenant, roots.ca.cert_pem(), spec.addons)?;
+    let artifacts = TenantArtifacts::build(&tenant, trusted_ca_pem, spec.addons)?;
     let objects = crate::tenant::objects(&artifacts)?;
     // Every addon's objects, less the declared ones: what a removed addon leaves behind (none
     // when every addon is declared, so that rendering is skipped).
@@ -467,7 +541,7 @@ fn tenant_objects(
     } else {
         crate::tenant::objects(&TenantArtifacts::build(
             &tenant,
-            roots.ca.cert_pem(),
+            trusted_ca_pem,
             Addons::default(),
         )?)?
     };
@@ -562,7 +636,13 @@ pub(crate) mod tests {
             host: "10.0.0.10".into(),
             port: 6443,
         };
-        tenant_objects(&valid(&fixture(patch)), &datastore(), &roots, &endpoint).unwrap()
+        tenant_objects(
+            &valid(&fixture(patch)),
+            &datastore(),
+            roots.ca.cert_pem(),
+            &endpoint,
+        )
+        .unwrap()
     }
 
     /// Tenant object `kind` `name` of `t`, as JSON.
@@ -633,6 +713,7 @@ pub(crate) mod tests {
             initialized: false,
             reachable: false,
             control_plane_pods: None,
+            worker_machines: None,
         }
     }
 

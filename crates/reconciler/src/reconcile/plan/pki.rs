@@ -89,9 +89,12 @@ pub fn roots(
                  generate a new one, because every joined node, issued kubeconfig and \
                  service-account token trusts the old one. Restore it from a backup (for \
                  example `kubectl apply` of the saved Secret, keys tls.crt and tls.key) and the \
-                 control plane continues unchanged; nothing is rolled until then. A rotation \
-                 to new key material is not supported yet.",
+                 control plane continues unchanged; nothing is rolled until then. To move to \
+                 new key material, restore it first, then request a rotation (annotations \
+                 {} and {}).",
                 missing.join(" and "),
+                kamaji_api::meta::CA_ROTATION_ANNOTATION,
+                kamaji_api::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION,
             ),
         )));
     }
@@ -236,6 +239,7 @@ pub fn leaves(
     algorithm: KeyAlgorithm,
     policy: LeafPolicy,
     now: SystemTime,
+    authorities: &super::ca_rotation::CertificateAuthorities,
 ) -> Result<Vec<LeafSecret>, Error> {
     let names = ApiServerNames {
         endpoint_host: endpoint.host.clone(),
@@ -275,6 +279,9 @@ pub fn leaves(
             |ip| kamaji_bootstrap::kubeconfig::server_url(&ip.to_string(), spec.port),
         ),
         konnectivity: spec.konnectivity.is_some(),
+        trust_bundle: authorities.ca_bundle.as_deref(),
+        serving_chain: authorities.serving_chain.as_deref(),
+        kubelet_client_issuer: authorities.kubelet_client_issuer.as_ref(),
         algorithm,
         policy,
         now,

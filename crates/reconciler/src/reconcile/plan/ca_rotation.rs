@@ -1,0 +1,991 @@
+//! Certificate-authority rotation with overlap (pure): which CAs sign and which the
+//! components trust, read back from the stored Secrets, and the next step of a rotation the
+//! user requested with [`CA_ROTATION_ANNOTATION`]. It rotates the cluster CA
+//! (`<cluster>-ca`) and the front-proxy CA (`<cluster>-proxy`) together.
+//!
+//! The state lives in `<cluster>-ca-rotation.keys` (phase annotation
+//! [`PHASE_ANNOTATION`]), so a manager restart at any point resumes it:
+//!
+//! | phase | signs | components and kubeconfigs trust | API server serves |
+//! |---|---|---|---|
+//! | none / `Done` | current CAs | current CAs | its certificate |
+//! | `Trusting` | old CAs | old + next (bundles) | its certificate (old CA) |
+//! | `Issuing` | new CAs | new + old | its certificate (new CA) + new CA cross-signed by the old |
+//! | `ReplacingWorkers` | new CAs | new + old | as `Issuing`; the Cluster's MachineDeployments roll |
+//! | `Dropping` | new CAs | new | its certificate |
+//!
+//! A phase moves on only once it is *settled*: the Deployment has rolled out and every
+//! control-plane pod, terminating ones included, carries the fingerprint
+//! ([`CERTIFICATE_AUTHORITIES_ANNOTATION`]) of the phase. So no API server that does not
+//! trust the new CA still runs when the new CA starts signing, and no kubeconfig or worker
+//! that trusts only the old CA is left when it is dropped:
+//!
+//! - a client holding a kubeconfig made before the rotation (old CA only, client certificate
+//!   of the old CA) keeps working until `Dropping`: the API servers accept both CAs' client
+//!   certificates and serve the cross-signed new CA, which chains to the old one;
+//! - `cluster-info` carries both CAs from `Trusting` on, so `kubeadm join` with a CA pin of
+//!   either CA (CABPK pins `<cluster>-ca`) works throughout (kubeadm accepts any pinned CA of
+//!   the bundle), and nodes that join get both CAs;
+//! - workers that joined before the rotation trust only the old CA (their kubelet.conf and
+//!   client-CA file) and hold client certificates of the old CA, which no running kubelet
+//!   updates: `ReplacingWorkers` sets `spec.rollout.after` on every MachineDeployment of the
+//!   Cluster, so Cluster API replaces each of their Machines, and waits until no Machine of
+//!   the Cluster was created before that instant (a Machine no MachineDeployment owns is
+//!   named in the condition for its owner to replace). Meanwhile the API servers' kubelet
+//!   client certificate stays issued by the old CA, which those workers' kubelets trust.
+//!
+//! Promoting writes the rotation Secret (with the old CAs) before it overwrites the roots, so
+//! a pass killed in between finds both; until `Done` the rotation Secret keeps the new CAs
+//! and a root that does not hold them is written again.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
+use kamaji_api::conditions::{reasons, types};
+use kamaji_api::kcp::Component;
+use kamaji_api::meta::CA_ROTATION_ANNOTATION;
+use kamaji_api::names::InternalSecret;
+use kamaji_bootstrap::pki::{
+    CA_COMMON_NAME, CertificateAuthority, FRONT_PROXY_CA_COMMON_NAME, KeyAlgorithm,
+};
+use kamaji_bootstrap::secrets::{self, SecretTarget};
+use sha2::{Digest, Sha256};
+
+use crate::error::Error;
+use crate::reconcile::status::Cond;
+use crate::reconcile::validate::ValidSpec;
+
+/// Pod-template annotation: fingerprint of what the components sign with and trust, while a
+/// rotation runs (absent outside one and while dropping the old CAs).
+pub const CERTIFICATE_AUTHORITIES_ANNOTATION: &str =
+    "controlplane.cluster.x-k8s.io/kamaji-rs-certificate-authorities";
+/// Annotation of the rotation Secret: the phase (`Trusting`, `Issuing`, `ReplacingWorkers`,
+/// `Dropping`, `Done`).
+pub const PHASE_ANNOTATION: &str = "controlplane.cluster.x-k8s.io/ca-rotation-phase";
+/// Annotation of the rotation Secret while replacing workers: the instant (RFC 3339) set as
+/// the MachineDeployments' `spec.rollout.after`; Machines created before it are replaced.
+pub const WORKERS_AFTER_ANNOTATION: &str =
+    "controlplane.cluster.x-k8s.io/ca-rotation-workers-after";
+/// Key of the rotation Secret: the next cluster CA's certificate.
+pub const NEXT_CA_CRT: &str = "next-ca.crt";
+/// Key of the rotation Secret: the next cluster CA's key.
+pub const NEXT_CA_KEY: &str = "next-ca.key";
+/// Key of the rotation Secret: the next front-proxy CA's certificate.
+pub const NEXT_FRONT_PROXY_CA_CRT: &str = "next-front-proxy-ca.crt";
+/// Key of the rotation Secret: the next front-proxy CA's key.
+pub const NEXT_FRONT_PROXY_CA_KEY: &str = "next-front-proxy-ca.key";
+/// Key of the rotation Secret: the previous cluster CA's certificate.
+pub const PREVIOUS_CA_CRT: &str = "previous-ca.crt";
+/// Key of the rotation Secret: the previous cluster CA's key (it keeps issuing the API
+/// servers' kubelet client certificate while old workers run).
+pub const PREVIOUS_CA_KEY: &str = "previous-ca.key";
+/// Key of the rotation Secret: the new cluster CA cross-signed by the previous one.
+pub const CROSS_SIGNED_CA_CRT: &str = "ca-cross-signed.crt";
+/// Key of the rotation Secret (mounted): the cluster CAs the components trust.
+pub const CA_BUNDLE: &str = "ca-bundle.crt";
+/// Key of the rotation Secret (mounted): the front-proxy CAs the components trust.
+pub const FRONT_PROXY_CA_BUNDLE: &str = "front-proxy-ca-bundle.crt";
+/// How often a rotation waiting for pods to end looks again (a terminating pod's end
+/// produces no event for the KamajiControlPlane).
+pub const SETTLE_RECHECK: Duration = Duration::from_secs(3);
+/// How often a rotation waiting for workers to be replaced looks again (Machines are not
+/// watched: a rotation is rare, a watch on every Machine is not).
+pub const WORKERS_RECHECK: Duration = Duration::from_secs(10);
+
+/// A worker Machine of the Cluster, as the `ReplacingWorkers` phase needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerMachine {
+    /// Its name.
+    pub name: String,
+    /// Its `metadata.creationTimestamp`.
+    pub created: SystemTime,
+    /// Whether a MachineSet owns it (so a MachineDeployment's rollout replaces it).
+    pub in_machine_set: bool,
+}
+
+/// The certificate authorities of one pass (the default: no rotation, nothing to write).
+#[derive(Debug, Clone, Default)]
+pub struct CertificateAuthorities {
+    /// The cluster CAs the components and kubeconfigs trust, while a rotation runs.
+    pub ca_bundle: Option<String>,
+    /// The front-proxy CAs the components trust, while a rotation runs.
+    pub front_proxy_ca_bundle: Option<String>,
+    /// Served after the API server's certificate (the new CA cross-signed by the old one).
+    pub serving_chain: Option<String>,
+    /// The CAs that sign from this pass on when they are not the stored roots yet (cluster,
+    /// front-proxy): the leaves of this pass are issued by them.
+    pub signing: Option<(CertificateAuthority, CertificateAuthority)>,
+    /// The CA that issues the API servers' kubelet client certificate while workers that
+    /// trust only it may run.
+    pub kubelet_client_issuer: Option<CertificateAuthority>,
+    /// Fingerprint for the pod template ([`CERTIFICATE_AUTHORITIES_ANNOTATION`]).
+    pub fingerprint: Option<String>,
+    /// Secrets to write, in order (rotation Secret, then `<cluster>-ca` and
+    /// `<cluster>-proxy`).
+    pub writes: Vec<Secret>,
+    /// While replacing workers: the `spec.rollout.after` every MachineDeployment of the
+    /// Cluster must have at least.
+    pub roll_workers_after: Option<SystemTime>,
+    /// `CertificateAuthoritiesRotated`, once a rotation was requested.
+    pub condition: Option<Cond>,
+    /// When to look again for this rotation.
+    pub due: Option<Duration>,
+}
+
+/// What [`plan`] reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The stored `<cluster>-ca`.
+    pub ca: &'a Secret,
+    /// The stored `<cluster>-proxy`.
+    pub front_proxy_ca: &'a Secret,
+    /// The stored rotation Secret.
+    pub state: Option<&'a Secret>,
+    /// The request: the KamajiControlPlane's annotation value.
+    pub request: Option<&'a str>,
+    /// The UID of the KamajiControlPlane (a rotation overwrites roots it controls only).
+    pub uid: &'a str,
+    /// Fingerprints of the control-plane pods (terminating included), when listed, and
+    /// whether the Deployment has rolled out.
+    pub pods: Option<(&'a [Option<String>], bool)>,
+    /// The Cluster's worker Machines, when listed (while replacing workers).
+    pub machines: Option<&'a [WorkerMachine]>,
+    /// Algorithm of the next CAs' keys.
+    pub algorithm: KeyAlgorithm,
+    /// Now.
+    pub now: SystemTime,
+}
+
+/// The phases, as stored in [`PHASE_ANNOTATION`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Trusting,
+    Issuing,
+    ReplacingWorkers,
+    Dropping,
+    Done,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Trusting => "Trusting",
+            Self::Issuing => "Issuing",
+            Self::ReplacingWorkers => "ReplacingWorkers",
+            Self::Dropping => "Dropping",
+            Self::Done => "Done",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Trusting,
+            Self::Issuing,
+            Self::ReplacingWorkers,
+            Self::Dropping,
+            Self::Done,
+        ]
+        .into_iter()
+        .find(|p| p.name() == s)
+    }
+}
+
+fn text(secret: &Secret, key: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()?
+        .get(key)
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+}
+
+fn annotation(secret: &Secret, key: &str) -> Option<String> {
+    secret.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+/// Whether the rotation Secret says a rotation is under way (pods are listed then, and
+/// Machines while replacing workers: the second value).
+#[must_use]
+pub fn under_way(state: Option<&Secret>) -> (bool, bool) {
+    let phase = state
+        .and_then(|s| annotation(s, PHASE_ANNOTATION))
+        .and_then(|p| Phase::parse(&p));
+    (
+        phase.is_some_and(|p| p != Phase::Done),
+        phase == Some(Phase::ReplacingWorkers),
+    )
+}
+
+fn ours(secret: &Secret, uid: &str) -> bool {
+    secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+/// Why a new rotation cannot start, if it cannot: a root is not this control plane's, or the
+/// user's `extraArgs` name the CA files themselves.
+fn refusal(spec: &ValidSpec, inputs: &Inputs<'_>) -> Option<String> {
+    for (secret, name) in [
+        (inputs.ca, spec.names.ca_secret()),
+        (inputs.front_proxy_ca, spec.names.front_proxy_ca_secret()),
+    ] {
+        if !ours(secret, inputs.uid) {
+            return Some(format!(
+                "Secret {name} was not created by this KamajiControlPlane (it is not its \
+                 controller): kamaji-rs rotates only a CA it generated; rotate a CA you \
+                 provide yourself"
+            ));
+        }
+    }
+    let own = [
+        (Component::ApiServer, "client-ca-file"),
+        (Component::ApiServer, "requestheader-client-ca-file"),
+        (Component::ApiServer, "tls-cert-file"),
+        (Component::ApiServer, "kubelet-client-certificate"),
+        (Component::ApiServer, "proxy-client-cert-file"),
+        (Component::ControllerManager, "client-ca-file"),
+        (Component::ControllerManager, "requestheader-client-ca-file"),
+        (Component::ControllerManager, "root-ca-file"),
+        (Component::ControllerManager, "cluster-signing-cert-file"),
+        (Component::ControllerManager, "cluster-signing-key-file"),
+    ];
+    own.iter().find_map(|(c, flag)| {
+        spec.component(*c)
+            .extra_args
+            .iter()
+            .any(|a| a.trim_start_matches('-').split('=').next() == Some(flag))
+            .then(|| {
+                format!(
+                    "{} sets --{flag}: the CA files are the user's, so kamaji-rs cannot \
+                     rotate the CAs; remove the flag first",
+                    c.spec_field()
+                )
+            })
+    })
+}
+
+/// `sha256:` of the phase's signing CAs, bundles and chain.
+fn fingerprint(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    format!("sha256:{}", hex::encode(h.finalize()))
+}
+
+fn bundle(first: &str, second: &str) -> String {
+    let mut out = first.trim_end().to_owned();
+    out.push('\n');
+    out.push_str(second.trim_end());
+    out.push('\n');
+    out
+}
+
+fn ca_of(secret: &Secret, crt: &str, key: &str) -> Result<CertificateAuthority, Error> {
+    let (c, k) = text(secret, crt).zip(text(secret, key)).ok_or_else(|| {
+        Error::Pki(crate::error::PkiError::UnusableRoot {
+            name: secret.metadata.name.clone().unwrap_or_default(),
+            reason: format!("{crt} or {key} missing"),
+        })
+    })?;
+    Ok(CertificateAuthority::from_pem(&c, &k)?)
+}
+
+/// The stored state of a rotation past `Trusting`-start.
+struct State<'a> {
+    secret: &'a Secret,
+    request: String,
+    phase: Phase,
+}
+
+/// The CAs of this pass and the next step of a requested rotation.
+///
+/// # Errors
+/// [`Error`] when stored CA material does not load or new CAs cannot be made.
+#[allow(clippy::too_many_lines)]
+pub fn plan(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<CertificateAuthorities, Error> {
+    let target_name = spec.names.internal_secret(InternalSecret::CaRotation);
+    let target = SecretTarget {
+        name: &target_name,
+        namespace: &spec.namespace,
+        cluster_name: &spec.cluster_name,
+    };
+    let mut out = CertificateAuthorities::default();
+    let state = inputs.state.and_then(|s| {
+        let phase = Phase::parse(&annotation(s, PHASE_ANNOTATION)?)?;
+        Some(State {
+            secret: s,
+            request: annotation(s, CA_ROTATION_ANNOTATION).unwrap_or_default(),
+            phase,
+        })
+    });
+    let Some(state) = state.filter(|s| s.phase != Phase::Done) else {
+        let last = inputs
+            .state
+            .and_then(|s| annotation(s, CA_ROTATION_ANNOTATION))
+            .filter(|r| !r.is_empty());
+        let Some(request) = inputs.request.filter(|r| !r.is_empty()) else {
+            out.condition = last.map(|l| done(&l));
+            return Ok(out);
+        };
+        if last.as_deref() == Some(request) {
+            out.condition = Some(done(request));
+            return Ok(out);
+        }
+        if let Some(why) = refusal(spec, inputs) {
+            out.condition = Some(Cond::no(
+                types::CERTIFICATE_AUTHORITIES_ROTATED,
+                reasons::ROTATION_REFUSED,
+                format!("rotation {request:?}: {why}"),
+            ));
+            return Ok(out);
+        }
+        return start(target, inputs, request, out);
+    };
+    let s = state.secret;
+    let request = state.request.as_str();
+    let next_ca = ca_of(s, NEXT_CA_CRT, NEXT_CA_KEY)?;
+    let next_proxy = ca_of(s, NEXT_FRONT_PROXY_CA_CRT, NEXT_FRONT_PROXY_CA_KEY)?;
+    let stored_ca = text(inputs.ca, secrets::TLS_CRT_KEY).unwrap_or_default();
+    let stored_proxy = text(inputs.front_proxy_ca, secrets::TLS_CRT_KEY).unwrap_or_default();
+    let ca_bundle = text(s, CA_BUNDLE).unwrap_or_default();
+    let proxy_bundle = text(s, FRONT_PROXY_CA_BUNDLE).unwrap_or_default();
+    let settled_on = |fp: Option<&String>| {
+        inputs
+            .pods
+            .is_some_and(|(pods, rolled_out)| rolled_out && pods.iter().all(|p| p.as_ref() == fp))
+    };
+    if state.phase == Phase::Trusting {
+        out.ca_bundle = Some(ca_bundle.clone());
+        out.front_proxy_ca_bundle = Some(proxy_bundle.clone());
+        out.fingerprint = Some(fingerprint(&[
+            Phase::Trusting.name(),
+            &stored_ca,
+            &ca_bundle,
+            &proxy_bundle,
+        ]));
+        if !settled_on(out.fingerprint.as_ref()) {
+            out.condition = Some(phase_condition(request, Phase::Trusting, ""));
+            out.due = Some(SETTLE_RECHECK);
+            return Ok(out);
+        }
+        // Every API server trusts the next CAs: they sign from now on. The rotation Secret
+        // records the old CAs before the roots are overwritten.
+        let previous_ca = CertificateAuthority::from_pem(
+            &stored_ca,
+            &text(inputs.ca, secrets::TLS_KEY_KEY).unwrap_or_default(),
+        )?;
+        let cross = previous_ca.cross_sign(&next_ca)?;
+        let ca_bundle = bundle(next_ca.cert_pem(), previous_ca.cert_pem());
+        let proxy_bundle = bundle(next_proxy.cert_pem(), &stored_proxy);
+        out.writes.push(state_secret(
+            target,
+            request,
+            Phase::Issuing,
+            &[
+                (NEXT_CA_CRT, next_ca.cert_pem()),
+                (NEXT_CA_KEY, next_ca.key_pem()),
+                (NEXT_FRONT_PROXY_CA_CRT, next_proxy.cert_pem()),
+                (NEXT_FRONT_PROXY_CA_KEY, next_proxy.key_pem()),
+                (PREVIOUS_CA_CRT, previous_ca.cert_pem()),
+                (PREVIOUS_CA_KEY, previous_ca.key_pem()),
+                (CROSS_SIGNED_CA_CRT, &cross),
+                (CA_BUNDLE, &ca_bundle),
+                (FRONT_PROXY_CA_BUNDLE, &proxy_bundle),
+            ],
+            None,
+        ));
+        return issuing(
+            spec,
+            target_name.as_str(),
+            inputs,
+            Phase::Issuing,
+            request,
+            (next_ca, next_proxy),
+            Some(previous_ca),
+            cross,
+            (ca_bundle, proxy_bundle),
+            out,
+        );
+    }
+    let roots_current = stored_ca == next_ca.cert_pem() && stored_proxy == next_proxy.cert_pem();
+    if !roots_current {
+        out.writes.extend(root_writes(spec, &next_ca, &next_proxy));
+    }
+    out.signing = Some((next_ca.clone(), next_proxy.clone()));
+    if state.phase == Phase::Dropping {
+        if settled_on(None) {
+            out.writes
+                .push(state_secret(target, request, Phase::Done, &[], None));
+            out.condition = Some(done(request));
+        } else {
+            out.condition = Some(phase_condition(request, Phase::Dropping, ""));
+            out.due = Some(SETTLE_RECHECK);
+        }
+        return Ok(out);
+    }
+    let previous_ca = ca_of(s, PREVIOUS_CA_CRT, PREVIOUS_CA_KEY)?;
+    let cross = text(s, CROSS_SIGNED_CA_CRT).unwrap_or_default();
+    issuing(
+        spec,
+        target_name.as_str(),
+        inputs,
+        state.phase,
+        request,
+        (next_ca, next_proxy),
+        Some(previous_ca),
+        cross,
+        (ca_bundle, proxy_bundle),
+        out,
+    )
+}
+
+/// A new rotation: the next CAs are made and trusted beside the current ones.
+fn start(
+    target: SecretTarget<'_>,
+    inputs: &Inputs<'_>,
+    request: &str,
+    mut out: CertificateAuthorities,
+) -> Result<CertificateAuthorities, Error> {
+    let next_ca = CertificateAuthority::generate(CA_COMMON_NAME, inputs.algorithm, inputs.now)?;
+    let next_proxy =
+        CertificateAuthority::generate(FRONT_PROXY_CA_COMMON_NAME, inputs.algorithm, inputs.now)?;
+    let stored_ca = text(inputs.ca, secrets::TLS_CRT_KEY).unwrap_or_default();
+    let stored_proxy = text(inputs.front_proxy_ca, secrets::TLS_CRT_KEY).unwrap_or_default();
+    let ca_bundle = bundle(&stored_ca, next_ca.cert_pem());
+    let proxy_bundle = bundle(&stored_proxy, next_proxy.cert_pem());
+    out.writes.push(state_secret(
+        target,
+        request,
+        Phase::Trusting,
+        &[
+            (NEXT_CA_CRT, next_ca.cert_pem()),
+            (NEXT_CA_KEY, next_ca.key_pem()),
+            (NEXT_FRONT_PROXY_CA_CRT, next_proxy.cert_pem()),
+            (NEXT_FRONT_PROXY_CA_KEY, next_proxy.key_pem()),
+            (CA_BUNDLE, &ca_bundle),
+            (FRONT_PROXY_CA_BUNDLE, &proxy_bundle),
+        ],
+        None,
+    ));
+    out.fingerprint = Some(fingerprint(&[
+        Phase::Trusting.name(),
+        &stored_ca,
+        &ca_bundle,
+        &proxy_bundle,
+    ]));
+    out.ca_bundle = Some(ca_bundle);
+    out.front_proxy_ca_bundle = Some(proxy_bundle);
+    out.condition = Some(phase_condition(request, Phase::Trusting, ""));
+    out.due = Some(SETTLE_RECHECK);
+    Ok(out)
+}
+
+/// `Issuing` and `ReplacingWorkers`: the new CAs sign, both are trusted, the API server
+/// serves the cross-signed new CA; each moves on once settled (and, for workers, once every
+/// worker Machine is newer than the rollout instant).
+#[allow(
+    clippy::too_many_arguments,
+    clippy::too_many_lines,
+    clippy::unnecessary_wraps
+)]
+fn issuing(
+    spec: &ValidSpec,
+    target_name: &str,
+    inputs: &Inputs<'_>,
+    phase: Phase,
+    request: &str,
+    (next_ca, next_proxy): (CertificateAuthority, CertificateAuthority),
+    previous_ca: Option<CertificateAuthority>,
+    cross: String,
+    (ca_bundle, proxy_bundle): (String, String),
+    mut out: CertificateAuthorities,
+) -> Result<CertificateAuthorities, Error> {
+    let target = SecretTarget {
+        name: target_name,
+        namespace: &spec.namespace,
+        cluster_name: &spec.cluster_name,
+    };
+    // On promotion the roots are written after the rotation Secret (a repair was added by
+    // the caller already).
+    let stored_ca = text(inputs.ca, secrets::TLS_CRT_KEY).unwrap_or_default();
+    if out
+        .writes
+        .iter()
+        .all(|w| w.metadata.name.as_deref() != Some(&spec.names.ca_secret()))
+        && stored_ca != next_ca.cert_pem()
+    {
+        out.writes.extend(root_writes(spec, &next_ca, &next_proxy));
+    }
+    out.signing = Some((next_ca.clone(), next_proxy));
+    out.kubelet_client_issuer = previous_ca;
+    let fp = fingerprint(&[
+        "Issuing",
+        next_ca.cert_pem(),
+        &ca_bundle,
+        &proxy_bundle,
+        &cross,
+    ]);
+    out.fingerprint = Some(fp.clone());
+    out.ca_bundle = Some(ca_bundle);
+    out.front_proxy_ca_bundle = Some(proxy_bundle);
+    out.serving_chain = Some(cross);
+    let settled = inputs.pods.is_some_and(|(pods, rolled_out)| {
+        rolled_out && pods.iter().all(|p| p.as_ref() == Some(&fp))
+    });
+    let promoted_now = out.writes.iter().any(|w| {
+        w.metadata.name.as_deref() == Some(target_name)
+            && annotation(w, PHASE_ANNOTATION).as_deref() == Some(Phase::Issuing.name())
+    });
+    if phase == Phase::Issuing {
+        if !settled || promoted_now {
+            out.condition = Some(phase_condition(request, Phase::Issuing, ""));
+            out.due = Some(SETTLE_RECHECK);
+            return Ok(out);
+        }
+        let after = whole_seconds(inputs.now);
+        let mut next = state_secret_like(target, inputs.state.cloned().unwrap_or_default());
+        set_phase(&mut next, Phase::ReplacingWorkers, Some(after));
+        out.writes.push(next);
+        out.roll_workers_after = Some(after);
+        out.condition = Some(phase_condition(
+            request,
+            Phase::ReplacingWorkers,
+            "the Cluster's MachineDeployments roll",
+        ));
+        out.due = Some(WORKERS_RECHECK);
+        return Ok(out);
+    }
+    // ReplacingWorkers.
+    let after = inputs
+        .state
+        .and_then(|s| annotation(s, WORKERS_AFTER_ANNOTATION))
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .map_or(inputs.now, SystemTime::from);
+    out.roll_workers_after = Some(after);
+    let waiting: Vec<String> = inputs
+        .machines
+        .unwrap_or_default()
+        .iter()
+        .filter(|m| m.created < after)
+        .map(|m| {
+            if m.in_machine_set {
+                m.name.clone()
+            } else {
+                format!(
+                    "{} (no MachineDeployment owns it: delete it to replace it)",
+                    m.name
+                )
+            }
+        })
+        .collect();
+    if inputs.machines.is_none() || !waiting.is_empty() || !settled {
+        out.condition = Some(phase_condition(
+            request,
+            Phase::ReplacingWorkers,
+            &if waiting.is_empty() {
+                "the Cluster's MachineDeployments roll".to_owned()
+            } else {
+                format!(
+                    "waiting for Machines made before the new CA to be replaced: {}",
+                    waiting.join(", ")
+                )
+            },
+        ));
+        out.due = Some(WORKERS_RECHECK);
+        return Ok(out);
+    }
+    // Every worker joined with the new CA: drop the old ones.
+    let mut next = state_secret_like(target, inputs.state.cloned().unwrap_or_default());
+    set_phase(&mut next, Phase::Dropping, None);
+    out.writes.push(next);
+    out.ca_bundle = None;
+    out.front_proxy_ca_bundle = None;
+    out.serving_chain = None;
+    out.kubelet_client_issuer = None;
+    out.fingerprint = None;
+    out.condition = Some(phase_condition(request, Phase::Dropping, ""));
+    out.due = Some(SETTLE_RECHECK);
+    Ok(out)
+}
+
+fn whole_seconds(t: SystemTime) -> SystemTime {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+fn set_phase(secret: &mut Secret, phase: Phase, workers_after: Option<SystemTime>) {
+    let a = secret
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    a.insert(PHASE_ANNOTATION.to_owned(), phase.name().to_owned());
+    if let Some(t) = workers_after.and_then(|t| Timestamp::try_from(t).ok()) {
+        a.insert(WORKERS_AFTER_ANNOTATION.to_owned(), t.to_string());
+    }
+}
+
+/// The stored rotation Secret with its data and annotations, as a Secret to apply (labels and
+/// type of [`secrets::data_secret`]).
+fn state_secret_like(target: SecretTarget<'_>, stored: Secret) -> Secret {
+    let mut s = secrets::data_secret(target, stored.data.unwrap_or_default());
+    s.metadata.annotations = stored.metadata.annotations;
+    s
+}
+
+fn root_writes(
+    spec: &ValidSpec,
+    ca: &CertificateAuthority,
+    front_proxy: &CertificateAuthority,
+) -> [Secret; 2] {
+    let ca_name = spec.names.ca_secret();
+    let proxy_name = spec.names.front_proxy_ca_secret();
+    let target = |name| SecretTarget {
+        name,
+        namespace: &spec.namespace,
+        cluster_name: &spec.cluster_name,
+    };
+    [
+        secrets::ca_secret(target(ca_name.as_str()), ca),
+        secrets::ca_secret(target(proxy_name.as_str()), front_proxy),
+    ]
+}
+
+fn state_secret(
+    target: SecretTarget<'_>,
+    request: &str,
+    phase: Phase,
+    data: &[(&str, &str)],
+    workers_after: Option<SystemTime>,
+) -> Secret {
+    let mut s = secrets::data_secret(
+        target,
+        data.iter()
+            .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+            .collect::<BTreeMap<_, _>>(),
+    );
+    s.metadata.annotations = Some(BTreeMap::from([(
+        CA_ROTATION_ANNOTATION.to_owned(),
+        request.to_owned(),
+    )]));
+    set_phase(&mut s, phase, workers_after);
+    s
+}
+
+fn phase_condition(request: &str, phase: Phase, detail: &str) -> Cond {
+    let (reason, what) = match phase {
+        Phase::Trusting => (
+            reasons::TRUSTING_NEW_CA,
+            "the control plane rolls to trust the new CAs as well; the old ones still sign",
+        ),
+        Phase::Issuing => (
+            reasons::ISSUING_FROM_NEW_CA,
+            "the new CAs sign and the control plane rolls to their certificates; the old CAs \
+             are still trusted",
+        ),
+        Phase::ReplacingWorkers => (
+            reasons::REPLACING_WORKERS,
+            "workers are replaced so that every one joins with the new CA; the old CAs are \
+             still trusted",
+        ),
+        Phase::Dropping | Phase::Done => (
+            reasons::DROPPING_PREVIOUS_CA,
+            "the control plane rolls to trust only the new CAs",
+        ),
+    };
+    let detail = if detail.is_empty() {
+        String::new()
+    } else {
+        format!(" ({detail})")
+    };
+    Cond::no(
+        types::CERTIFICATE_AUTHORITIES_ROTATED,
+        reason,
+        format!("rotation {request:?}: {what}{detail}"),
+    )
+}
+
+fn done(request: &str) -> Cond {
+    Cond::yes(
+        types::CERTIFICATE_AUTHORITIES_ROTATED,
+        reasons::ROTATED,
+        format!(
+            "rotation {request:?} done: only the new CAs sign and are trusted (set the \
+             annotation {CA_ROTATION_ANNOTATION} to a new value to rotate again)"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::validate::tests::{fixture, valid};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kamaji_bootstrap::pki::inspect::is_signed_by;
+
+    const UID: &str = "f0-uid";
+
+    struct World {
+        spec: ValidSpec,
+        ca: Secret,
+        proxy: Secret,
+        state: Option<Secret>,
+        now: SystemTime,
+    }
+
+    impl World {
+        fn new(patch: serde_json::Value) -> Self {
+            let spec = valid(&fixture(patch));
+            let root = |name: String, cn: &str| {
+                let mut s = secrets::ca_secret(
+                    SecretTarget {
+                        name: &name,
+                        namespace: &spec.namespace,
+                        cluster_name: &spec.cluster_name,
+                    },
+                    &CertificateAuthority::generate(cn, KeyAlgorithm::default(), SystemTime::now())
+                        .unwrap(),
+                );
+                s.metadata.owner_references = Some(vec![OwnerReference {
+                    uid: UID.into(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]);
+                s
+            };
+            Self {
+                ca: root(spec.names.ca_secret(), CA_COMMON_NAME),
+                proxy: root(
+                    spec.names.front_proxy_ca_secret(),
+                    FRONT_PROXY_CA_COMMON_NAME,
+                ),
+                spec,
+                state: None,
+                now: SystemTime::now(),
+            }
+        }
+
+        /// One pass with `request`, pods all on `pods` (or none listed) and `machines`, its
+        /// writes stored.
+        fn pass(
+            &mut self,
+            request: Option<&str>,
+            pods: Option<&[Option<String>]>,
+            machines: Option<&[WorkerMachine]>,
+        ) -> CertificateAuthorities {
+            let out = plan(
+                &self.spec,
+                &Inputs {
+                    ca: &self.ca,
+                    front_proxy_ca: &self.proxy,
+                    state: self.state.as_ref(),
+                    request,
+                    uid: UID,
+                    pods: pods.map(|p| (p, true)),
+                    machines,
+                    algorithm: KeyAlgorithm::default(),
+                    now: self.now,
+                },
+            )
+            .unwrap();
+            for w in &out.writes {
+                if w.metadata.name == self.ca.metadata.name {
+                    self.ca.data.clone_from(&w.data);
+                } else if w.metadata.name == self.proxy.metadata.name {
+                    self.proxy.data.clone_from(&w.data);
+                } else {
+                    self.state = Some(w.clone());
+                }
+            }
+            out
+        }
+
+        fn ca_cert(&self) -> String {
+            text(&self.ca, secrets::TLS_CRT_KEY).unwrap()
+        }
+    }
+
+    fn reason(out: &CertificateAuthorities) -> &'static str {
+        out.condition.as_ref().map_or("", |c| c.reason)
+    }
+
+    fn machine(name: &str, created: SystemTime) -> WorkerMachine {
+        WorkerMachine {
+            name: name.into(),
+            created,
+            in_machine_set: true,
+        }
+    }
+
+    /// The whole rotation, pass by pass: trust both, promote once every pod trusts both
+    /// (serving the cross-signed new CA), replace the workers, drop the old CAs.
+    #[test]
+    fn a_requested_rotation_trusts_issues_replaces_workers_and_drops_the_old_cas() {
+        let mut w = World::new(serde_json::json!({}));
+        let idle = w.pass(None, None, None);
+        assert!(idle.writes.is_empty() && idle.fingerprint.is_none() && idle.condition.is_none());
+        let old = w.ca_cert();
+
+        let start = w.pass(Some("r1"), None, None);
+        assert_eq!(reason(&start), reasons::TRUSTING_NEW_CA);
+        assert_eq!(start.writes.len(), 1, "only the rotation Secret");
+        let bundle = start.ca_bundle.clone().unwrap();
+        assert!(bundle.starts_with(old.trim_end()), "old first, then next");
+        assert_eq!(bundle.matches("BEGIN CERTIFICATE").count(), 2);
+        assert!(start.signing.is_none() && start.serving_chain.is_none());
+        assert_eq!(w.ca_cert(), old, "the old CA still signs");
+
+        // Pods not yet on the trusting template: nothing moves.
+        let waiting = w.pass(Some("r1"), Some(&[None]), None);
+        assert!(waiting.writes.is_empty());
+        assert_eq!(waiting.due, Some(SETTLE_RECHECK));
+
+        // Every pod trusts both: the new CAs are promoted, the state first.
+        let issuing = w.pass(
+            Some("r1"),
+            Some(std::slice::from_ref(&start.fingerprint)),
+            None,
+        );
+        assert_eq!(reason(&issuing), reasons::ISSUING_FROM_NEW_CA);
+        assert_eq!(
+            issuing.writes.len(),
+            3,
+            "state, then <cluster>-ca and -proxy"
+        );
+        assert_eq!(
+            issuing.writes[0].metadata.name,
+            Some(w.spec.names.internal_secret(InternalSecret::CaRotation))
+        );
+        let new = w.ca_cert();
+        assert_ne!(new, old);
+        let (signing, _) = issuing.signing.clone().unwrap();
+        assert_eq!(signing.cert_pem(), new);
+        let cross = issuing.serving_chain.clone().unwrap();
+        assert!(
+            is_signed_by(&cross, &old).unwrap(),
+            "cross-signed by the old CA"
+        );
+        assert!(!is_signed_by(&cross, &new).unwrap());
+        assert_eq!(
+            issuing.kubelet_client_issuer.as_ref().unwrap().cert_pem(),
+            old,
+            "old workers' kubelets trust only the old CA"
+        );
+        assert_ne!(issuing.fingerprint, start.fingerprint, "the pods roll");
+
+        // Settled on the issuing template: the workers are replaced.
+        let fp = issuing.fingerprint.clone();
+        let t0 = w.now;
+        w.now += Duration::from_secs(5);
+        let replacing = w.pass(Some("r1"), Some(std::slice::from_ref(&fp)), None);
+        assert_eq!(reason(&replacing), reasons::REPLACING_WORKERS);
+        let after = replacing.roll_workers_after.unwrap();
+        assert!(after > t0);
+        assert_eq!(replacing.fingerprint, fp, "no roll between the two phases");
+
+        // An old Machine is waited for, by name.
+        let old_machine = [machine("md-0-old", t0)];
+        let still = w.pass(
+            Some("r1"),
+            Some(std::slice::from_ref(&fp)),
+            Some(&old_machine),
+        );
+        assert_eq!(reason(&still), reasons::REPLACING_WORKERS);
+        assert!(still.condition.unwrap().message.contains("md-0-old"));
+        assert!(still.writes.is_empty());
+        assert_eq!(
+            still.roll_workers_after,
+            Some(after),
+            "rolls are idempotent"
+        );
+
+        // Every Machine is newer: the old CAs are dropped.
+        let new_machine = [machine("md-0-new", after + Duration::from_secs(1))];
+        let dropping = w.pass(
+            Some("r1"),
+            Some(std::slice::from_ref(&fp)),
+            Some(&new_machine),
+        );
+        assert_eq!(reason(&dropping), reasons::DROPPING_PREVIOUS_CA);
+        assert!(dropping.ca_bundle.is_none() && dropping.serving_chain.is_none());
+        assert!(dropping.kubelet_client_issuer.is_none() && dropping.fingerprint.is_none());
+
+        // Until the pods ran without the old CAs, it is not done.
+        let rolling = w.pass(Some("r1"), Some(std::slice::from_ref(&fp)), None);
+        assert_eq!(reason(&rolling), reasons::DROPPING_PREVIOUS_CA);
+        assert!(rolling.writes.is_empty());
+        let done = w.pass(Some("r1"), Some(&[None]), None);
+        assert_eq!(reason(&done), reasons::ROTATED);
+        let state = w.state.as_ref().unwrap();
+        assert!(
+            state.data.as_ref().is_none_or(BTreeMap::is_empty),
+            "no key kept"
+        );
+        assert!(under_way(Some(state)) == (false, false));
+
+        // The same request again does nothing; the signing CA stays the new one.
+        let again = w.pass(Some("r1"), None, None);
+        assert!(again.writes.is_empty() && again.signing.is_none());
+        assert_eq!(reason(&again), reasons::ROTATED);
+        assert_eq!(w.ca_cert(), new);
+    }
+
+    /// A pass killed between the rotation Secret and the roots: the next pass writes the
+    /// roots again from the recorded new CAs, and no CA is made anew.
+    #[test]
+    fn a_promotion_cut_short_is_finished_from_the_recorded_cas() {
+        let mut w = World::new(serde_json::json!({}));
+        let start = w.pass(Some("r1"), None, None);
+        let old_ca = w.ca.clone();
+        let issuing = w.pass(
+            Some("r1"),
+            Some(std::slice::from_ref(&start.fingerprint)),
+            None,
+        );
+        let new = w.ca_cert();
+        // Undo the root writes: only the state landed.
+        w.ca = old_ca;
+        let repaired = w.pass(Some("r1"), Some(&[None]), None);
+        assert_eq!(w.ca_cert(), new);
+        assert!(
+            repaired
+                .writes
+                .iter()
+                .any(|s| s.metadata.name == w.ca.metadata.name)
+        );
+        assert_eq!(reason(&repaired), reasons::ISSUING_FROM_NEW_CA);
+        assert_eq!(repaired.fingerprint, issuing.fingerprint);
+    }
+
+    /// A CA the user provided (not controlled by this control plane) or CA flags in
+    /// `extraArgs`: refused, naming what to change, and nothing written.
+    #[test]
+    fn a_rotation_of_a_users_ca_or_with_ca_flags_is_refused() {
+        let mut w = World::new(serde_json::json!({}));
+        w.ca.metadata.owner_references = None;
+        let out = w.pass(Some("r1"), None, None);
+        assert_eq!(reason(&out), reasons::ROTATION_REFUSED);
+        assert!(out.writes.is_empty());
+        assert!(
+            out.condition
+                .unwrap()
+                .message
+                .contains(&w.spec.names.ca_secret())
+        );
+
+        let mut w = World::new(serde_json::json!({
+            "controllerManager": {"extraArgs": ["--root-ca-file=/x"]}
+        }));
+        let out = w.pass(Some("r1"), None, None);
+        assert_eq!(reason(&out), reasons::ROTATION_REFUSED);
+        assert!(out.condition.unwrap().message.contains("--root-ca-file"));
+    }
+}
