@@ -54,6 +54,7 @@ use kamaji_bootstrap::pki::{
 use kamaji_bootstrap::secrets::{self, SecretTarget};
 use sha2::{Digest, Sha256};
 
+use super::sa_rotation::{annotation, text};
 use crate::error::Error;
 use crate::reconcile::status::Cond;
 use crate::reconcile::validate::ValidSpec;
@@ -193,16 +194,12 @@ impl Phase {
     }
 }
 
-fn text(secret: &Secret, key: &str) -> Option<String> {
-    secret
-        .data
-        .as_ref()?
-        .get(key)
-        .and_then(|b| String::from_utf8(b.0.clone()).ok())
-}
-
-fn annotation(secret: &Secret, key: &str) -> Option<String> {
-    secret.metadata.annotations.as_ref()?.get(key).cloned()
+/// Whether every listed control-plane pod carries `fingerprint` and the Deployment rolled
+/// out (false while the pods are not listed).
+fn settled(pods: Option<(&[Option<String>], bool)>, fingerprint: Option<&String>) -> bool {
+    pods.is_some_and(|(pods, rolled_out)| {
+        rolled_out && pods.iter().all(|p| p.as_ref() == fingerprint)
+    })
 }
 
 /// Whether the rotation Secret says a rotation is under way (pods are listed then, and
@@ -356,11 +353,7 @@ pub fn plan(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<CertificateAuthorit
     let stored_proxy = text(inputs.front_proxy_ca, secrets::TLS_CRT_KEY).unwrap_or_default();
     let ca_bundle = text(s, CA_BUNDLE).unwrap_or_default();
     let proxy_bundle = text(s, FRONT_PROXY_CA_BUNDLE).unwrap_or_default();
-    let settled_on = |fp: Option<&String>| {
-        inputs
-            .pods
-            .is_some_and(|(pods, rolled_out)| rolled_out && pods.iter().all(|p| p.as_ref() == fp))
-    };
+    let settled_on = |fp: Option<&String>| settled(inputs.pods, fp);
     if state.phase == Phase::Trusting {
         out.ca_bundle = Some(ca_bundle.clone());
         out.front_proxy_ca_bundle = Some(proxy_bundle.clone());
@@ -536,9 +529,7 @@ fn issuing(
     out.ca_bundle = Some(ca_bundle);
     out.front_proxy_ca_bundle = Some(proxy_bundle);
     out.serving_chain = Some(cross);
-    let settled = inputs.pods.is_some_and(|(pods, rolled_out)| {
-        rolled_out && pods.iter().all(|p| p.as_ref() == Some(&fp))
-    });
+    let settled = settled(inputs.pods, Some(&fp));
     let promoted_now = out.writes.iter().any(|w| {
         w.metadata.name.as_deref() == Some(target_name)
             && annotation(w, PHASE_ANNOTATION).as_deref() == Some(Phase::Issuing.name())

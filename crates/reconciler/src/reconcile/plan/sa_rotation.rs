@@ -110,7 +110,8 @@ enum Phase {
     Overlap { request: String, until: SystemTime },
 }
 
-fn text(secret: &Secret, key: &str) -> Option<String> {
+/// The UTF-8 value of `key` in `secret`'s data.
+pub(super) fn text(secret: &Secret, key: &str) -> Option<String> {
     secret
         .data
         .as_ref()?
@@ -118,7 +119,8 @@ fn text(secret: &Secret, key: &str) -> Option<String> {
         .and_then(|b| String::from_utf8(b.0.clone()).ok())
 }
 
-fn annotation(secret: &Secret, key: &str) -> Option<String> {
+/// The value of annotation `key` on `secret`.
+pub(super) fn annotation(secret: &Secret, key: &str) -> Option<String> {
     secret.metadata.annotations.as_ref()?.get(key).cloned()
 }
 
