@@ -357,8 +357,11 @@ fn stored_leaf(secret: &Secret, is_kubeconfig: bool) -> Option<CertAndKey> {
 
 /// The datastore client certificate of a tenant: kept while valid for `common_name`, signed by
 /// the DataStore CA (`ca_cert_pem` + `ca_key_pem`) and outside `policy`'s renewal window,
-/// otherwise issued anew for `policy`'s validity. Returns the leaf and whether it is new. The DataStore CA key is only used here, in memory; it is never
-/// written into a tenant Secret.
+/// otherwise issued anew for `policy`'s validity. Returns the leaf and whether it is new. The
+/// DataStore CA key is only used here, in memory; it is never written into a tenant Secret.
+///
+/// `ca_cert_pem` may be a bundle (the DataStore's CA being rotated): the certificate
+/// `ca_key_pem` belongs to is the issuer, so a leaf of the other CA is reissued from it.
 ///
 /// # Errors
 /// [`Error`] when the CA does not load or issuing fails.
@@ -375,8 +378,9 @@ pub fn datastore_client(
     let stored = existing
         .and_then(secrets::tls_pair_of)
         .map(|(c, k)| CertAndKey::new(c, k));
+    let signer = DatastoreCa::signer_of(ca_cert_pem, ca_key_pem)?;
     if let Some(pair) = &stored
-        && decide_leaf(Some(pair), &spec, ca_cert_pem, now, policy.renewal_window())
+        && decide_leaf(Some(pair), &spec, signer, now, policy.renewal_window())
             == LeafDecision::Keep
     {
         return Ok((
@@ -597,6 +601,49 @@ mod tests {
         .unwrap();
         assert!(new);
         assert_eq!(renew_at(&leaf, policy).unwrap(), due);
+    }
+
+    #[test]
+    fn a_datastore_ca_bundle_issues_from_the_certificate_its_key_belongs_to() {
+        use crate::pki::CertificateAuthority;
+        use crate::pki::inspect::is_signed_by;
+        let now = SystemTime::now();
+        let (alg, policy) = (KeyAlgorithm::default(), LeafPolicy::default());
+        let old = CertificateAuthority::generate("etcd-ca", alg, now).unwrap();
+        let new = CertificateAuthority::generate("etcd-ca", alg, now).unwrap();
+        use k8s_openapi::ByteString;
+        let stored_as = |leaf: &LeafCertificate| Secret {
+            data: Some(BTreeMap::from([
+                ("tls.crt".into(), ByteString(leaf.cert_pem().as_bytes().to_vec())),
+                ("tls.key".into(), ByteString(leaf.key_pem().as_bytes().to_vec())),
+            ])),
+            ..Secret::default()
+        };
+        let issue = |bundle: &str, key: &str, stored: Option<&Secret>| {
+            datastore_client(bundle, key, "t", stored, alg, policy, now)
+        };
+        let (first, _) = issue(old.cert_pem(), old.key_pem(), None).unwrap();
+        let first_secret = stored_as(&first);
+        // Both trusted, the old key still signing: nothing to reissue.
+        let both = format!("{}{}", old.cert_pem(), new.cert_pem());
+        let (kept, reissued) = issue(&both, old.key_pem(), Some(&first_secret)).unwrap();
+        assert!(!reissued, "a leaf of the signing CA is kept");
+        assert_eq!(kept.cert_pem(), first.cert_pem());
+        // The new key signs: the leaf moves to the new CA, and stays there.
+        let (moved, reissued) = issue(&both, new.key_pem(), Some(&first_secret)).unwrap();
+        assert!(reissued, "a leaf of the CA that no longer signs is reissued");
+        assert!(is_signed_by(moved.cert_pem(), new.cert_pem()).unwrap());
+        let (_, again) = issue(&both, new.key_pem(), Some(&stored_as(&moved))).unwrap();
+        assert!(!again, "issued once");
+        let (_, after) = issue(new.cert_pem(), new.key_pem(), Some(&stored_as(&moved))).unwrap();
+        assert!(!after, "dropping the old CA from the bundle keeps the leaf");
+        // A key of neither certificate is refused, saying so.
+        let stranger = CertificateAuthority::generate("x", alg, now).unwrap();
+        let e = issue(&both, stranger.key_pem(), None).unwrap_err().to_string();
+        assert!(e.contains("none of its 2 certificates"), "{e}");
+        let ds = DatastoreCa::from_pem(&both, new.key_pem()).unwrap();
+        assert_eq!(ds.cert_pem(), new.cert_pem().trim_end());
+        assert_eq!(ds.trust_pem(), both, "the whole bundle is trusted");
     }
 
     #[test]

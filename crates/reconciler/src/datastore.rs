@@ -53,7 +53,8 @@ pub struct Resolved {
     pub name: String,
     /// Endpoints as given (`host:port`, or URLs).
     pub endpoints: Vec<String>,
-    /// CA certificate PEM.
+    /// CA certificate PEM: one certificate, or a bundle while the DataStore's owner rotates its
+    /// CA (the one `ca_key` belongs to signs; all are trusted).
     pub ca_cert: String,
     /// CA private key PEM (used to issue tenant client certificates; never stored per tenant).
     pub ca_key: String,
@@ -170,6 +171,11 @@ pub async fn resolve(client: &kube::Client, name: &str) -> Result<Resolved, Prob
         "spec.tlsConfig.certificateAuthority.privateKey",
     )
     .await?;
+    kamaji_bootstrap::pki::DatastoreCa::from_pem(&ca_cert, &ca_key).map_err(|e| {
+        Problem::Invalid(format!(
+            "DataStore {name}: spec.tlsConfig.certificateAuthority: {e}"
+        ))
+    })?;
     Ok(Resolved {
         name: name.to_owned(),
         endpoints: ds.spec.endpoints.clone(),
@@ -209,10 +215,11 @@ async fn gateway(
 ) -> Result<serde_json::Value, String> {
     let identity = reqwest::Identity::from_pem(format!("{}\n{}", creds.cert, creds.key).as_bytes())
         .map_err(|e| format!("client identity: {e}"))?;
-    let ca =
-        reqwest::Certificate::from_pem(ds.ca_cert.as_bytes()).map_err(|e| format!("CA: {e}"))?;
+    // Every certificate of the DataStore's CA (a bundle while it rotates).
+    let ca = reqwest::Certificate::from_pem_bundle(ds.ca_cert.as_bytes())
+        .map_err(|e| format!("CA: {e}"))?;
     let http = reqwest::Client::builder()
-        .tls_certs_only([ca])
+        .tls_certs_only(ca)
         .identity(identity)
         .timeout(std::time::Duration::from_secs(10))
         .build()

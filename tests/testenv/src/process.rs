@@ -114,11 +114,33 @@ impl Drop for Supervised {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released; the usual small race applies).
+/// The ports [`free_port`] hands out: below the kernel's ephemeral range (32768–60999 here,
+/// `net.ipv4.ip_local_port_range`) and below Kubernetes' NodePort range (30000–32767), so an
+/// outgoing connection or a Service can never take a port between the check and the program's
+/// bind.
+const FREE_PORTS: std::ops::Range<u16> = 20_000..30_000;
+
+/// A free TCP port on 127.0.0.1 for a program the test starts.
+///
+/// Ports come from [`FREE_PORTS`], walked from a start derived from this process's id (two test
+/// binaries running side by side walk different stretches) and never handed out twice by one
+/// process; each is checked by binding it. Ports the kernel picks (`bind(:0)`) are not used: they
+/// come from the ephemeral range, which every outgoing connection on the machine draws from, and
+/// a program started a moment later once found its port taken ("bind: address already in use").
 ///
 /// # Errors
-/// When no port can be bound.
+/// When no port of the range can be bound.
 pub fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("bind a free port on 127.0.0.1")?;
-    Ok(l.local_addr()?.port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let span = u32::from(FREE_PORTS.end - FREE_PORTS.start);
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = FREE_PORTS.start + u16::try_from(offset).expect("offset < span fits u16");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free port on 127.0.0.1 in {FREE_PORTS:?}")
 }

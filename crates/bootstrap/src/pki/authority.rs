@@ -258,25 +258,74 @@ impl LeafCertificate {
 }
 
 /// The CA of a shared DataStore. It can only sign datastore client certificates and show its
-/// certificate: there is deliberately no way to get its private key back out of this type, so a
-/// tenant's Secrets (built from [`CertificateAuthority`] / [`LeafCertificate`]) can never contain
-/// it. Every tenant on the datastore shares this key.
+/// certificates: there is deliberately no way to get its private key back out of this type, so
+/// a tenant's Secrets (built from [`CertificateAuthority`] / [`LeafCertificate`]) can never
+/// contain it. Every tenant on the datastore shares this key.
+///
+/// The DataStore's `tlsConfig.certificateAuthority.certificate` may be a bundle while the
+/// datastore's owner rotates its CA: the certificate the private key belongs to signs
+/// ([`DatastoreCa::cert_pem`]), and the whole bundle is what the API server trusts for the
+/// datastore's serving certificate ([`DatastoreCa::trust_pem`], `--etcd-cafile`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DatastoreCa(CertificateAuthority);
+pub struct DatastoreCa {
+    signer: CertificateAuthority,
+    trust: String,
+}
 
 impl DatastoreCa {
-    /// Loads the DataStore's CA certificate and key (both PEM).
+    /// Loads the DataStore's CA: `cert_pem` is one CA certificate or a bundle of them (PEM),
+    /// `key_pem` the private key of one of them.
     ///
     /// # Errors
-    /// As [`CertificateAuthority::from_pem`].
+    /// As [`CertificateAuthority::from_pem`] for a single certificate; for a bundle,
+    /// [`Error::KeyMaterial`] when the key belongs to none of its certificates, and as
+    /// [`CertificateAuthority::from_pem`] for the one it belongs to.
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, Error> {
-        CertificateAuthority::from_pem(cert_pem, key_pem).map(Self)
+        let signer = Self::signer_of(cert_pem, key_pem)?;
+        Ok(Self {
+            signer: CertificateAuthority::from_pem(signer, key_pem)?,
+            trust: cert_pem.to_owned(),
+        })
     }
-    /// The DataStore CA certificate, PEM (the API server's `--etcd-cafile`).
+
+    /// The certificate of `bundle` that `key_pem` belongs to (the bundle itself when it holds
+    /// one certificate: [`CertificateAuthority::from_pem`] then says what is wrong with it).
+    ///
+    /// # Errors
+    /// [`Error::Parse`] when the key or a certificate does not parse; [`Error::KeyMaterial`]
+    /// when the key belongs to none of several certificates.
+    pub fn signer_of<'a>(bundle: &'a str, key_pem: &str) -> Result<&'a str, Error> {
+        let blocks = inspect::certificate_blocks(bundle);
+        if blocks.len() < 2 {
+            return Ok(bundle);
+        }
+        for block in &blocks {
+            if inspect::key_matches_certificate(block, key_pem)? {
+                return Ok(block);
+            }
+        }
+        Err(Error::KeyMaterial {
+            what: "CA certificate bundle".into(),
+            reason: format!(
+                "the private key belongs to none of its {} certificates",
+                blocks.len()
+            ),
+        })
+    }
+
+    /// The DataStore CA certificate that signs, PEM.
     #[must_use]
     pub fn cert_pem(&self) -> &str {
-        self.0.cert_pem()
+        self.signer.cert_pem()
     }
+
+    /// Every CA certificate of the DataStore as given (one, or a bundle while it rotates), PEM:
+    /// the API server's `--etcd-cafile`.
+    #[must_use]
+    pub fn trust_pem(&self) -> &str {
+        &self.trust
+    }
+
     /// Issues the API server's datastore client certificate ([`LeafSpec::datastore_client`]),
     /// valid until `now + validity`.
     ///
@@ -289,7 +338,7 @@ impl DatastoreCa {
         now: SystemTime,
         validity: Duration,
     ) -> Result<LeafCertificate, Error> {
-        self.0.issue_valid_for(
+        self.signer.issue_valid_for(
             &LeafSpec::datastore_client(common_name),
             algorithm,
             now,

@@ -29,6 +29,23 @@ pub fn first_pem_block(pem: &str) -> &str {
         .unwrap_or(pem)
 }
 
+/// Each `-----BEGIN CERTIFICATE-----` … `-----END CERTIFICATE-----` block of `pem`, in order, as
+/// text (a bundle split into its certificates; text between blocks is dropped).
+#[must_use]
+pub fn certificate_blocks(pem: &str) -> Vec<&str> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut out = Vec::new();
+    let mut rest = pem;
+    while let Some(start) = rest.find(BEGIN) {
+        let block = &rest[start..];
+        let Some(end) = block.find(END) else { break };
+        out.push(&block[..end + END.len()]);
+        rest = &block[end + END.len()..];
+    }
+    out
+}
+
 /// The DER of each `CERTIFICATE` block of `pem`, in order (x509-parser's PEM reader: text
 /// around the blocks and CRLF line ends are allowed); `None` when a block does not decode.
 #[must_use]
