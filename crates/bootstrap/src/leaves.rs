@@ -614,8 +614,14 @@ mod tests {
         use k8s_openapi::ByteString;
         let stored_as = |leaf: &LeafCertificate| Secret {
             data: Some(BTreeMap::from([
-                ("tls.crt".into(), ByteString(leaf.cert_pem().as_bytes().to_vec())),
-                ("tls.key".into(), ByteString(leaf.key_pem().as_bytes().to_vec())),
+                (
+                    "tls.crt".into(),
+                    ByteString(leaf.cert_pem().as_bytes().to_vec()),
+                ),
+                (
+                    "tls.key".into(),
+                    ByteString(leaf.key_pem().as_bytes().to_vec()),
+                ),
             ])),
             ..Secret::default()
         };
@@ -631,7 +637,10 @@ mod tests {
         assert_eq!(kept.cert_pem(), first.cert_pem());
         // The new key signs: the leaf moves to the new CA, and stays there.
         let (moved, reissued) = issue(&both, new.key_pem(), Some(&first_secret)).unwrap();
-        assert!(reissued, "a leaf of the CA that no longer signs is reissued");
+        assert!(
+            reissued,
+            "a leaf of the CA that no longer signs is reissued"
+        );
         assert!(is_signed_by(moved.cert_pem(), new.cert_pem()).unwrap());
         let (_, again) = issue(&both, new.key_pem(), Some(&stored_as(&moved))).unwrap();
         assert!(!again, "issued once");
@@ -639,7 +648,9 @@ mod tests {
         assert!(!after, "dropping the old CA from the bundle keeps the leaf");
         // A key of neither certificate is refused, saying so.
         let stranger = CertificateAuthority::generate("x", alg, now).unwrap();
-        let e = issue(&both, stranger.key_pem(), None).unwrap_err().to_string();
+        let e = issue(&both, stranger.key_pem(), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("none of its 2 certificates"), "{e}");
         let ds = DatastoreCa::from_pem(&both, new.key_pem()).unwrap();
         assert_eq!(ds.cert_pem(), new.cert_pem().trim_end());

@@ -147,6 +147,56 @@ fn api_of(
     Ok((api, types.kind, name))
 }
 
+/// Sets `client-ca-file` and `requestheader-client-ca-file` of the tenant's
+/// `kube-system/extension-apiserver-authentication` ConfigMap to `client_ca` and
+/// `requestheader_client_ca` (PEM) when they differ, with the read `resourceVersion` as a
+/// precondition. kube-apiserver's cluster-authentication-trust controller only adds its CA
+/// files to what the ConfigMap holds (it drops a certificate once expired, not before), so a
+/// CA rotation has to take the old CAs out. Every API server must already run with exactly
+/// these CAs, or it merges its own back. Returns whether it wrote; nothing to do while the
+/// ConfigMap does not exist (kube-apiserver creates it from its own files).
+///
+/// # Errors
+/// [`Error::Tenant`] when the tenant refuses the read or the write (a conflict included: the
+/// pass is retried).
+pub async fn set_authentication_trust(
+    client: &Client,
+    client_ca: &str,
+    requestheader_client_ca: &str,
+) -> Result<bool, Error> {
+    const NAME: &str = "extension-apiserver-authentication";
+    let api = Api::<ConfigMap>::namespaced(client.clone(), "kube-system");
+    let Some(cm) = api
+        .get_opt(NAME)
+        .await
+        .map_err(|e| Error::Tenant(format!("read kube-system/{NAME}: {e}")))?
+    else {
+        return Ok(false);
+    };
+    let data = cm.data.unwrap_or_default();
+    let want = [
+        ("client-ca-file", client_ca),
+        ("requestheader-client-ca-file", requestheader_client_ca),
+    ];
+    if want
+        .iter()
+        .all(|(k, v)| data.get(*k).map(String::as_str) == Some(*v))
+    {
+        return Ok(false);
+    }
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": cm.metadata.resource_version},
+        "data": {
+            "client-ca-file": client_ca,
+            "requestheader-client-ca-file": requestheader_client_ca,
+        },
+    });
+    api.patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::Tenant(format!("write kube-system/{NAME}: {e}")))?;
+    Ok(true)
+}
+
 /// The tenant's `kube-public/cluster-info` `kubeconfig` value, if the ConfigMap exists.
 ///
 /// # Errors

@@ -96,12 +96,32 @@ impl Env {
             KeyAlgorithm::default(),
             SystemTime::now(),
         )?;
+        self.start_etcd_for_pods(
+            dir_name,
+            &CertPair {
+                cert_pem: server.cert_pem().to_owned(),
+                key_pem: server.key_pem().to_owned(),
+            },
+            ca.cert_pem(),
+        )
+        .await
+    }
+
+    /// Starts a TLS etcd (data under the cluster's `dir_name`) serving `serving` (which must
+    /// cover 127.0.0.1 and the underlay gateway) and trusting client certificates of
+    /// `client_ca_pem` (one CA or a bundle). Returns it with its address as pods reach it.
+    pub async fn start_etcd_for_pods(
+        &self,
+        dir_name: &str,
+        serving: &CertPair,
+        client_ca_pem: &str,
+    ) -> Result<(Etcd, SocketAddr)> {
         let etcd = Etcd::start_tls_also_on(
             self.cluster.tools(),
             &self.cluster.dir().join(dir_name),
-            server.cert_pem(),
-            server.key_pem(),
-            ca.cert_pem(),
+            &serving.cert_pem,
+            &serving.key_pem,
+            client_ca_pem,
             Some(IpAddr::V4(UNDERLAY_GATEWAY)),
         )
         .await?;

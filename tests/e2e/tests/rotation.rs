@@ -390,3 +390,150 @@ async fn a_service_account_key_rotation_refuses_no_token_until_the_overlap_ends(
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(env.secret(ns, "demo-sa").await.unwrap().data, sa_after.data);
 }
+
+/// The DataStore's CA rotated by the datastore's owner, with overlap (README, "CA rotation"):
+/// the etcd already trusts client certificates of the old and the new CA; the DataStore's
+/// `certificateAuthority.certificate` becomes the bundle of both with the new private key.
+/// The tenant's datastore client certificate is reissued from the new CA, its `ca.crt` (the
+/// API server's `--etcd-cafile`) becomes the bundle, so the API servers still verify the
+/// etcd's certificate of the old CA, and the pods roll onto it with 0 failed `/readyz` polls
+/// (which check etcd) and a write through the tenant afterwards. A key that belongs to
+/// neither certificate is refused naming the field.
+#[kamaji_e2e::test]
+#[allow(clippy::too_many_lines)] // one story: before, rotation, refusal
+async fn a_datastore_ca_rotated_by_its_owner_moves_each_tenant_without_a_failed_request() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kamaji_bootstrap::pki::inspect::is_signed_by;
+    use kamaji_e2e::{F0, condition_message};
+    use kamaji_machine::network::UNDERLAY_GATEWAY;
+    use kamaji_testenv::pki::{CertPair, TestCa};
+    use std::net::IpAddr;
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
+    let old = TestCa::new("etcd-ca").unwrap();
+    let new = TestCa::new("etcd-ca").unwrap();
+    let bundle = format!("{}{}", old.cert_pem(), new.cert_pem());
+    // The owner's first step: the etcd trusts client certificates of both CAs; it keeps
+    // serving its certificate of the old one.
+    let serving = old
+        .serving(
+            "etcd-rotating",
+            &["localhost"],
+            &[IpAddr::from([127, 0, 0, 1]), IpAddr::V4(UNDERLAY_GATEWAY)],
+        )
+        .unwrap();
+    let (_etcd, for_pods) = env
+        .start_etcd_for_pods("datastore-rotating", &serving, &bundle)
+        .await
+        .unwrap();
+    let admin = old.client("datastore-admin", &[]).unwrap();
+    env.create_datastore_with_ca("rotating", for_pods, &old.pair(), &admin)
+        .await
+        .unwrap();
+    let ns = "datastore-ca";
+    env.namespace(ns).await.unwrap();
+    env.apply_yaml(&F0::new(ns, "demo").replicas(2).datastore("rotating").yaml())
+        .await
+        .unwrap();
+    env.wait_kcp_condition(ns, "demo", "Available", "True", 4 * MINUTE)
+        .await
+        .unwrap();
+    let client_secret = "demo-apiserver-etcd-client";
+    let before = env.secret(ns, client_secret).await.unwrap();
+    assert!(is_signed_by(&secret_text(&before, "tls.crt"), &old.cert_pem()).unwrap());
+    let pki_hash = |d: &Deployment| {
+        d.spec.as_ref().and_then(|s| {
+            s.template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotations.as_ref())
+                .and_then(|a| a.get("controlplane.cluster.x-k8s.io/kamaji-rs-pki-hash"))
+                .cloned()
+        })
+    };
+    let old_hash = pki_hash(&env.deployment(ns, "demo").await.unwrap());
+    let probe = ReadyzProbe::start(env.tenant_config(ns, "demo").await.unwrap());
+    probe.answered(MINUTE).await.unwrap();
+
+    // The owner's second step: the new CA signs, both are trusted.
+    env.create_datastore_with_ca(
+        "rotating",
+        for_pods,
+        &CertPair {
+            cert_pem: bundle.clone(),
+            key_pem: new.pair().key_pem,
+        },
+        &admin,
+    )
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + 2 * MINUTE;
+    let after = loop {
+        let s = env.secret(ns, client_secret).await.unwrap();
+        if is_signed_by(&secret_text(&s, "tls.crt"), &new.cert_pem()).unwrap() {
+            break s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the datastore client certificate was not reissued from the new CA"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(
+        secret_text(&after, "ca.crt"),
+        bundle,
+        "--etcd-cafile trusts both CAs"
+    );
+    wait_rolled_out(&env, ns, "demo", 2, 4 * MINUTE, move |d| {
+        pki_hash(d) != old_hash
+    })
+    .await
+    .unwrap();
+    let tenant = env.tenant_client(ns, "demo").await.unwrap();
+    Api::<Namespace>::all(tenant.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "after-rotation"}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<Namespace>::all(tenant)
+        .get("after-rotation")
+        .await
+        .unwrap();
+    let (ok, failed, why) = probe.stop().await;
+    assert!(ok > 10, "too few polls: {ok}");
+    assert_eq!(
+        failed,
+        0,
+        "/readyz failed {failed} times (of {}) while the DataStore CA rotated: {why:#?}",
+        ok + failed
+    );
+
+    // A private key of neither certificate: refused naming the field.
+    let stranger = TestCa::new("stranger").unwrap();
+    env.create_datastore_with_ca(
+        "rotating",
+        for_pods,
+        &CertPair {
+            cert_pem: bundle.clone(),
+            key_pem: stranger.pair().key_pem,
+        },
+        &admin,
+    )
+    .await
+    .unwrap();
+    let kcp = env
+        .wait_kcp_condition(ns, "demo", "DataStoreReady", "False", 2 * MINUTE)
+        .await
+        .unwrap();
+    let message = condition_message(&kcp, "DataStoreReady");
+    for text in [
+        "DataStore rotating",
+        "spec.tlsConfig.certificateAuthority",
+        "none of its 2 certificates",
+    ] {
+        assert!(message.contains(text), "{text} not said: {message}");
+    }
+}

@@ -331,6 +331,27 @@ async fn roots(
     }
     report.conditions.extend(keys.condition.clone());
     let authorities = &plan.certificate_authorities;
+    // Before the rotation is recorded as done: the tenant's published trust loses the old CAs
+    // (a failure fails the pass, and the next one tries again).
+    if let Some(trust) = &authorities.authentication_trust {
+        let secret = observed
+            .secrets
+            .get(&trust.super_admin_secret)
+            .ok_or_else(|| Error::Tenant(format!("Secret {} missing", trust.super_admin_secret)))?;
+        let client = tenant::client_from_secret(secret).await?;
+        if tenant::set_authentication_trust(
+            &client,
+            &trust.client_ca,
+            &trust.requestheader_client_ca,
+        )
+        .await?
+        {
+            info!(
+                namespace = ns,
+                "certificate-authority rotation: extension-apiserver-authentication trusts only the new CAs"
+            );
+        }
+    }
     let writes = authorities.writes.clone();
     let what = "certificate-authority rotation";
     if let Some(stop) =

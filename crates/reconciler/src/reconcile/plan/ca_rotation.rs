@@ -130,10 +130,28 @@ pub struct CertificateAuthorities {
     /// While replacing workers: the `spec.rollout.after` every MachineDeployment of the
     /// Cluster must have at least.
     pub roll_workers_after: Option<SystemTime>,
+    /// When the old CAs are dropped and no API server trusts them any more: what the tenant's
+    /// `kube-system/extension-apiserver-authentication` must trust from now on, set before the
+    /// rotation is recorded as done (kube-apiserver only ever adds to that ConfigMap).
+    pub authentication_trust: Option<AuthenticationTrust>,
     /// `CertificateAuthoritiesRotated`, once a rotation was requested.
     pub condition: Option<Cond>,
     /// When to look again for this rotation.
     pub due: Option<Duration>,
+}
+
+/// The CAs the tenant's `kube-system/extension-apiserver-authentication` ConfigMap publishes
+/// to extension API servers and webhooks. kube-apiserver's cluster-authentication-trust
+/// controller merges its own CA files into what the ConfigMap holds and never removes a
+/// certificate before it expires, so after a rotation the old CAs stay there until replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthenticationTrust {
+    /// `client-ca-file`: the cluster CA, PEM.
+    pub client_ca: String,
+    /// `requestheader-client-ca-file`: the front-proxy CA, PEM.
+    pub requestheader_client_ca: String,
+    /// The Secret holding the provider's super-admin kubeconfig for the tenant.
+    pub super_admin_secret: String,
 }
 
 /// What [`plan`] reads.
@@ -414,6 +432,11 @@ pub fn plan(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<CertificateAuthorit
     out.signing = Some((next_ca.clone(), next_proxy.clone()));
     if state.phase == Phase::Dropping {
         if settled_on(None) {
+            out.authentication_trust = Some(AuthenticationTrust {
+                client_ca: next_ca.cert_pem().to_owned(),
+                requestheader_client_ca: next_proxy.cert_pem().to_owned(),
+                super_admin_secret: spec.names.super_admin_kubeconfig_secret(),
+            });
             out.writes
                 .push(state_secret(target, request, Phase::Done, &[], None));
             out.condition = Some(done(request));
@@ -912,9 +935,18 @@ mod tests {
         // Until the pods ran without the old CAs, it is not done.
         let rolling = w.pass(Some("r1"), Some(std::slice::from_ref(&fp)), None);
         assert_eq!(reason(&rolling), reasons::DROPPING_PREVIOUS_CA);
-        assert!(rolling.writes.is_empty());
+        assert!(rolling.writes.is_empty() && rolling.authentication_trust.is_none());
         let done = w.pass(Some("r1"), Some(&[None]), None);
         assert_eq!(reason(&done), reasons::ROTATED);
+        let trust = done
+            .authentication_trust
+            .as_ref()
+            .expect("the tenant's trust reset");
+        assert_eq!(
+            trust.client_ca, new,
+            "extension-apiserver-authentication: the new CA"
+        );
+        assert_ne!(trust.requestheader_client_ca, trust.client_ca);
         let state = w.state.as_ref().unwrap();
         assert!(
             state.data.as_ref().is_none_or(BTreeMap::is_empty),
