@@ -13,6 +13,19 @@ use kube::api::{Api, PostParams};
 
 const MINUTE: Duration = Duration::from_mins(1);
 
+/// The pod template's hash of the mounted key material (it changes when a certificate the
+/// pods mount changes, which rolls them).
+fn pki_hash(d: &Deployment) -> Option<String> {
+    d.spec.as_ref().and_then(|s| {
+        s.template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get("controlplane.cluster.x-k8s.io/kamaji-rs-pki-hash"))
+            .cloned()
+    })
+}
+
 /// The certificate of every leaf Secret of `ns/demo` (the seven of
 /// `kamaji_bootstrap::leaves::LEAVES` and the datastore client), PEM, by Secret name.
 async fn leaf_certificates(env: &Env, ns: &str) -> std::collections::BTreeMap<String, String> {
@@ -79,17 +92,7 @@ async fn leaves_are_renewed_at_their_renewal_time_before_they_expire_without_los
         SystemTime::now() < first_due,
         "the tenant took too long: the first leaf is due before the test could watch"
     );
-    let template_hash = |d: &Deployment| {
-        d.spec.as_ref().and_then(|s| {
-            s.template
-                .metadata
-                .as_ref()
-                .and_then(|m| m.annotations.as_ref())
-                .and_then(|a| a.get("controlplane.cluster.x-k8s.io/kamaji-rs-pki-hash"))
-                .cloned()
-        })
-    };
-    let old_hash = template_hash(&env.deployment(ns, "demo").await.unwrap());
+    let old_hash = pki_hash(&env.deployment(ns, "demo").await.unwrap());
     // Each Secret's certificate must change between its renewal time and its expiry.
     let mut renewed = std::collections::BTreeMap::new();
     while renewed.len() < before.len() {
@@ -116,11 +119,11 @@ async fn leaves_are_renewed_at_their_renewal_time_before_they_expire_without_los
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let rolled = wait_rolled_out(&env, ns, "demo", 2, 4 * MINUTE, move |d| {
-        template_hash(d) != old_hash
+        pki_hash(d) != old_hash
     })
     .await
     .unwrap();
-    assert!(template_hash(&rolled).is_some());
+    assert!(pki_hash(&rolled).is_some());
     let (ok, failed, why) = probe.stop().await;
     assert!(ok > 10, "too few probes: {ok}");
     assert_eq!(
@@ -441,16 +444,6 @@ async fn a_datastore_ca_rotated_by_its_owner_moves_each_tenant_without_a_failed_
     let client_secret = "demo-apiserver-etcd-client";
     let before = env.secret(ns, client_secret).await.unwrap();
     assert!(is_signed_by(&secret_text(&before, "tls.crt"), &old.cert_pem()).unwrap());
-    let pki_hash = |d: &Deployment| {
-        d.spec.as_ref().and_then(|s| {
-            s.template
-                .metadata
-                .as_ref()
-                .and_then(|m| m.annotations.as_ref())
-                .and_then(|a| a.get("controlplane.cluster.x-k8s.io/kamaji-rs-pki-hash"))
-                .cloned()
-        })
-    };
     let old_hash = pki_hash(&env.deployment(ns, "demo").await.unwrap());
     let probe = ReadyzProbe::start(env.tenant_config(ns, "demo").await.unwrap());
     probe.answered(MINUTE).await.unwrap();
