@@ -607,11 +607,11 @@ mod tests {
     fn a_datastore_ca_bundle_issues_from_the_certificate_its_key_belongs_to() {
         use crate::pki::CertificateAuthority;
         use crate::pki::inspect::is_signed_by;
+        use k8s_openapi::ByteString;
         let now = SystemTime::now();
         let (alg, policy) = (KeyAlgorithm::default(), LeafPolicy::default());
         let old = CertificateAuthority::generate("etcd-ca", alg, now).unwrap();
         let new = CertificateAuthority::generate("etcd-ca", alg, now).unwrap();
-        use k8s_openapi::ByteString;
         let stored_as = |leaf: &LeafCertificate| Secret {
             data: Some(BTreeMap::from([
                 (

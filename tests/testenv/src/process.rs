@@ -115,7 +115,7 @@ impl Drop for Supervised {
 }
 
 /// The ports [`free_port`] hands out: below the kernel's ephemeral range (32768–60999 here,
-/// `net.ipv4.ip_local_port_range`) and below Kubernetes' NodePort range (30000–32767), so an
+/// `net.ipv4.ip_local_port_range`) and below Kubernetes' `NodePort` range (30000–32767), so an
 /// outgoing connection or a Service can never take a port between the check and the program's
 /// bind.
 const FREE_PORTS: std::ops::Range<u16> = 20_000..30_000;
@@ -137,7 +137,12 @@ pub fn free_port() -> Result<u16> {
     let start = std::process::id().wrapping_mul(7919) % span;
     for _ in 0..span {
         let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
-        let port = FREE_PORTS.start + u16::try_from(offset).expect("offset < span fits u16");
+        let Some(port) = u16::try_from(offset)
+            .ok()
+            .and_then(|o| FREE_PORTS.start.checked_add(o))
+        else {
+            continue;
+        };
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return Ok(port);
         }

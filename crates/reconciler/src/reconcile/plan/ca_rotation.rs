@@ -842,6 +842,7 @@ mod tests {
     /// The whole rotation, pass by pass: trust both, promote once every pod trusts both
     /// (serving the cross-signed new CA), replace the workers, drop the old CAs.
     #[test]
+    #[allow(clippy::too_many_lines)] // one rotation, phase by phase
     fn a_requested_rotation_trusts_issues_replaces_workers_and_drops_the_old_cas() {
         let mut w = World::new(serde_json::json!({}));
         let idle = w.pass(None, None, None);
