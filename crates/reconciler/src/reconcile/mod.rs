@@ -90,9 +90,15 @@ impl Facts {
 }
 
 impl Report {
-    /// Reports a condition.
+    /// Reports a condition; a later report of the same type replaces the earlier one (the
+    /// observe step's `DataStoreReady=True`, say, by apply's finding that the schema is held by
+    /// another control plane), so the status never carries a type twice.
     pub fn push(&mut self, cond: Cond) {
-        self.conditions.push(cond);
+        if let Some(same) = self.conditions.iter_mut().find(|c| c.type_ == cond.type_) {
+            *same = cond;
+        } else {
+            self.conditions.push(cond);
+        }
     }
     /// A Normal event.
     pub fn note(&mut self, reason: &'static str, message: &str) {
@@ -396,5 +402,36 @@ async fn publish(
     };
     if let Err(e) = ctx.recorder.publish(&ev, &kcp.object_ref(&())).await {
         warn!("publishing event: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A condition reported twice in a pass is written once, as last reported (the API server
+    /// refuses a status with a type twice: `Duplicate value`).
+    #[test]
+    fn a_condition_reported_twice_is_written_once_as_last_reported() {
+        let mut report = Report::default();
+        report.push(Cond::yes(types::DATASTORE_READY, reasons::READY, "etcd"));
+        report.push(Cond::yes(types::SPEC_VALID, reasons::READY, ""));
+        report.push(Cond::no(
+            types::DATASTORE_READY,
+            reasons::DATASTORE_SCHEMA_IN_USE,
+            "held",
+        ));
+        let of: Vec<_> = report
+            .conditions
+            .iter()
+            .map(|c| (c.type_, c.status))
+            .collect();
+        assert_eq!(
+            of,
+            [
+                (types::DATASTORE_READY, "False"),
+                (types::SPEC_VALID, "True")
+            ]
+        );
     }
 }
