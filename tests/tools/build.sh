@@ -45,7 +45,7 @@ GATEWAY_API_VERSION=v1.6.3
 
 die() { echo "make tools: $*" >&2; exit 1; }
 
-command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH (install Go >= 1.26 and retry)"
+command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH (install Go >= 1.26.8 and retry)"
 mkdir -p "$cache" || die "cannot create the tools cache $cache"
 
 defer_previous=false

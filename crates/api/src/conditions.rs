@@ -119,6 +119,9 @@ pub mod reasons {
     /// A DataStore of `spec.dataStoreOverrides` has another CA certificate than the control
     /// plane's DataStore (kube-apiserver has one etcd client certificate and CA for all).
     pub const DATASTORE_CA_MISMATCH: &str = "DataStoreCAMismatch";
+    /// The control plane's datastore schema (its etcd key prefix) is claimed by another
+    /// control plane on the same DataStore; the message names it.
+    pub const DATASTORE_SCHEMA_IN_USE: &str = "DataStoreSchemaInUse";
     /// The spec is invalid; the message names the field.
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// A requested feature is not supported (for example `deployment.externalClusterReference`).

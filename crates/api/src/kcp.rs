@@ -175,15 +175,19 @@ pub struct KamajiControlPlaneFields {
 
     /// Database name (relational DataStores) or key prefix (etcd) of this control plane inside
     /// the DataStore. Defaults to a name derived from namespace and name
-    /// ([`crate::names::datastore_schema`]). Immutable once set.
+    /// ([`crate::names::datastore_schema`]). Immutable once set. An identifier of lowercase
+    /// letters, digits and `_` ([`validation::DATASTORE_IDENTIFIER_PATTERN`]). One control
+    /// plane per schema on a datastore: the first to claim it keeps it (`DataStoreReady=False`,
+    /// reason `DataStoreSchemaInUse`, for the others).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = validation::DATASTORE_IDENTIFIER_PATTERN))]
     pub data_store_schema: Option<String>,
 
     /// Database user (relational DataStores). Immutable once set. Not supported by kamaji-rs
-    /// yet (etcd DataStores only): refused with `SpecValid=False`.
+    /// yet (etcd DataStores only): refused with `SpecValid=False`. An identifier like
+    /// `dataStoreSchema` ([`validation::DATASTORE_IDENTIFIER_PATTERN`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = validation::DATASTORE_IDENTIFIER_PATTERN))]
     pub data_store_username: Option<String>,
 
     /// Kubernetes resources stored in a DataStore other than `dataStoreName` (for example

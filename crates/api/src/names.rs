@@ -407,6 +407,12 @@ impl ObjectNames {
         dns_subdomain(&self.cluster, "-control-plane-config")
     }
 
+    /// The KamajiControlPlane's name.
+    #[must_use]
+    pub fn kcp(&self) -> &str {
+        &self.kcp
+    }
+
     /// The control-plane Deployment (a DNS label, so pod names derived from it stay valid).
     #[must_use]
     pub fn deployment(&self) -> String {

@@ -23,6 +23,14 @@ use crate::kcp::Component;
 /// metadata, `v` prefix optional (`1.27.0`, `v1.30.2`, `v1.31.0-rc.1`).
 pub const VERSION_PATTERN: &str = r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$";
 
+/// A datastore identifier (`spec.dataStoreSchema`, `spec.dataStoreUsername`): a lowercase
+/// letter or `_`, then lowercase letters, digits and `_` (at most 63 in all, the schema's
+/// `maxLength`). It becomes an etcd key prefix (`/<schema>/`), and a PostgreSQL or MySQL
+/// database and user name, where it is valid without quoting: no `/` to reach another tenant's
+/// prefix, no quote, `;`, comment marker, space or non-ASCII letter to reach a SQL statement.
+/// [`crate::names::datastore_schema`] derives names of this form.
+pub const DATASTORE_IDENTIFIER_PATTERN: &str = r"^[a-z_][a-z0-9_]*$";
+
 /// Major version of the Kubernetes releases kamaji-rs supports.
 pub const SUPPORTED_MAJOR: u32 = 1;
 /// Oldest supported minor of [`SUPPORTED_MAJOR`]: the oldest release whose kubeadm artifacts

@@ -122,6 +122,9 @@ pub struct Context {
     /// When each control plane (by `namespace/name`) first met the transient setback its
     /// status is being held back for ([`Config::transient_grace`]).
     pub setbacks: Mutex<HashMap<String, Instant>>,
+    /// Datastore schemas this process has claimed or found claimed by their control plane
+    /// (`<DataStore>\0<schema>\0<namespace/name>`), so the claim is checked once per process.
+    pub schema_claims: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Context {
@@ -190,6 +193,7 @@ impl Context {
             settled_drift: Mutex::new(HashMap::new()),
             infrastructure_kinds: Mutex::new(HashMap::new()),
             setbacks: Mutex::new(HashMap::new()),
+            schema_claims: Mutex::new(std::collections::HashSet::new()),
         }
     }
 }

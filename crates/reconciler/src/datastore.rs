@@ -206,6 +206,13 @@ pub struct Credentials {
     pub key: String,
 }
 
+/// Shows neither the certificate nor the key.
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").finish_non_exhaustive()
+    }
+}
+
 /// POSTs `body` to `path` of etcd's gRPC JSON gateway on the first endpoint that answers.
 async fn gateway(
     ds: &Resolved,
@@ -285,6 +292,115 @@ pub async fn count_prefix(ds: &Resolved, creds: &Credentials, prefix: &str) -> R
         .as_str()
         .and_then(|d| d.parse().ok())
         .unwrap_or(0))
+}
+
+/// The key recording which control plane holds `schema` on a datastore:
+/// `/kamaji-rs/claims/<schema>`, outside every tenant's prefix (a schema has no `-`).
+#[must_use]
+pub fn claim_key(schema: &str) -> String {
+    format!("/kamaji-rs/claims/{schema}")
+}
+
+/// Who holds a datastore schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// Nobody has claimed it (a tenant from before claims, or none).
+    Free,
+    /// `holder` (`namespace/name` of a KamajiControlPlane) holds it.
+    HeldBy(String),
+}
+
+/// Claims `schema` on the datastore for `holder` (`namespace/name`), in one etcd transaction:
+/// the claim key is written only if it does not exist. Returns the holder afterwards: `holder`
+/// itself when it claimed it now or before, another control plane's `namespace/name` when that
+/// one was first. Two control planes with the same schema on one etcd would read and write
+/// each other's objects, and deleting one would delete the other's keys.
+///
+/// # Errors
+/// A message when no endpoint accepted the request.
+pub async fn claim_schema(
+    ds: &Resolved,
+    creds: &Credentials,
+    schema: &str,
+    holder: &str,
+) -> Result<String, String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = b64.encode(claim_key(schema));
+    let v = gateway(
+        ds,
+        creds,
+        "/v3/kv/txn",
+        &serde_json::json!({
+            "compare": [{"result": "EQUAL", "target": "CREATE", "key": key, "create_revision": "0"}],
+            "success": [{"request_put": {"key": key, "value": b64.encode(holder)}}],
+            "failure": [{"request_range": {"key": key}}],
+        }),
+    )
+    .await?;
+    if v["succeeded"].as_bool().unwrap_or(false) {
+        return Ok(holder.to_owned());
+    }
+    match first_value(&v["responses"][0]["response_range"]) {
+        Some(h) => Ok(h),
+        // Released between the compare and now: the next pass claims it.
+        None => Err(format!(
+            "the claim on {} changed while read",
+            claim_key(schema)
+        )),
+    }
+}
+
+/// Who holds `schema` on the datastore (`POST /v3/kv/range` of [`claim_key`]).
+///
+/// # Errors
+/// A message when no endpoint accepted the request.
+pub async fn schema_claim(
+    ds: &Resolved,
+    creds: &Credentials,
+    schema: &str,
+) -> Result<Claim, String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let v = gateway(
+        ds,
+        creds,
+        "/v3/kv/range",
+        &serde_json::json!({"key": b64.encode(claim_key(schema))}),
+    )
+    .await?;
+    Ok(first_value(&v).map_or(Claim::Free, Claim::HeldBy))
+}
+
+/// Removes `holder`'s claim on `schema` (a transaction that deletes the claim key only while
+/// its value is `holder`): once a control plane's keys are deleted, its schema is free again.
+///
+/// # Errors
+/// A message when no endpoint accepted the request.
+pub async fn release_schema(
+    ds: &Resolved,
+    creds: &Credentials,
+    schema: &str,
+    holder: &str,
+) -> Result<(), String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = b64.encode(claim_key(schema));
+    gateway(
+        ds,
+        creds,
+        "/v3/kv/txn",
+        &serde_json::json!({
+            "compare": [{"result": "EQUAL", "target": "VALUE", "key": key, "value": b64.encode(holder)}],
+            "success": [{"request_delete_range": {"key": key}}],
+        }),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// The first value of a range response (`kvs[0].value`, base64 in the gateway's JSON), as text.
+fn first_value(range: &serde_json::Value) -> Option<String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let raw = b64.decode(range["kvs"][0]["value"].as_str()?).ok()?;
+    String::from_utf8(raw).ok()
 }
 
 #[cfg(test)]

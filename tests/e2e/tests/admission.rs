@@ -1538,3 +1538,90 @@ async fn endpoint_fields_are_frozen_once_the_endpoint_is_set() -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// Issue 17 (hostile datastore identifiers): `dataStoreSchema` and `dataStoreUsername` become
+/// an etcd key prefix and SQL database and user names, so anything but a plain identifier is
+/// refused at admission, naming the field, in both versions and in the template: a `/` that
+/// would reach another tenant's prefix, quotes, `;`, comment markers, spaces, upper case,
+/// Unicode, over-long names. Identifiers, the derived form (`k_…`) included, are accepted.
+#[tokio::test]
+async fn datastore_identifiers_that_are_not_plain_identifiers_are_refused() -> Result<()> {
+    let cluster = LocalCluster::builder().capi(false).start().await?;
+    create_namespace(&cluster, "idents")?;
+    let long = "a".repeat(64);
+    let hostile = [
+        "a'; DROP DATABASE postgres; --",
+        "a\"b",
+        "a;b",
+        "a--b",
+        "a/*b*/",
+        "tenant_b/../x",
+        "/tenant_b",
+        "a b",
+        "Tenant",
+        "schéma",
+        "1abc",
+        "a-b",
+        long.as_str(),
+    ];
+    let kcps = api(&cluster, "idents", "v1alpha1", "KamajiControlPlane");
+    for field in ["dataStoreSchema", "dataStoreUsername"] {
+        for (i, value) in hostile.iter().enumerate() {
+            create_refused(
+                &kcps,
+                &format!("{}-{i}", field.to_lowercase()),
+                &json!({ field: value }),
+                &[&format!("spec.{field}")],
+            )
+            .await?;
+        }
+    }
+    let fits = "a".repeat(63);
+    for (i, value) in ["tenant_v2_demo", "k_1abc_9f8e7d6c", "_x", fits.as_str()]
+        .iter()
+        .enumerate()
+    {
+        create_kcp(
+            &kcps,
+            &format!("ok-{i}"),
+            &json!({"dataStoreSchema": value}),
+        )
+        .await?;
+    }
+    // The other served version and the template carry the same rule.
+    let mut spec = base_spec();
+    merge(&mut spec, &json!({"dataStoreSchema": "a;b"}));
+    let v2: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{GROUP}/v1alpha2"),
+        "kind": "KamajiControlPlane",
+        "metadata": {"name": "v2-hostile"},
+        "spec": spec,
+    }))?;
+    let err = api(&cluster, "idents", "v1alpha2", "KamajiControlPlane")
+        .create(&PostParams::default(), &v2)
+        .await
+        .err()
+        .context("a v1alpha2 KamajiControlPlane with dataStoreSchema a;b accepted")?;
+    let message = rejection(&err).with_context(|| format!("not a 422 rejection: {err}"))?;
+    ensure!(
+        message.contains("spec.dataStoreSchema"),
+        "the v1alpha2 refusal does not name the field: {message}"
+    );
+    let template: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{GROUP}/v1alpha1"),
+        "kind": "KamajiControlPlaneTemplate",
+        "metadata": {"name": "hostile"},
+        "spec": {"template": {"spec": {"dataStoreSchema": "a;b"}}},
+    }))?;
+    let err = api(&cluster, "idents", "v1alpha1", "KamajiControlPlaneTemplate")
+        .create(&PostParams::default(), &template)
+        .await
+        .err()
+        .context("a template with dataStoreSchema a;b accepted")?;
+    let message = rejection(&err).with_context(|| format!("not a 422 rejection: {err}"))?;
+    ensure!(
+        message.contains("spec.template.spec.dataStoreSchema"),
+        "the template's refusal does not name the field: {message}"
+    );
+    Ok(())
+}

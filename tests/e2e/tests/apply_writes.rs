@@ -48,9 +48,25 @@ fn writes(cluster: &LocalCluster, from: usize) -> (Vec<String>, usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_nothing() {
     let cluster = LocalCluster::builder().capi(false).start().await.unwrap();
-    let ca = kamaji_testenv::pki::TestCa::new("datastore-ca")
-        .unwrap()
-        .pair();
+    // A real etcd as the DataStore: the manager claims the tenant's schema there first.
+    let datastore_ca = kamaji_testenv::pki::TestCa::new("datastore-ca").unwrap();
+    let serving = datastore_ca
+        .serving(
+            "etcd",
+            &["localhost"],
+            &[std::net::IpAddr::from([127, 0, 0, 1])],
+        )
+        .unwrap();
+    let etcd = kamaji_testenv::Etcd::start_tls(
+        cluster.tools(),
+        &cluster.dir().join("datastore"),
+        &serving.cert_pem,
+        &serving.key_pem,
+        &datastore_ca.cert_pem(),
+    )
+    .await
+    .unwrap();
+    let ca = datastore_ca.pair();
     let b64 = |s: &str| {
         use base64::Engine as _;
         base64::engine::general_purpose::STANDARD.encode(s)
@@ -64,7 +80,7 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
         .apply_value(&serde_json::json!({
             "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore",
             "metadata": {"name": "default"},
-            "spec": {"driver": "etcd", "endpoints": ["127.0.0.1:2379"], "tlsConfig": {
+            "spec": {"driver": "etcd", "endpoints": [etcd.url()], "tlsConfig": {
                 "certificateAuthority": {
                     "certificate": {"content": b64(&ca.cert_pem)},
                     "privateKey": {"content": b64(&ca.key_pem)}},

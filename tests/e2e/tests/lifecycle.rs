@@ -534,6 +534,9 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
     );
 }
 
+/// Deletion removes every object and the datastore prefix, then the claim on the schema; a
+/// second control plane on the tenant's schema was refused before and its deletion took
+/// nothing of the tenant's.
 #[kamaji_e2e::test]
 async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
     let _serial = serial();
@@ -541,10 +544,27 @@ async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
     env.f0_available("tenant-a", "demo", 1).await.unwrap();
     let prefix = etcd_prefix(&env, "tenant-a", "demo").await;
     let (ds, creds) = datastore_admin(&env);
-    assert!(
-        datastore::count_prefix(&ds, &creds, &prefix).await.unwrap() > 0,
-        "the tenant stored keys"
+    let keys = datastore::count_prefix(&ds, &creds, &prefix).await.unwrap();
+    assert!(keys > 0, "the tenant stored keys");
+    let schema = prefix.trim_start_matches('/').to_owned();
+    let claim = || datastore::schema_claim(&ds, &creds, &schema);
+    assert_eq!(
+        claim().await.unwrap(),
+        datastore::Claim::HeldBy("tenant-a/demo".into())
     );
+    second_control_plane_on_the_same_schema_is_refused(&env, &schema).await;
+    assert!(
+        datastore::count_prefix(&ds, &creds, &prefix).await.unwrap() >= keys,
+        "deleting the refused control plane removed the holder's keys"
+    );
+    assert_eq!(
+        claim().await.unwrap(),
+        datastore::Claim::HeldBy("tenant-a/demo".into())
+    );
+    Api::<Namespace>::all(env.tenant_client("tenant-a", "demo").await.unwrap())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
 
     let clusters = cluster_api(&env, "tenant-a", "v1beta1");
     clusters
@@ -605,6 +625,11 @@ async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
         datastore::count_prefix(&ds, &creds, &prefix).await.unwrap(),
         0,
         "the prefix is empty"
+    );
+    assert_eq!(
+        claim().await.unwrap(),
+        datastore::Claim::Free,
+        "the claim outlived the keys"
     );
 
     // The same name again starts from an empty prefix and comes up.
@@ -1425,4 +1450,91 @@ async fn the_cluster_mirrors_available_rolling_out_scaling_and_deleting() {
             "{type_}=True never on the Cluster: {seen:#?}"
         );
     }
+}
+
+/// Deletes Cluster `ns/name` and waits until it and its KamajiControlPlane are gone.
+async fn delete_cluster(env: &Env, ns: &str, name: &str) {
+    let clusters = cluster_api(env, ns, "v1beta1");
+    clusters
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let kcps: Api<KamajiControlPlane> = Api::namespaced(env.client(), ns);
+    let uid = kcps
+        .get(name)
+        .await
+        .map(|k| k.metadata.uid.unwrap_or_default())
+        .unwrap_or_default();
+    tokio::time::timeout(
+        3 * MINUTE,
+        await_condition(kcps, name, conditions::is_deleted(&uid)),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "KamajiControlPlane {ns}/{name} not deleted in 3 minutes\nmanager log:\n{}",
+            env.manager_log()
+        )
+    })
+    .unwrap();
+}
+
+/// Issue 17 (colliding datastore schemas, cf. Kamaji's CVE-2026-62246): a second control plane
+/// setting the `dataStoreSchema` a running one holds would run on the same etcd prefix,
+/// reading the other's Secrets, and deleting it would delete the other's keys. It is refused
+/// with `DataStoreReady=False` (`DataStoreSchemaInUse`, naming the field and the holder),
+/// nothing of it is written, and it is deleted (the caller checks the holder's keys and
+/// claim are intact). (Negative control: without the claim it gets a Deployment on the
+/// holder's prefix.)
+async fn second_control_plane_on_the_same_schema_is_refused(env: &Env, schema: &str) {
+    env.namespace("claim-b").await.unwrap();
+    env.apply_yaml(
+        &F0::new("claim-b", "demo")
+            .replicas(1)
+            .spec(&format!("  dataStoreSchema: {schema}\n"))
+            .yaml(),
+    )
+    .await
+    .unwrap();
+    let refused = env
+        .wait_kcp_condition("claim-b", "demo", "DataStoreReady", "False", 2 * MINUTE)
+        .await
+        .unwrap();
+    let condition = refused
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "DataStoreReady")
+        .unwrap();
+    assert_eq!(condition.reason, "DataStoreSchemaInUse");
+    assert!(
+        condition.message.contains("spec.dataStoreSchema")
+            && condition.message.contains("tenant-a/demo"),
+        "the refusal does not name the field and the holder: {}",
+        condition.message
+    );
+    assert!(
+        Api::<Deployment>::namespaced(env.client(), "claim-b")
+            .get_opt("demo")
+            .await
+            .unwrap()
+            .is_none(),
+        "the refused control plane got a Deployment on the holder's prefix"
+    );
+    let written = Api::<Secret>::namespaced(env.client(), "claim-b")
+        .list(&ListParams::default().labels("cluster.x-k8s.io/cluster-name=demo"))
+        .await
+        .unwrap();
+    assert!(
+        written.items.is_empty(),
+        "the refused control plane wrote Secrets: {:?}",
+        written
+            .items
+            .iter()
+            .map(|s| s.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+    delete_cluster(env, "claim-b", "demo").await;
 }

@@ -126,7 +126,9 @@ async fn stop_control_plane(ctx: &Context, ns: &str, names: &ObjectNames) -> Res
 /// tenant's `<cluster>-apiserver-etcd-client` Secret, which a namespace deletion may remove
 /// first. When a DataStore is gone its keys cannot be reached and a Warning event says so. An
 /// override DataStore with another CA than the control plane's was refused
-/// (`DataStoreReady=False`), so the API server never wrote there: it is left alone.
+/// (`DataStoreReady=False`), so the API server never wrote there: it is left alone. So are the
+/// keys of a schema another control plane holds ([`datastore::claim_schema`]): this one was
+/// refused and never wrote there. Once the keys are gone the claim is released.
 async fn remove_datastore_prefix(
     kcp: &KamajiControlPlane,
     ctx: &Context,
@@ -134,7 +136,9 @@ async fn remove_datastore_prefix(
     names: &ObjectNames,
     report: &mut Report,
 ) -> Result<(), Error> {
-    let prefix = kamaji_api::names::etcd_prefix(&datastore_schema(kcp));
+    let schema = datastore_schema(kcp);
+    let prefix = kamaji_api::names::etcd_prefix(&schema);
+    let holder = format!("{ns}/{}", kcp.name_any());
     let mut primary_ca: Option<String> = None;
     for (i, ds_name) in datastore_names(kcp, &ctx.config.default_datastore)
         .into_iter()
@@ -176,10 +180,25 @@ async fn remove_datastore_prefix(
             cert: leaf.cert_pem().to_owned(),
             key: leaf.key_pem().to_owned(),
         };
+        // Another control plane holds the schema: this one was refused and never wrote there.
+        if let datastore::Claim::HeldBy(other) = datastore::schema_claim(&ds, &credentials, &schema)
+            .await
+            .map_err(Error::Datastore)?
+            && other != holder
+        {
+            info!(kcp = %object_key(kcp), datastore = ds_name, prefix, holder = %other, "the datastore schema belongs to another control plane: its keys stay");
+            continue;
+        }
         let deleted = datastore::delete_prefix(&ds, &credentials, &prefix)
             .await
             .map_err(Error::Datastore)?;
-        info!(kcp = %object_key(kcp), datastore = ds_name, prefix, deleted, "removed the tenant's datastore keys");
+        datastore::release_schema(&ds, &credentials, &schema, &holder)
+            .await
+            .map_err(Error::Datastore)?;
+        info!(kcp = %object_key(kcp), datastore = ds_name, prefix, deleted, "removed the tenant's datastore keys and released its schema");
+        if let Ok(mut c) = ctx.schema_claims.lock() {
+            c.remove(&format!("{ds_name}\0{schema}\0{holder}"));
+        }
     }
     Ok(())
 }

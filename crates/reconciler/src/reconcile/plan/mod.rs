@@ -77,6 +77,8 @@ pub struct Plan {
     pub owner: OwnerReference,
     /// The roots (stored, or new to be created if absent).
     pub roots: RootSecrets,
+    /// The claim on the datastore schema, made before anything else is written there.
+    pub schema_claim: SchemaClaim,
     /// `<cluster>-apiserver-etcd-client`.
     pub datastore_client: Secret,
     /// The service-account keys: which the API servers accept, and the next step of a
@@ -333,9 +335,11 @@ pub fn plan(
             endpoint::waiting_message(spec),
         )),
     };
+    let schema_claim = schema_claim(spec, datastore, &datastore_client);
     Ok(Ok(Plan {
         owner,
         roots,
+        schema_claim,
         datastore_client,
         service_account,
         certificate_authorities,
@@ -344,6 +348,45 @@ pub fn plan(
         tls_route,
         control_plane,
     }))
+}
+
+/// The claim a control plane holds on its datastore schema (its etcd key prefix) on every
+/// DataStore its API server writes to ([`crate::datastore::claim_schema`]).
+#[derive(Debug, Clone)]
+pub struct SchemaClaim {
+    /// `spec.dataStoreSchema` or the derived one.
+    pub schema: String,
+    /// `namespace/name` of the control plane: stable across `clusterctl move`, which keeps
+    /// the keys and the claim.
+    pub holder: String,
+    /// The control plane's DataStore, then each other DataStore of `spec.dataStoreOverrides`
+    /// once (same CA, its own servers).
+    pub datastores: Vec<Resolved>,
+    /// The tenant's datastore client certificate and key (the Secret about to be written).
+    pub credentials: Option<crate::datastore::Credentials>,
+}
+
+/// The [`SchemaClaim`] of `spec` on `datastore` and its overrides, with the credentials of
+/// `datastore_client`.
+fn schema_claim(spec: &ValidSpec, datastore: &Resolved, datastore_client: &Secret) -> SchemaClaim {
+    let mut datastores = vec![datastore.clone()];
+    for o in &datastore.overrides {
+        if datastores.iter().all(|d| d.name != o.datastore) {
+            datastores.push(Resolved {
+                name: o.datastore.clone(),
+                endpoints: o.servers.clone(),
+                overrides: Vec::new(),
+                ..datastore.clone()
+            });
+        }
+    }
+    SchemaClaim {
+        schema: spec.datastore_schema.clone(),
+        holder: format!("{}/{}", spec.namespace, spec.names.kcp()),
+        datastores,
+        credentials: kamaji_bootstrap::secrets::tls_pair_of(datastore_client)
+            .map(|(cert, key)| crate::datastore::Credentials { cert, key }),
+    }
 }
 
 /// The datastore and endpoint wiring of the components.
@@ -715,6 +758,63 @@ pub(crate) mod tests {
             control_plane_pods: None,
             worker_machines: None,
         }
+    }
+
+    /// The schema is claimed on the control plane's DataStore and once on each other
+    /// DataStore of its overrides (their servers, the same CA), for `namespace/name`, with
+    /// the datastore client's certificate; `dataStoreSchema` when set.
+    #[test]
+    fn the_schema_is_claimed_on_every_datastore_the_api_server_writes_to() {
+        let spec = valid(&fixture(
+            serde_json::json!({"dataStoreSchema": "custom_schema"}),
+        ));
+        let mut ds = datastore();
+        for resource in ["/events", "coordination.k8s.io/leases"] {
+            ds.overrides.push(crate::datastore::Override {
+                resource: resource.into(),
+                datastore: "events".into(),
+                servers: vec!["https://10.0.0.3:2379".into()],
+            });
+        }
+        ds.overrides.push(crate::datastore::Override {
+            resource: "apps/deployments".into(),
+            datastore: "default".into(),
+            servers: ds.server_urls(),
+        });
+        let client = Secret {
+            data: Some(BTreeMap::from([
+                (
+                    "tls.crt".to_owned(),
+                    k8s_openapi::ByteString(b"CERT".to_vec()),
+                ),
+                (
+                    "tls.key".to_owned(),
+                    k8s_openapi::ByteString(b"KEY".to_vec()),
+                ),
+            ])),
+            ..Secret::default()
+        };
+        let claim = schema_claim(&spec, &ds, &client);
+        assert_eq!(claim.schema, "custom_schema");
+        assert_eq!(claim.holder, format!("{}/demo", spec.namespace));
+        let at: Vec<(&str, Vec<String>)> = claim
+            .datastores
+            .iter()
+            .map(|d| (d.name.as_str(), d.server_urls()))
+            .collect();
+        assert_eq!(
+            at,
+            [
+                ("default", vec!["https://10.0.0.2:2379".to_owned()]),
+                ("events", vec!["https://10.0.0.3:2379".to_owned()]),
+            ]
+        );
+        assert!(claim.datastores.iter().all(|d| d.ca_cert == ds.ca_cert));
+        let credentials = claim.credentials.unwrap();
+        assert_eq!(
+            (credentials.cert.as_str(), credentials.key.as_str()),
+            ("CERT", "KEY")
+        );
     }
 
     #[test]
