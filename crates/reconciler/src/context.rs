@@ -122,9 +122,9 @@ pub struct Context {
     /// When each control plane (by `namespace/name`) first met the transient setback its
     /// status is being held back for ([`Config::transient_grace`]).
     pub setbacks: Mutex<HashMap<String, Instant>>,
-    /// Datastore schemas this process has claimed or found claimed by their control plane
-    /// (`<DataStore>\0<schema>\0<namespace/name>`), so the claim is checked once per process.
-    pub schema_claims: Mutex<std::collections::HashSet<String>>,
+    /// Datastore schemas this process has claimed or found claimed by their control plane, as
+    /// (DataStore, schema, `namespace/name`), so the claim is checked once per process.
+    pub schema_claims: Mutex<std::collections::HashSet<(String, String, String)>>,
 }
 
 impl Context {

@@ -1591,37 +1591,37 @@ async fn datastore_identifiers_that_are_not_plain_identifiers_are_refused() -> R
     // The other served version and the template carry the same rule.
     let mut spec = base_spec();
     merge(&mut spec, &json!({"dataStoreSchema": "a;b"}));
-    let v2: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{GROUP}/v1alpha2"),
-        "kind": "KamajiControlPlane",
-        "metadata": {"name": "v2-hostile"},
-        "spec": spec,
-    }))?;
-    let err = api(&cluster, "idents", "v1alpha2", "KamajiControlPlane")
-        .create(&PostParams::default(), &v2)
-        .await
-        .err()
-        .context("a v1alpha2 KamajiControlPlane with dataStoreSchema a;b accepted")?;
-    let message = rejection(&err).with_context(|| format!("not a 422 rejection: {err}"))?;
-    ensure!(
-        message.contains("spec.dataStoreSchema"),
-        "the v1alpha2 refusal does not name the field: {message}"
-    );
-    let template: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{GROUP}/v1alpha1"),
-        "kind": "KamajiControlPlaneTemplate",
-        "metadata": {"name": "hostile"},
-        "spec": {"template": {"spec": {"dataStoreSchema": "a;b"}}},
-    }))?;
-    let err = api(&cluster, "idents", "v1alpha1", "KamajiControlPlaneTemplate")
-        .create(&PostParams::default(), &template)
-        .await
-        .err()
-        .context("a template with dataStoreSchema a;b accepted")?;
-    let message = rejection(&err).with_context(|| format!("not a 422 rejection: {err}"))?;
-    ensure!(
-        message.contains("spec.template.spec.dataStoreSchema"),
-        "the template's refusal does not name the field: {message}"
-    );
+    let others = [
+        (
+            "v1alpha2",
+            "KamajiControlPlane",
+            spec,
+            "spec.dataStoreSchema",
+        ),
+        (
+            "v1alpha1",
+            "KamajiControlPlaneTemplate",
+            json!({"template": {"spec": {"dataStoreSchema": "a;b"}}}),
+            "spec.template.spec.dataStoreSchema",
+        ),
+    ];
+    for (version, kind, spec, field) in others {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("{GROUP}/{version}"),
+            "kind": kind,
+            "metadata": {"name": "hostile"},
+            "spec": spec,
+        }))?;
+        let err = api(&cluster, "idents", version, kind)
+            .create(&PostParams::default(), &object)
+            .await
+            .err()
+            .with_context(|| format!("a {version} {kind} with dataStoreSchema a;b accepted"))?;
+        let message = rejection(&err).with_context(|| format!("not a 422 rejection: {err}"))?;
+        ensure!(
+            message.contains(field),
+            "the {version} {kind} refusal does not name {field}: {message}"
+        );
+    }
     Ok(())
 }

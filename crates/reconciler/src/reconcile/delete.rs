@@ -138,7 +138,7 @@ async fn remove_datastore_prefix(
 ) -> Result<(), Error> {
     let schema = datastore_schema(kcp);
     let prefix = kamaji_api::names::etcd_prefix(&schema);
-    let holder = format!("{ns}/{}", kcp.name_any());
+    let holder = object_key(kcp);
     let mut primary_ca: Option<String> = None;
     for (i, ds_name) in datastore_names(kcp, &ctx.config.default_datastore)
         .into_iter()
@@ -197,7 +197,7 @@ async fn remove_datastore_prefix(
             .map_err(Error::Datastore)?;
         info!(kcp = %object_key(kcp), datastore = ds_name, prefix, deleted, "removed the tenant's datastore keys and released its schema");
         if let Ok(mut c) = ctx.schema_claims.lock() {
-            c.remove(&format!("{ds_name}\0{schema}\0{holder}"));
+            c.remove(&(ds_name.to_owned(), schema.clone(), holder.clone()));
         }
     }
     Ok(())

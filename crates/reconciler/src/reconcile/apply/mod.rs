@@ -245,7 +245,7 @@ async fn claim_schema(
         return Ok(None);
     };
     for ds in &claim.datastores {
-        let remembered = format!("{}\0{}\0{}", ds.name, claim.schema, claim.holder);
+        let remembered = (ds.name.clone(), claim.schema.clone(), claim.holder.clone());
         if ctx
             .schema_claims
             .lock()
