@@ -139,7 +139,7 @@ k8s_ldflags=$(k8s_ldflags_for "$K8S_VERSION")
 # either chain stops both, and its one line is printed.
 results=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$results"' EXIT
-build etcd "$ETCD_VERSION" "-s -w" etcd=go.etcd.io/etcd/server/v3 >"$results/etcd" || exit 1
+build etcd "$ETCD_VERSION" "-s -w" etcd=go.etcd.io/etcd/server/v3 etcdctl=go.etcd.io/etcd/etcdctl/v3 >"$results/etcd" || exit 1
 chain_kubernetes() {
     build k8s "$K8S_VERSION" "$k8s_ldflags" \
         kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \

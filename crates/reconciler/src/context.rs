@@ -122,9 +122,14 @@ pub struct Context {
     /// When each control plane (by `namespace/name`) first met the transient setback its
     /// status is being held back for ([`Config::transient_grace`]).
     pub setbacks: Mutex<HashMap<String, Instant>>,
-    /// Datastore schemas this process has claimed or found claimed by their control plane, as
-    /// (DataStore, schema, `namespace/name`), so the claim is checked once per process.
+    /// Datastore schemas this process has claimed (or found claimed) for their control plane
+    /// and whose etcd user and role it has granted, as (DataStore, schema, `namespace/name`),
+    /// so both are checked once per process.
     pub schema_claims: Mutex<std::collections::HashSet<(String, String, String)>>,
+    /// The control planes the controller watches (set when it starts): etcd authentication
+    /// goes on for a DataStore only once each initialized one on it has its etcd user.
+    pub control_planes:
+        std::sync::OnceLock<kube::runtime::reflector::Store<kamaji_api::KamajiControlPlane>>,
 }
 
 impl Context {
@@ -194,6 +199,7 @@ impl Context {
             infrastructure_kinds: Mutex::new(HashMap::new()),
             setbacks: Mutex::new(HashMap::new()),
             schema_claims: Mutex::new(std::collections::HashSet::new()),
+            control_planes: std::sync::OnceLock::new(),
         }
     }
 }

@@ -105,6 +105,7 @@ pub async fn run(
     // control planes (and the Clusters that map to them) is the whole split.
     let controller = Controller::new(kcps, scope.filtered());
     let store = controller.store();
+    let _ = ctx.control_planes.set(store.clone());
     let default_ds = ctx.config.default_datastore.clone();
     let ds_store = store.clone();
     controller

@@ -8,7 +8,7 @@ use anyhow::Result;
 use base64::Engine as _;
 use kamaji_bootstrap::pki::{CertificateAuthority, KeyAlgorithm, LeafSpec};
 use kamaji_machine::network::UNDERLAY_GATEWAY;
-use kamaji_reconciler::datastore::{Credentials, Resolved};
+use kamaji_reconciler::datastore::{self, Resolved};
 use kamaji_testenv::pki::{CertPair, TestCa};
 use kamaji_testenv::{Etcd, LocalCluster};
 
@@ -130,30 +130,45 @@ impl Env {
     }
 }
 
-/// The datastore as the manager resolves it, with the environment's admin client certificate.
+/// The datastore as the manager resolves it (with the CA key, from which
+/// [`datastore::auth::session`] issues the manager's own identity).
 #[must_use]
-pub fn datastore_admin(env: &Env) -> (Resolved, Credentials) {
+pub fn datastore_admin(env: &Env) -> Resolved {
     datastore_admin_at(env, env.datastore.url())
 }
 
 /// An etcd at `url` that shares the environment's datastore CA (the `default` DataStore's, or
-/// one of [`Env::start_datastore_sharing_the_ca`]), with the environment's admin client
-/// certificate.
+/// one of [`Env::start_datastore_sharing_the_ca`]), as the manager resolves it.
 #[must_use]
-pub fn datastore_admin_at(env: &Env, url: &str) -> (Resolved, Credentials) {
-    (
-        Resolved {
-            name: "default".into(),
-            endpoints: vec![url.to_owned()],
-            ca_cert: env.datastore_ca.cert_pem.clone(),
-            ca_key: String::new(),
-            overrides: Vec::new(),
-        },
-        Credentials {
-            cert: env.datastore_client.cert_pem.clone(),
-            key: env.datastore_client.key_pem.clone(),
-        },
-    )
+pub fn datastore_admin_at(env: &Env, url: &str) -> Resolved {
+    Resolved {
+        name: "default".into(),
+        endpoints: vec![url.to_owned()],
+        ca_cert: env.datastore_ca.cert_pem.clone(),
+        ca_key: env.datastore_ca.key_pem.clone(),
+        overrides: Vec::new(),
+        basic_auth: None,
+    }
+}
+
+/// The number of keys under `prefix` on `ds`, read in a session of the manager's
+/// ([`datastore::auth::session`]; etcd authentication may be on).
+pub async fn keys_under(ds: &Resolved, prefix: &str) -> u64 {
+    let session = datastore::auth::session(ds).await.unwrap();
+    datastore::count_prefix(ds, &session, prefix).await.unwrap()
+}
+
+/// Whether etcd authentication is on for `ds` and the etcd roles it has.
+pub async fn authentication_and_roles(ds: &Resolved) -> (bool, Vec<String>) {
+    let session = datastore::auth::session(ds).await.unwrap();
+    let roles = datastore::auth::roles(ds, &session).await.unwrap();
+    (session.token.is_some(), roles)
+}
+
+/// Who holds `schema` on `ds` ([`datastore::schema_claim`]).
+pub async fn claim_on(ds: &Resolved, schema: &str) -> datastore::Claim {
+    let session = datastore::auth::session(ds).await.unwrap();
+    datastore::schema_claim(ds, &session, schema).await.unwrap()
 }
 
 /// The tenant's datastore prefix, as its kube-apiserver is told (`--etcd-prefix`).

@@ -15,8 +15,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kamaji_api::KamajiControlPlane;
 use kamaji_api::names::{InternalSecret, ObjectNames};
-use kamaji_e2e::{Env, F0, datastore_admin, etcd_prefix, f0, secret_text, serial, wait_rolled_out};
-use kamaji_reconciler::datastore;
+use kamaji_e2e::{
+    Env, F0, datastore_admin, etcd_prefix, f0, keys_under, secret_text, serial, wait_rolled_out,
+};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
@@ -658,14 +659,14 @@ async fn deleting_the_namespace_removes_the_tenant_keys_in_ten_runs_out_of_ten()
         env.namespace(ns).await.unwrap();
         env.apply_yaml(&f0(ns, "demo", 1)).await.unwrap();
     }
-    let (ds, creds) = datastore_admin(&env);
+    let ds = datastore_admin(&env);
     let mut prefixes = Vec::new();
     for ns in &runs {
         env.wait_kcp_condition(ns, "demo", "Available", "True", 6 * MINUTE)
             .await
             .unwrap();
         let prefix = etcd_prefix(&env, ns, "demo").await;
-        let keys = datastore::count_prefix(&ds, &creds, &prefix).await.unwrap();
+        let keys = keys_under(&ds, &prefix).await;
         assert!(keys > 0, "{ns}: the tenant stored keys");
         prefixes.push(prefix);
     }
@@ -692,7 +693,7 @@ async fn deleting_the_namespace_removes_the_tenant_keys_in_ten_runs_out_of_ten()
     }
     let mut left = Vec::new();
     for (ns, prefix) in runs.iter().zip(&prefixes) {
-        let keys = datastore::count_prefix(&ds, &creds, prefix).await.unwrap();
+        let keys = keys_under(&ds, prefix).await;
         if keys > 0 {
             left.push(format!("{ns}: {keys} keys under {prefix}"));
         }

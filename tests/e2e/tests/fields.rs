@@ -537,16 +537,8 @@ async fn network_gateway_without_the_gateway_api_says_which_crd_is_missing() {
 }
 
 /// The number of keys below `prefix` in the etcd `ds` (read with its admin certificate).
-async fn keys(
-    ds: &(
-        kamaji_reconciler::datastore::Resolved,
-        kamaji_reconciler::datastore::Credentials,
-    ),
-    prefix: &str,
-) -> u64 {
-    kamaji_reconciler::datastore::count_prefix(&ds.0, &ds.1, prefix)
-        .await
-        .unwrap()
+async fn keys(ds: &kamaji_reconciler::datastore::Resolved, prefix: &str) -> u64 {
+    kamaji_e2e::datastore::keys_under(ds, prefix).await
 }
 
 /// `dataStoreOverrides`: `/events` kept in a second etcd (its server certificate from the same

@@ -10,8 +10,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use kamaji_api::KamajiControlPlane;
 use kamaji_e2e::{
-    Env, F0, ReadyzProbe, api_server_has, control_plane_at, datastore_admin, etcd_prefix, f0,
-    secret_text, serial, wait_rolled_out,
+    Env, F0, ReadyzProbe, api_server_has, authentication_and_roles, claim_on, control_plane_at,
+    datastore_admin, etcd_prefix, f0, keys_under, secret_text, serial, wait_rolled_out,
 };
 use kamaji_reconciler::datastore;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -471,6 +471,10 @@ async fn quickstart_sample_as_written_reaches_available_with_secrets_named_after
     assert!(kamaji_reconciler::tenant::readyz(&tenant).await);
 }
 
+/// Two tenants named `demo` in two namespaces get two prefixes, two CAs and two APIs; on the
+/// shared etcd (authentication on), tenant A's datastore client certificate reads and writes
+/// its own prefix and gets `permission denied` on tenant B's and on the provider's claims, as
+/// etcd's own client shows.
 #[kamaji_e2e::test]
 async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
     let _serial = serial();
@@ -503,6 +507,61 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
         ),
     );
     assert_ne!(pa, pb, "datastore prefixes must differ");
+    let (pa, pb) = (
+        pa.trim_start_matches("--etcd-prefix=").to_owned(),
+        pb.trim_start_matches("--etcd-prefix=").to_owned(),
+    );
+    let own = etcdctl_as(
+        &env,
+        "tenant-a",
+        &[
+            "get",
+            &format!("{pa}/"),
+            "--prefix",
+            "--keys-only",
+            "--limit=1",
+        ],
+    )
+    .await;
+    assert!(
+        own.0 && own.1.contains(&pa),
+        "tenant A cannot read its own prefix: {}",
+        own.1
+    );
+    for (what, args) in [
+        (
+            "read tenant B's prefix",
+            vec![
+                "get".to_owned(),
+                format!("{pb}/"),
+                "--prefix".into(),
+                "--keys-only".into(),
+            ],
+        ),
+        (
+            "write into tenant B's prefix",
+            vec![
+                "put".to_owned(),
+                format!("{pb}/registry/intruder"),
+                "x".into(),
+            ],
+        ),
+        (
+            "read the schema claims",
+            vec![
+                "get".to_owned(),
+                "/kamaji-rs/claims/".into(),
+                "--prefix".into(),
+            ],
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, out) = etcdctl_as(&env, "tenant-a", &args).await;
+        assert!(
+            !ok && out.contains("permission denied"),
+            "tenant A's datastore certificate could {what}: {out}"
+        );
+    }
     let (ca, cb) = (
         env.secret("tenant-a", "demo-ca").await.unwrap(),
         env.secret("tenant-b", "demo-ca").await.unwrap(),
@@ -534,6 +593,36 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
     );
 }
 
+/// Runs etcd's own client against the shared datastore as tenant `ns`'s kube-apiserver does:
+/// with its `demo-apiserver-etcd-client` certificate. Returns whether it succeeded and its
+/// output.
+async fn etcdctl_as(env: &Env, ns: &str, args: &[&str]) -> (bool, String) {
+    let secret = env.secret(ns, "demo-apiserver-etcd-client").await.unwrap();
+    let dir = env.cluster.dir().join(format!("etcdctl-{ns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        std::fs::write(dir.join(key), secret_text(&secret, key)).unwrap();
+    }
+    let out = tokio::process::Command::new(env.cluster.tools().path("etcdctl"))
+        .arg(format!("--endpoints={}", env.datastore.url()))
+        .arg(format!("--cacert={}", dir.join("ca.crt").display()))
+        .arg(format!("--cert={}", dir.join("tls.crt").display()))
+        .arg(format!("--key={}", dir.join("tls.key").display()))
+        .arg("--command-timeout=10s")
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 /// Deletion removes every object and the datastore prefix, then the claim on the schema; a
 /// second control plane on the tenant's schema was refused before and its deletion took
 /// nothing of the tenant's.
@@ -543,22 +632,28 @@ async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
     let env = Env::start().await.unwrap();
     env.f0_available("tenant-a", "demo", 1).await.unwrap();
     let prefix = etcd_prefix(&env, "tenant-a", "demo").await;
-    let (ds, creds) = datastore_admin(&env);
-    let keys = datastore::count_prefix(&ds, &creds, &prefix).await.unwrap();
+    let ds = datastore_admin(&env);
+    let keys = keys_under(&ds, &prefix).await;
     assert!(keys > 0, "the tenant stored keys");
     let schema = prefix.trim_start_matches('/').to_owned();
-    let claim = || datastore::schema_claim(&ds, &creds, &schema);
+    let claim = || claim_on(&ds, &schema);
     assert_eq!(
-        claim().await.unwrap(),
+        claim().await,
         datastore::Claim::HeldBy("tenant-a/demo".into())
     );
+    let (authentication, roles) = authentication_and_roles(&ds).await;
+    assert!(
+        authentication,
+        "etcd authentication is off on the DataStore"
+    );
+    assert!(roles.contains(&schema), "no etcd role {schema}: {roles:?}");
     second_control_plane_on_the_same_schema_is_refused(&env, &schema).await;
     assert!(
-        datastore::count_prefix(&ds, &creds, &prefix).await.unwrap() >= keys,
+        keys_under(&ds, &prefix).await >= keys,
         "deleting the refused control plane removed the holder's keys"
     );
     assert_eq!(
-        claim().await.unwrap(),
+        claim().await,
         datastore::Claim::HeldBy("tenant-a/demo".into())
     );
     Api::<Namespace>::all(env.tenant_client("tenant-a", "demo").await.unwrap())
@@ -621,15 +716,16 @@ async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
             .map(|s| s.metadata.name.clone())
             .collect::<Vec<_>>()
     );
+    assert_eq!(keys_under(&ds, &prefix).await, 0, "the prefix is empty");
     assert_eq!(
-        datastore::count_prefix(&ds, &creds, &prefix).await.unwrap(),
-        0,
-        "the prefix is empty"
-    );
-    assert_eq!(
-        claim().await.unwrap(),
+        claim().await,
         datastore::Claim::Free,
         "the claim outlived the keys"
+    );
+    let (_, roles) = authentication_and_roles(&ds).await;
+    assert!(
+        !roles.contains(&schema),
+        "the etcd role {schema} outlived the tenant"
     );
 
     // The same name again starts from an empty prefix and comes up.
@@ -640,7 +736,7 @@ async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
     // the control plane lives on elsewhere, so the finalizer goes and the prefix stays.
     let kcps: Api<KamajiControlPlane> = Api::namespaced(env.client(), "tenant-a");
     assert!(
-        datastore::count_prefix(&ds, &creds, &prefix).await.unwrap() > 0,
+        keys_under(&ds, &prefix).await > 0,
         "the new tenant stored keys"
     );
     env.patch_kcp(
@@ -669,7 +765,7 @@ async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
     .expect("the finalizer is released for a move")
     .unwrap();
     assert!(
-        datastore::count_prefix(&ds, &creds, &prefix).await.unwrap() > 0,
+        keys_under(&ds, &prefix).await > 0,
         "a delete-for-move leaves the tenant's datastore keys"
     );
 }
@@ -766,8 +862,8 @@ async fn b19_clusterctl_move_keeps_the_tenant_identity() {
         .unwrap();
     let token = kamaji_e2e::default_service_account_token(&tenant).await;
     let prefix = etcd_prefix(&source, "tenant-a", "demo").await;
-    let (ds, creds) = datastore_admin(&source);
-    let keys_before = datastore::count_prefix(&ds, &creds, &prefix).await.unwrap();
+    let ds = datastore_admin(&source);
+    let keys_before = keys_under(&ds, &prefix).await;
 
     let target = Env::builder()
         .installed_by_clusterctl(true)
@@ -892,7 +988,7 @@ async fn b19_clusterctl_move_keeps_the_tenant_identity() {
         endpoint
     );
     assert!(
-        datastore::count_prefix(&ds, &creds, &prefix).await.unwrap() >= keys_before,
+        keys_under(&ds, &prefix).await >= keys_before,
         "the tenant's datastore keys survive the move"
     );
 

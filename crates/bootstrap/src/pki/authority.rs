@@ -345,6 +345,21 @@ impl DatastoreCa {
             validity,
         )
     }
+
+    /// Issues the provider's own client certificate ([`LeafSpec::datastore_admin`]), valid
+    /// until `now + validity`; kept in memory only.
+    ///
+    /// # Errors
+    /// As [`CertificateAuthority::issue`].
+    pub fn issue_admin(
+        &self,
+        algorithm: KeyAlgorithm,
+        now: SystemTime,
+        validity: Duration,
+    ) -> Result<LeafCertificate, Error> {
+        self.signer
+            .issue_valid_for(&LeafSpec::datastore_admin(), algorithm, now, validity)
+    }
 }
 
 /// The service-account token signing key pair (`sa.key` / `sa.pub`).
@@ -404,7 +419,9 @@ fn distinguished_name(cn: &str, orgs: &[String]) -> DistinguishedName {
     for o in orgs {
         dn.push(DnType::OrganizationName, o.as_str());
     }
-    dn.push(DnType::CommonName, cn);
+    if !cn.is_empty() {
+        dn.push(DnType::CommonName, cn);
+    }
     dn
 }
 

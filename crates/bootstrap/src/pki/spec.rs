@@ -228,6 +228,14 @@ impl LeafSpec {
     pub fn datastore_client(common_name: &str) -> Self {
         Self::client(LeafRole::DatastoreClient, common_name, &[])
     }
+    /// The provider's client certificate towards an etcd DataStore: no common name (etcd's
+    /// JSON gateway refuses a certificate with one once authentication is enabled, because it
+    /// would not authenticate the request), `O=kamaji-rs`, clientAuth; signed by the DataStore
+    /// CA. The etcd user is then the one of the password token sent with each request.
+    #[must_use]
+    pub fn datastore_admin() -> Self {
+        Self::client(LeafRole::DatastoreClient, "", &["kamaji-rs"])
+    }
     /// A datastore server certificate like kubeadm's `etcd-server`: `CN=<common_name>`,
     /// serverAuth + clientAuth, DNS names `localhost` + `dns_names`, IPs `127.0.0.1`, `::1` +
     /// `ips`.

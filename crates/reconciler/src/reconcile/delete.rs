@@ -3,7 +3,7 @@
 //! release the finalizer. Completes when parts are already gone; a control plane deleted by
 //! `clusterctl move` only has its finalizer released.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
@@ -12,7 +12,6 @@ use kamaji_api::cluster::ClusterView;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::{CLUSTER_NAME_LABEL, FINALIZER, KAMAJI_NAME_LABEL};
 use kamaji_api::names::ObjectNames;
-use kamaji_bootstrap::leaves;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
 use kube::runtime::controller::Action;
@@ -23,7 +22,7 @@ use super::status::Cond;
 use super::validate::{datastore_names, datastore_schema};
 use super::{Report, object_key};
 use crate::context::Context;
-use crate::datastore::{self, Credentials};
+use crate::datastore;
 use crate::error::{Error, KubeContext};
 
 /// Deletes the control plane of `kcp` (see the module docs). `Ok(None)` once the finalizer is
@@ -121,10 +120,10 @@ async fn stop_control_plane(ctx: &Context, ns: &str, names: &ObjectNames) -> Res
 }
 
 /// Removes the tenant's keys from its datastore, and from the DataStores of its
-/// `spec.dataStoreOverrides` (the same prefix), each with a short-lived client certificate the
-/// manager issues itself from that DataStore's CA, in memory: cleanup never depends on the
-/// tenant's `<cluster>-apiserver-etcd-client` Secret, which a namespace deletion may remove
-/// first. When a DataStore is gone its keys cannot be reached and a Warning event says so. An
+/// `spec.dataStoreOverrides` (the same prefix), then its etcd user and role, each in the
+/// manager's own session ([`datastore::auth::session`], a client certificate issued in memory
+/// from that DataStore's CA): cleanup never depends on the tenant's
+/// `<cluster>-apiserver-etcd-client` Secret, which a namespace deletion may remove first. When a DataStore is gone its keys cannot be reached and a Warning event says so. An
 /// override DataStore with another CA than the control plane's was refused
 /// (`DataStoreReady=False`), so the API server never wrote there: it is left alone. So are the
 /// keys of a schema another control plane holds ([`datastore::claim_schema`]): this one was
@@ -167,21 +166,11 @@ async fn remove_datastore_prefix(
             info!(kcp = %object_key(kcp), datastore = ds_name, "not the control plane's CA: the API server never wrote there");
             continue;
         }
-        let (leaf, _) = leaves::datastore_client(
-            &ds.ca_cert,
-            &ds.ca_key,
-            &datastore_common_name(ns, names),
-            None,
-            ctx.config.key_algorithm,
-            ctx.config.leaf_policy,
-            SystemTime::now(),
-        )?;
-        let credentials = Credentials {
-            cert: leaf.cert_pem().to_owned(),
-            key: leaf.key_pem().to_owned(),
-        };
+        let session = datastore::auth::session(&ds)
+            .await
+            .map_err(Error::Datastore)?;
         // Another control plane holds the schema: this one was refused and never wrote there.
-        if let datastore::Claim::HeldBy(other) = datastore::schema_claim(&ds, &credentials, &schema)
+        if let datastore::Claim::HeldBy(other) = datastore::schema_claim(&ds, &session, &schema)
             .await
             .map_err(Error::Datastore)?
             && other != holder
@@ -189,13 +178,16 @@ async fn remove_datastore_prefix(
             info!(kcp = %object_key(kcp), datastore = ds_name, prefix, holder = %other, "the datastore schema belongs to another control plane: its keys stay");
             continue;
         }
-        let deleted = datastore::delete_prefix(&ds, &credentials, &prefix)
+        let deleted = datastore::delete_prefix(&ds, &session, &prefix)
             .await
             .map_err(Error::Datastore)?;
-        datastore::release_schema(&ds, &credentials, &schema, &holder)
+        datastore::auth::revoke_tenant(&ds, &session, &schema, &datastore_common_name(ns, names))
             .await
             .map_err(Error::Datastore)?;
-        info!(kcp = %object_key(kcp), datastore = ds_name, prefix, deleted, "removed the tenant's datastore keys and released its schema");
+        datastore::release_schema(&ds, &session, &schema, &holder)
+            .await
+            .map_err(Error::Datastore)?;
+        info!(kcp = %object_key(kcp), datastore = ds_name, prefix, deleted, "removed the tenant's datastore keys, its etcd user and role, and released its schema");
         if let Ok(mut c) = ctx.schema_claims.lock() {
             c.remove(&(ds_name.to_owned(), schema.clone(), holder.clone()));
         }

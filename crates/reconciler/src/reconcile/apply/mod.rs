@@ -1,5 +1,5 @@
 //! The **apply** step: the only place that writes what a [`Plan`] holds, in order — the claim
-//! on the datastore schema, the roots
+//! on the datastore schema and the tenant's etcd user ([`datastore`]), the roots
 //! with create-if-absent, the datastore client, the Service, the endpoint into the
 //! KamajiControlPlane (once), the leaves, the Deployment, the removal of v0.1 Secrets, then the
 //! Cluster's endpoint (once) and the tenant's kubeadm artifacts once the tenant answers, and
@@ -11,6 +11,7 @@
 //! change writes nothing. An object controlled by another object is never written; the pass
 //! stops with a condition naming both.
 
+pub mod datastore;
 pub mod drift;
 pub mod machines;
 
@@ -230,55 +231,6 @@ fn timed_requeue(
     }
 }
 
-/// Claims the control plane's datastore schema on each of its DataStores, once per manager
-/// process and DataStore (remembered in [`Context::schema_claims`]). `Some(action)` stops the
-/// pass when another control plane holds it (`DataStoreReady=False`, reason
-/// `DataStoreSchemaInUse`, naming it): nothing is written for this one, whose API server would
-/// otherwise share the other's keys. It looks again after [`RECHECK`]: the holder's deletion
-/// is no event of this control plane.
-async fn claim_schema(
-    ctx: &Context,
-    claim: &super::plan::SchemaClaim,
-    report: &mut Report,
-) -> Result<Option<Action>, Error> {
-    let Some(credentials) = &claim.credentials else {
-        return Ok(None);
-    };
-    for ds in &claim.datastores {
-        let remembered = (ds.name.clone(), claim.schema.clone(), claim.holder.clone());
-        if ctx
-            .schema_claims
-            .lock()
-            .is_ok_and(|c| c.contains(&remembered))
-        {
-            continue;
-        }
-        let holder = crate::datastore::claim_schema(ds, credentials, &claim.schema, &claim.holder)
-            .await
-            .map_err(Error::Datastore)?;
-        if holder != claim.holder {
-            let msg = format!(
-                "spec.dataStoreSchema: {} on DataStore {} belongs to KamajiControlPlane {holder}, \
-                 which claimed it first; two control planes on one schema would share their \
-                 objects: recreate this one with another dataStoreSchema",
-                claim.schema, ds.name
-            );
-            report.warn(reasons::DATASTORE_SCHEMA_IN_USE, &msg);
-            report.push(Cond::no(
-                types::DATASTORE_READY,
-                reasons::DATASTORE_SCHEMA_IN_USE,
-                msg,
-            ));
-            return Ok(Some(Action::requeue(RECHECK)));
-        }
-        info!(holder = %claim.holder, datastore = %ds.name, schema = %claim.schema, "datastore schema claimed");
-        if let Ok(mut c) = ctx.schema_claims.lock() {
-            c.insert(remembered);
-        }
-    }
-    Ok(None)
-}
-
 /// The pod template of `d` as stored.
 fn template_of(d: &Deployment) -> Option<&k8s_openapi::api::core::v1::PodTemplateSpec> {
     d.spec.as_ref().map(|s| &s.template)
@@ -341,7 +293,8 @@ fn conflict(report: &mut Report, type_: &'static str, msg: String) -> Action {
     Action::requeue(RECHECK)
 }
 
-/// The claim on the datastore schema ([`claim_schema`]), then the roots: a stored one must not
+/// The claim on the datastore schema and the tenant's etcd user
+/// ([`datastore::claim_and_grant`]), then the roots: a stored one must not
 /// be controlled by another object; a new one is created if absent; then the step of a key
 /// rotation. `Some(action)` stops the pass.
 async fn roots(
@@ -352,7 +305,7 @@ async fn roots(
     report: &mut Report,
 ) -> Result<Option<Action>, Error> {
     // First the schema claim: a control plane refused there writes nothing at all.
-    if let Some(stop) = claim_schema(ctx, &plan.schema_claim, report).await? {
+    if let Some(stop) = datastore::claim_and_grant(ctx, &plan.schema_claim, report).await? {
         return Ok(Some(stop));
     }
     for root in &plan.roots.secrets {

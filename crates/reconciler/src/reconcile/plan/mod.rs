@@ -335,7 +335,7 @@ pub fn plan(
             endpoint::waiting_message(spec),
         )),
     };
-    let schema_claim = schema_claim(spec, datastore, &datastore_client);
+    let schema_claim = schema_claim(spec, datastore);
     Ok(Ok(Plan {
         owner,
         roots,
@@ -362,13 +362,12 @@ pub struct SchemaClaim {
     /// The control plane's DataStore, then each other DataStore of `spec.dataStoreOverrides`
     /// once (same CA, its own servers).
     pub datastores: Vec<Resolved>,
-    /// The tenant's datastore client certificate and key (the Secret about to be written).
-    pub credentials: Option<crate::datastore::Credentials>,
+    /// The tenant's etcd user: its datastore client certificate's common name.
+    pub user: String,
 }
 
-/// The [`SchemaClaim`] of `spec` on `datastore` and its overrides, with the credentials of
-/// `datastore_client`.
-fn schema_claim(spec: &ValidSpec, datastore: &Resolved, datastore_client: &Secret) -> SchemaClaim {
+/// The [`SchemaClaim`] of `spec` on `datastore` and its overrides.
+fn schema_claim(spec: &ValidSpec, datastore: &Resolved) -> SchemaClaim {
     let mut datastores = vec![datastore.clone()];
     for o in &datastore.overrides {
         if datastores.iter().all(|d| d.name != o.datastore) {
@@ -384,8 +383,7 @@ fn schema_claim(spec: &ValidSpec, datastore: &Resolved, datastore_client: &Secre
         schema: spec.datastore_schema.clone(),
         holder: format!("{}/{}", spec.namespace, spec.names.kcp()),
         datastores,
-        credentials: kamaji_bootstrap::secrets::tls_pair_of(datastore_client)
-            .map(|(cert, key)| crate::datastore::Credentials { cert, key }),
+        user: pki::datastore_common_name(&spec.namespace, &spec.names),
     }
 }
 
@@ -723,6 +721,7 @@ pub(crate) mod tests {
             ca_cert: ca.cert_pem().into(),
             ca_key: ca.key_pem().into(),
             overrides: Vec::new(),
+            basic_auth: None,
         }
     }
 
@@ -761,8 +760,8 @@ pub(crate) mod tests {
     }
 
     /// The schema is claimed on the control plane's DataStore and once on each other
-    /// DataStore of its overrides (their servers, the same CA), for `namespace/name`, with
-    /// the datastore client's certificate; `dataStoreSchema` when set.
+    /// DataStore of its overrides (their servers, the same CA), for `namespace/name`;
+    /// `dataStoreSchema` when set; the etcd user is the client certificate's common name.
     #[test]
     fn the_schema_is_claimed_on_every_datastore_the_api_server_writes_to() {
         let spec = valid(&fixture(
@@ -781,20 +780,7 @@ pub(crate) mod tests {
             datastore: "default".into(),
             servers: ds.server_urls(),
         });
-        let client = Secret {
-            data: Some(BTreeMap::from([
-                (
-                    "tls.crt".to_owned(),
-                    k8s_openapi::ByteString(b"CERT".to_vec()),
-                ),
-                (
-                    "tls.key".to_owned(),
-                    k8s_openapi::ByteString(b"KEY".to_vec()),
-                ),
-            ])),
-            ..Secret::default()
-        };
-        let claim = schema_claim(&spec, &ds, &client);
+        let claim = schema_claim(&spec, &ds);
         assert_eq!(claim.schema, "custom_schema");
         assert_eq!(claim.holder, format!("{}/demo", spec.namespace));
         let at: Vec<(&str, Vec<String>)> = claim
@@ -810,11 +796,20 @@ pub(crate) mod tests {
             ]
         );
         assert!(claim.datastores.iter().all(|d| d.ca_cert == ds.ca_cert));
-        let credentials = claim.credentials.unwrap();
-        assert_eq!(
-            (credentials.cert.as_str(), credentials.key.as_str()),
-            ("CERT", "KEY")
-        );
+        // The etcd user is the common name of the client certificate the API server gets.
+        let client = pki::datastore_client(
+            &spec,
+            &ds,
+            &BTreeMap::new(),
+            KeyAlgorithm::default(),
+            kamaji_bootstrap::pki::LeafPolicy::default(),
+            SystemTime::now(),
+        )
+        .unwrap();
+        let (cert, _) = kamaji_bootstrap::secrets::tls_pair_of(&client).unwrap();
+        let info = kamaji_bootstrap::pki::inspect::CertificateInfo::from_pem(&cert).unwrap();
+        assert_eq!(info.common_name.as_deref(), Some(claim.user.as_str()));
+        assert_ne!(claim.user, claim.schema);
     }
 
     #[test]

@@ -12,6 +12,10 @@
 //! certificate, CA file and key prefix, so an override DataStore must have the same CA
 //! certificate as the control plane's ([`same_ca`]); it then trusts the tenant's client
 //! certificate and its server certificate verifies against the mounted CA.
+//!
+//! [`auth`] turns on etcd authentication: each tenant may read and write its own prefix only.
+
+pub mod auth;
 
 use std::collections::BTreeMap;
 
@@ -61,6 +65,27 @@ pub struct Resolved {
     /// The control plane's `spec.dataStoreOverrides` on their DataStores (filled by the
     /// observe step; empty for a DataStore resolved alone).
     pub overrides: Vec<Override>,
+    /// `spec.basicAuth`: the etcd user with the `root` role the provider acts as
+    /// ([`auth::session`]); `None` for `root` with a password derived from the CA key.
+    pub basic_auth: Option<UserPassword>,
+}
+
+/// An etcd user name and its password (`DataStore.spec.basicAuth`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserPassword {
+    /// User name.
+    pub username: String,
+    /// Password.
+    pub password: String,
+}
+
+/// Shows the user name only.
+impl std::fmt::Debug for UserPassword {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserPassword")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A resource of `spec.dataStoreOverrides` with the DataStore that keeps it.
@@ -176,12 +201,26 @@ pub async fn resolve(client: &kube::Client, name: &str) -> Result<Resolved, Prob
             "DataStore {name}: spec.tlsConfig.certificateAuthority: {e}"
         ))
     })?;
+    let basic_auth = match &ds.spec.basic_auth {
+        Some(b) => Some(UserPassword {
+            username: content(client, &b.username, "spec.basicAuth.username")
+                .await?
+                .trim()
+                .to_owned(),
+            password: content(client, &b.password, "spec.basicAuth.password")
+                .await?
+                .trim_end_matches(['\r', '\n'])
+                .to_owned(),
+        }),
+        None => None,
+    };
     Ok(Resolved {
         name: name.to_owned(),
         endpoints: ds.spec.endpoints.clone(),
         ca_cert,
         ca_key,
         overrides: Vec::new(),
+        basic_auth,
     })
 }
 
@@ -213,13 +252,49 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// A client of an etcd DataStore's JSON gateway: a client certificate, and while etcd
+/// authentication is enabled the token of the user it acts as ([`auth::session`]).
+#[derive(Clone, Debug)]
+pub struct Session {
+    /// The client certificate (etcd's gateway refuses one with a common name once
+    /// authentication is enabled).
+    pub credentials: Credentials,
+    /// The token of `/v3/auth/authenticate`, sent as `Authorization`; `None` while
+    /// authentication is disabled.
+    pub token: Option<Token>,
+}
+
+/// An etcd authentication token (never shown).
+#[derive(Clone)]
+pub struct Token(pub String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
+impl From<Credentials> for Session {
+    fn from(credentials: Credentials) -> Self {
+        Self {
+            credentials,
+            token: None,
+        }
+    }
+}
+
 /// POSTs `body` to `path` of etcd's gRPC JSON gateway on the first endpoint that answers.
+///
+/// # Errors
+/// The last endpoint's failure; for an answer with an error status, the status and etcd's
+/// message (e.g. `HTTP 400 Bad Request: etcdserver: role name already exists`).
 async fn gateway(
     ds: &Resolved,
-    creds: &Credentials,
+    session: &Session,
     path: &str,
     body: &serde_json::Value,
 ) -> Result<serde_json::Value, String> {
+    let creds = &session.credentials;
     let identity = reqwest::Identity::from_pem(format!("{}\n{}", creds.cert, creds.key).as_bytes())
         .map_err(|e| format!("client identity: {e}"))?;
     // Every certificate of the DataStore's CA (a bundle while it rotates).
@@ -233,11 +308,24 @@ async fn gateway(
         .map_err(|e| format!("HTTP client: {e}"))?;
     let mut last = String::from("no endpoint");
     for url in ds.server_urls() {
-        match http.post(format!("{url}{path}")).json(body).send().await {
+        let mut request = http.post(format!("{url}{path}")).json(body);
+        if let Some(Token(token)) = &session.token {
+            request = request.header(reqwest::header::AUTHORIZATION, token);
+        }
+        match request.send().await {
             Ok(resp) if resp.status().is_success() => {
                 return resp.json().await.map_err(|e| e.to_string());
             }
-            Ok(resp) => last = format!("{url}: HTTP {}", resp.status()),
+            Ok(resp) => {
+                let status = resp.status();
+                let body: serde_json::Value = resp.json().await.unwrap_or_default();
+                let message = body["message"].as_str().unwrap_or_default();
+                last = format!("{url}{path}: HTTP {status}: {message}");
+                // etcd refused the request itself: another member would say the same.
+                if status.is_client_error() {
+                    return Err(last);
+                }
+            }
             Err(e) => last = format!("{url}: {e}"),
         }
     }
@@ -256,15 +344,11 @@ fn prefix_range(prefix: &str) -> (String, String) {
 ///
 /// # Errors
 /// A message when no endpoint accepted the request.
-pub async fn delete_prefix(
-    ds: &Resolved,
-    creds: &Credentials,
-    prefix: &str,
-) -> Result<u64, String> {
+pub async fn delete_prefix(ds: &Resolved, session: &Session, prefix: &str) -> Result<u64, String> {
     let (key, range_end) = prefix_range(prefix);
     let v = gateway(
         ds,
-        creds,
+        session,
         "/v3/kv/deleterange",
         &serde_json::json!({"key": key, "range_end": range_end}),
     )
@@ -279,11 +363,11 @@ pub async fn delete_prefix(
 ///
 /// # Errors
 /// A message when no endpoint accepted the request.
-pub async fn count_prefix(ds: &Resolved, creds: &Credentials, prefix: &str) -> Result<u64, String> {
+pub async fn count_prefix(ds: &Resolved, session: &Session, prefix: &str) -> Result<u64, String> {
     let (key, range_end) = prefix_range(prefix);
     let v = gateway(
         ds,
-        creds,
+        session,
         "/v3/kv/range",
         &serde_json::json!({"key": key, "range_end": range_end, "count_only": true}),
     )
@@ -298,8 +382,11 @@ pub async fn count_prefix(ds: &Resolved, creds: &Credentials, prefix: &str) -> R
 /// `/kamaji-rs/claims/<schema>`, outside every tenant's prefix (a schema has no `-`).
 #[must_use]
 pub fn claim_key(schema: &str) -> String {
-    format!("/kamaji-rs/claims/{schema}")
+    format!("{CLAIMS}/{schema}")
 }
+
+/// Where the claims are kept.
+const CLAIMS: &str = "/kamaji-rs/claims";
 
 /// Who holds a datastore schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -320,7 +407,7 @@ pub enum Claim {
 /// A message when no endpoint accepted the request.
 pub async fn claim_schema(
     ds: &Resolved,
-    creds: &Credentials,
+    session: &Session,
     schema: &str,
     holder: &str,
 ) -> Result<String, String> {
@@ -328,7 +415,7 @@ pub async fn claim_schema(
     let key = b64.encode(claim_key(schema));
     let v = gateway(
         ds,
-        creds,
+        session,
         "/v3/kv/txn",
         &serde_json::json!({
             "compare": [{"result": "EQUAL", "target": "CREATE", "key": key, "create_revision": "0"}],
@@ -354,15 +441,11 @@ pub async fn claim_schema(
 ///
 /// # Errors
 /// A message when no endpoint accepted the request.
-pub async fn schema_claim(
-    ds: &Resolved,
-    creds: &Credentials,
-    schema: &str,
-) -> Result<Claim, String> {
+pub async fn schema_claim(ds: &Resolved, session: &Session, schema: &str) -> Result<Claim, String> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let v = gateway(
         ds,
-        creds,
+        session,
         "/v3/kv/range",
         &serde_json::json!({"key": b64.encode(claim_key(schema))}),
     )
@@ -377,7 +460,7 @@ pub async fn schema_claim(
 /// A message when no endpoint accepted the request.
 pub async fn release_schema(
     ds: &Resolved,
-    creds: &Credentials,
+    session: &Session,
     schema: &str,
     holder: &str,
 ) -> Result<(), String> {
@@ -385,7 +468,7 @@ pub async fn release_schema(
     let key = b64.encode(claim_key(schema));
     gateway(
         ds,
-        creds,
+        session,
         "/v3/kv/txn",
         &serde_json::json!({
             "compare": [{"result": "EQUAL", "target": "VALUE", "key": key, "value": b64.encode(holder)}],
@@ -394,6 +477,30 @@ pub async fn release_schema(
     )
     .await
     .map(|_| ())
+}
+
+/// The schemas claimed on the datastore (the keys under `/kamaji-rs/claims/`).
+///
+/// # Errors
+/// A message when no endpoint accepted the request.
+pub async fn claimed_schemas(ds: &Resolved, session: &Session) -> Result<Vec<String>, String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let (key, range_end) = prefix_range(CLAIMS);
+    let v = gateway(
+        ds,
+        session,
+        "/v3/kv/range",
+        &serde_json::json!({"key": key, "range_end": range_end, "keys_only": true}),
+    )
+    .await?;
+    Ok(v["kvs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|kv| b64.decode(kv["key"].as_str()?).ok())
+        .filter_map(|k| String::from_utf8(k).ok())
+        .filter_map(|k| k.strip_prefix(&format!("{CLAIMS}/")).map(str::to_owned))
+        .collect())
 }
 
 /// The first value of a range response (`kvs[0].value`, base64 in the gateway's JSON), as text.

@@ -1,0 +1,123 @@
+//! The first writes of a pass, on the datastore itself: the claim on the schema, the tenant's
+//! etcd user and role, and etcd authentication once every tenant on the DataStore has its user
+//! ([`crate::datastore::auth`]).
+
+use kamaji_api::conditions::{reasons, types};
+use kube::ResourceExt as _;
+use kube::runtime::controller::Action;
+use tracing::{info, warn};
+
+use super::RECHECK;
+use crate::context::Context;
+use crate::datastore::{self, Resolved, auth};
+use crate::error::Error;
+use crate::reconcile::plan::SchemaClaim;
+use crate::reconcile::status::Cond;
+use crate::reconcile::validate::{datastore_names, datastore_schema};
+use crate::reconcile::{Report, object_key};
+
+/// Claims the control plane's datastore schema on each of its DataStores and grants its etcd
+/// user and role there, once per manager process and DataStore (remembered in
+/// [`Context::schema_claims`]); then turns etcd authentication on where every control plane
+/// is granted ([`enable_when_granted`]). `Some(action)` stops the pass when another control
+/// plane holds the schema (`DataStoreReady=False`, reason `DataStoreSchemaInUse`, naming it):
+/// nothing is written for this one, whose API server would otherwise share the other's keys.
+/// It looks again after [`RECHECK`]: the holder's deletion is no event of this control plane.
+///
+/// # Errors
+/// [`Error::Datastore`] when etcd refuses a request or cannot be reached (the pass is retried).
+pub async fn claim_and_grant(
+    ctx: &Context,
+    claim: &SchemaClaim,
+    report: &mut Report,
+) -> Result<Option<Action>, Error> {
+    for ds in &claim.datastores {
+        let remembered = (ds.name.clone(), claim.schema.clone(), claim.holder.clone());
+        if ctx
+            .schema_claims
+            .lock()
+            .is_ok_and(|c| c.contains(&remembered))
+        {
+            continue;
+        }
+        let session = auth::session(ds).await.map_err(Error::Datastore)?;
+        let holder = datastore::claim_schema(ds, &session, &claim.schema, &claim.holder)
+            .await
+            .map_err(Error::Datastore)?;
+        if holder != claim.holder {
+            let msg = format!(
+                "spec.dataStoreSchema: {} on DataStore {} belongs to KamajiControlPlane {holder}, \
+                 which claimed it first; two control planes on one schema would share their \
+                 objects: recreate this one with another dataStoreSchema",
+                claim.schema, ds.name
+            );
+            report.warn(reasons::DATASTORE_SCHEMA_IN_USE, &msg);
+            report.push(Cond::no(
+                types::DATASTORE_READY,
+                reasons::DATASTORE_SCHEMA_IN_USE,
+                msg,
+            ));
+            return Ok(Some(Action::requeue(RECHECK)));
+        }
+        auth::grant_tenant(ds, &session, &claim.schema, &claim.user)
+            .await
+            .map_err(Error::Datastore)?;
+        info!(holder = %claim.holder, datastore = %ds.name, schema = %claim.schema, user = %claim.user, "datastore schema claimed, etcd user and role granted");
+        if let Ok(mut c) = ctx.schema_claims.lock() {
+            c.insert(remembered);
+        }
+        enable_when_granted(ctx, ds, &session).await?;
+    }
+    Ok(None)
+}
+
+/// Turns etcd authentication on for `ds` ([`auth::enable`]) unless an initialized control plane
+/// the controller watches on it has not been granted its user by this process yet (it ran an
+/// API server before claims and users existed, and would lose its access): that one's own pass
+/// grants it and tries again.
+async fn enable_when_granted(
+    ctx: &Context,
+    ds: &Resolved,
+    session: &datastore::Session,
+) -> Result<(), Error> {
+    if session.token.is_some() {
+        return Ok(());
+    }
+    if let Some(store) = ctx.control_planes.get() {
+        if store.wait_until_ready().await.is_err() {
+            return Ok(());
+        }
+        let granted = ctx
+            .schema_claims
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default();
+        let ungranted: Vec<String> = store
+            .state()
+            .iter()
+            .filter(|k| k.metadata.deletion_timestamp.is_none())
+            .filter(|k| k.status.as_ref().and_then(|s| s.initialized) == Some(true))
+            .filter(|k| {
+                datastore_names(k, &ctx.config.default_datastore).contains(&ds.name.as_str())
+            })
+            .filter(|k| {
+                !granted.contains(&(ds.name.clone(), datastore_schema(k), object_key(k.as_ref())))
+            })
+            .map(|k| format!("{}/{}", k.namespace().unwrap_or_default(), k.name_any()))
+            .collect();
+        if !ungranted.is_empty() {
+            info!(datastore = %ds.name, waiting_for = ?ungranted, "etcd authentication stays off until these control planes have their users");
+            return Ok(());
+        }
+    }
+    match auth::enable(ds, session).await.map_err(Error::Datastore)? {
+        auth::Enablement::Enabled => {
+            info!(datastore = %ds.name, "etcd authentication enabled: each tenant reads and writes its own prefix only");
+        }
+        auth::Enablement::AlreadyEnabled => {}
+        auth::Enablement::Waiting(schemas) => {
+            warn!(datastore = %ds.name, waiting_for = ?schemas, "etcd authentication stays off: claimed schemas without a role");
+        }
+    }
+    Ok(())
+}
