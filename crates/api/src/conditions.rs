@@ -48,6 +48,11 @@ pub mod types {
     /// [`crate::meta::CA_ROTATION_ANNOTATION`] (only once one was requested): `False` while it
     /// runs, with the phase as the reason, `True` once the old CAs are dropped.
     pub const CERTIFICATE_AUTHORITIES_ROTATED: &str = "CertificateAuthoritiesRotated";
+    /// The rotation of the key the tenant's Secrets are encrypted with at rest, requested
+    /// with [`crate::meta::ENCRYPTION_KEY_ROTATION_ANNOTATION`] (only once one was
+    /// requested): `False` while it runs, with the phase as the reason, `True` once every
+    /// Secret is rewritten with the new key and the old one is dropped.
+    pub const ENCRYPTION_KEY_ROTATED: &str = "EncryptionKeyRotated";
     /// The spec passed the controller's own validation (checks CEL cannot express, such as
     /// the DNS Service IP lying inside the Cluster's service CIDR).
     pub const SPEC_VALID: &str = "SpecValid";
@@ -153,6 +158,18 @@ pub mod reasons {
     /// disappeared after the control plane was initialized. It is never generated again
     /// implicitly: every joined node and issued credential trusts the old one.
     pub const ROOT_KEY_MATERIAL_MISSING: &str = "RootKeyMaterialMissing";
+    /// The key the tenant's Secrets are encrypted with at rest is missing after the API
+    /// servers ran with it; it is never generated again (restore it from a backup).
+    pub const ENCRYPTION_KEY_MISSING: &str = "EncryptionKeyMissing";
+    /// `EncryptionKeyRotated` False: the API servers roll to read the new key as well; the old
+    /// one still writes.
+    pub const READING_NEW_KEY: &str = "ReadingNewKey";
+    /// `EncryptionKeyRotated` False: the API servers roll to write with the new key; then
+    /// every Secret is rewritten with it.
+    pub const WRITING_WITH_NEW_KEY: &str = "WritingWithNewKey";
+    /// `EncryptionKeyRotated` False: every Secret is rewritten with the new key; the API
+    /// servers roll without the old one.
+    pub const DROPPING_PREVIOUS_KEY: &str = "DroppingPreviousKey";
     /// `ServiceAccountKeyRotated` False: the API servers roll to trust the new key; the old one
     /// still signs.
     pub const TRUSTING_NEW_KEY: &str = "TrustingNewKey";

@@ -47,6 +47,15 @@ pub const SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION: &str =
 /// working when the old CA is dropped.
 pub const CA_ROTATION_ANNOTATION: &str =
     "controlplane.cluster.x-k8s.io/rotate-certificate-authorities";
+/// Requests a rotation of the key the tenant's Secrets are encrypted with at rest
+/// (`<cluster>-encryption.config`) when set on a `KamajiControlPlane` to a value no rotation
+/// has used yet (any string, e.g. a date). In phases, each waiting until every control-plane
+/// pod runs the previous one: every API server reads the new key as well; the new key
+/// writes; every Secret of the tenant is rewritten (storage migration) and the old key is
+/// dropped. `EncryptionKeyRotated` reports the phase; the value of the last rotation done is
+/// kept on `<cluster>-encryption.config`.
+pub const ENCRYPTION_KEY_ROTATION_ANNOTATION: &str =
+    "controlplane.cluster.x-k8s.io/rotate-encryption-key";
 /// Finalizer kamaji-rs puts on a `KamajiControlPlane` to clean up its control plane and
 /// DataStore data before the object goes.
 pub const FINALIZER: &str = "kamaji-rs.controlplane.cluster.x-k8s.io/finalizer";

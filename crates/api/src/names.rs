@@ -231,11 +231,14 @@ pub enum InternalSecret {
     /// the trust bundles the components mount, the previous CAs and the new cluster CA
     /// cross-signed by the previous one.
     CaRotation,
+    /// kube-apiserver's `EncryptionConfiguration` with the keys the tenant's Secrets are
+    /// encrypted with at rest (never regenerated: without it they cannot be read).
+    Encryption,
 }
 
 impl InternalSecret {
     /// Every internal Secret.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::ApiServer,
         Self::ApiServerKubeletClient,
         Self::FrontProxyClient,
@@ -245,6 +248,7 @@ impl InternalSecret {
         Self::KonnectivityServer,
         Self::ServiceAccountRotation,
         Self::CaRotation,
+        Self::Encryption,
     ];
 
     /// The name suffix after the cluster name, leading `-` included.
@@ -260,6 +264,7 @@ impl InternalSecret {
             Self::KonnectivityServer => "-konnectivity-server.kubeconfig",
             Self::ServiceAccountRotation => "-sa-rotation.keys",
             Self::CaRotation => "-ca-rotation.keys",
+            Self::Encryption => "-encryption.config",
         }
     }
 
@@ -273,7 +278,10 @@ impl InternalSecret {
             Self::ControllerManagerKubeconfig => Some("-controller-manager-kubeconfig"),
             Self::SchedulerKubeconfig => Some("-scheduler-kubeconfig"),
             Self::SuperAdminKubeconfig => Some("-super-admin-kubeconfig"),
-            Self::KonnectivityServer | Self::ServiceAccountRotation | Self::CaRotation => None,
+            Self::KonnectivityServer
+            | Self::ServiceAccountRotation
+            | Self::CaRotation
+            | Self::Encryption => None,
         }
     }
 }

@@ -31,6 +31,7 @@
 #![allow(clippy::doc_markdown)]
 
 pub mod controlplane;
+pub mod encryption;
 pub mod error;
 pub mod konnectivity;
 pub mod kubeadm;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kamaji_bootstrap::kubeadm::TenantArtifacts;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
-    Preconditions,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams, Preconditions,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -195,6 +195,44 @@ pub async fn set_authentication_trust(
         .await
         .map_err(|e| Error::Tenant(format!("write kube-system/{NAME}: {e}")))?;
     Ok(true)
+}
+
+/// Rewrites every Secret of the tenant, unchanged, so that kube-apiserver stores each anew
+/// with the encryption key that now writes (a storage migration: an update of an object read
+/// with a key other than the writer is written even when nothing changed, as Kubernetes'
+/// "Rotating a decryption key" task relies on). Read in pages of 500; a Secret deleted or
+/// updated meanwhile needs nothing more (its last write used the new key). Returns how many
+/// were rewritten.
+///
+/// # Errors
+/// [`Error::Tenant`] when a list or an update is refused.
+pub async fn rewrite_secrets(client: &Client) -> Result<usize, Error> {
+    let api = Api::<Secret>::all(client.clone());
+    let mut rewritten = 0;
+    let mut page = ListParams::default().limit(500);
+    loop {
+        let list = api
+            .list(&page)
+            .await
+            .map_err(|e| Error::Tenant(format!("list Secrets: {e}")))?;
+        for secret in &list.items {
+            let (Some(ns), Some(name)) = (&secret.metadata.namespace, &secret.metadata.name) else {
+                continue;
+            };
+            match Api::<Secret>::namespaced(client.clone(), ns)
+                .replace(name, &PostParams::default(), secret)
+                .await
+            {
+                Ok(_) => rewritten += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => return Err(Error::Tenant(format!("rewrite Secret {ns}/{name}: {e}"))),
+            }
+        }
+        match list.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => page = ListParams::default().limit(500).continue_token(&token),
+            None => return Ok(rewritten),
+        }
+    }
 }
 
 /// The tenant's `kube-public/cluster-info` `kubeconfig` value, if the ConfigMap exists.

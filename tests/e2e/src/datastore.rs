@@ -165,6 +165,18 @@ pub async fn authentication_and_roles(ds: &Resolved) -> (bool, Vec<String>) {
     (session.token.is_some(), roles)
 }
 
+/// The stored bytes of `key` on `ds` (what etcd holds, encrypted or not).
+pub async fn raw_value(ds: &Resolved, key: &str) -> Option<Vec<u8>> {
+    let session = datastore::auth::session(ds).await.unwrap();
+    datastore::value(ds, &session, key).await.unwrap()
+}
+
+/// Every key under `prefix` on `ds` with its stored bytes.
+pub async fn raw_values_under(ds: &Resolved, prefix: &str) -> Vec<(String, Vec<u8>)> {
+    let session = datastore::auth::session(ds).await.unwrap();
+    datastore::values_under(ds, &session, prefix).await.unwrap()
+}
+
 /// Who holds `schema` on `ds` ([`datastore::schema_claim`]).
 pub async fn claim_on(ds: &Resolved, schema: &str) -> datastore::Claim {
     let session = datastore::auth::session(ds).await.unwrap();

@@ -36,7 +36,10 @@ pub mod standins;
 
 use k8s_openapi::api::core::v1::Secret;
 
-pub use datastore::{authentication_and_roles, claim_on, datastore_admin, etcd_prefix, keys_under};
+pub use datastore::{
+    authentication_and_roles, claim_on, datastore_admin, etcd_prefix, keys_under, raw_value,
+    raw_values_under,
+};
 pub use discovery::kubeadm_discovery;
 pub use env::{Env, EnvBuilder};
 pub use fixtures::{F0, f0, substitute};

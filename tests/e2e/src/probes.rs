@@ -206,8 +206,19 @@ pub struct ReadyzProbe {
 const DESCRIBED_FAILURES: usize = 5;
 
 impl ReadyzProbe {
-    /// Starts probing with `tenant` (a new client, so a new connection, per poll).
+    /// Starts probing `GET /readyz` with `tenant` (a new client, so a new connection, per
+    /// poll).
     pub fn start(tenant: kube::Config) -> Self {
+        Self::start_get(tenant, "/readyz?verbose", readyz_passed)
+    }
+
+    /// Starts probing `GET path` with `tenant` (a new client per poll): an answer is good
+    /// when it is a success status (e.g. a read of one object).
+    pub fn reading(tenant: kube::Config, path: &'static str) -> Self {
+        Self::start_get(tenant, path, |_| true)
+    }
+
+    fn start_get(tenant: kube::Config, path: &'static str, good: fn(&str) -> bool) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let ok = Arc::new(AtomicU32::new(0));
         let failed = Arc::new(AtomicU32::new(0));
@@ -218,7 +229,7 @@ impl ReadyzProbe {
             tokio::spawn(async move {
                 let started = std::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
-                    match readyz_answer(&tenant).await {
+                    match answer(&tenant, path, good).await {
                         Ok(()) => {
                             ok.fetch_add(1, Ordering::Relaxed);
                         }
@@ -293,21 +304,22 @@ impl ReadyzProbe {
     }
 }
 
-/// One `GET /readyz` on a new connection: `Ok` for `ok`, else the error or the failed checks.
-async fn readyz_answer(tenant: &kube::Config) -> Result<(), String> {
+/// Whether a `/readyz?verbose` body says every check passed.
+fn readyz_passed(body: &str) -> bool {
+    body.lines()
+        .last()
+        .is_some_and(|l| l.trim() == "readyz check passed")
+}
+
+/// One `GET path` on a new connection: `Ok` for a success status whose body is `good`, else
+/// the error or the body.
+async fn answer(tenant: &kube::Config, path: &str, good: fn(&str) -> bool) -> Result<(), String> {
     let client = Client::try_from(tenant.clone()).map_err(|e| format!("client: {e}"))?;
-    let req = http::Request::get("/readyz?verbose")
+    let req = http::Request::get(path)
         .body(Vec::new())
         .map_err(|e| e.to_string())?;
     match client.request_text(req).await {
-        Ok(body)
-            if body
-                .lines()
-                .last()
-                .is_some_and(|l| l.trim() == "readyz check passed") =>
-        {
-            Ok(())
-        }
+        Ok(body) if good(&body) => Ok(()),
         Ok(body) => Err(format!("answered {body:?}")),
         // The whole chain (anyhow's alternate form): hyper's "client error (Connect)" alone
         // hides whether TCP or TLS failed, and why.

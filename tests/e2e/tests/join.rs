@@ -161,6 +161,7 @@ fn apiserver_command(
             overrides: Vec::new(),
         },
         egress_selector_config: None,
+        encryption_provider_config: None,
         service_account_verify_file: None,
         ca_bundle_file: None,
         front_proxy_ca_bundle_file: None,

@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use kamaji_api::KamajiControlPlane;
 use kamaji_e2e::{
     Env, F0, ReadyzProbe, api_server_has, authentication_and_roles, claim_on, control_plane_at,
-    datastore_admin, etcd_prefix, f0, keys_under, secret_text, serial, wait_rolled_out,
+    datastore_admin, etcd_prefix, f0, keys_under, raw_value, raw_values_under, secret_text, serial,
+    wait_rolled_out,
 };
 use kamaji_reconciler::datastore;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -585,11 +586,117 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
             .is_none()
     );
     assert!(
-        Api::<Namespace>::all(a)
+        Api::<Namespace>::all(a.clone())
             .get_opt("only-in-a")
             .await
             .unwrap()
             .is_some()
+    );
+
+    // Encryption at rest: what etcd holds of a tenant Secret is secretbox ciphertext under the
+    // tenant's first key, and the API reads it back as written.
+    let marker = "plain-text-that-must-not-reach-etcd";
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "at-rest", "namespace": "default"},
+        "stringData": {"password": marker},
+    }))
+    .unwrap();
+    let secrets = Api::<Secret>::namespaced(a, "default");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let stored = raw_value(
+        &datastore_admin(&env),
+        &format!("{pa}/secrets/default/at-rest"),
+    )
+    .await
+    .expect("the Secret is stored under the tenant's prefix");
+    assert!(
+        stored.starts_with(b"k8s:enc:secretbox:v1:key-1:"),
+        "stored without encryption: {:?}",
+        String::from_utf8_lossy(&stored[..stored.len().min(40)])
+    );
+    assert!(
+        !stored.windows(marker.len()).any(|w| w == marker.as_bytes()),
+        "the Secret's value is in etcd as plain text"
+    );
+    assert_eq!(
+        secret_text(&secrets.get("at-rest").await.unwrap(), "password"),
+        marker
+    );
+
+    // Key rotation: read by every API server, then writing, then every Secret rewritten and
+    // the old key dropped, while a client reads the Secret on a new connection every 250 ms.
+    for i in 0..3 {
+        let more: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("more-{i}"), "namespace": "kube-system"},
+            "stringData": {"value": format!("{i}")},
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(
+            env.tenant_client("tenant-a", "demo").await.unwrap(),
+            "kube-system",
+        )
+        .create(&PostParams::default(), &more)
+        .await
+        .unwrap();
+    }
+    let probe = ReadyzProbe::reading(
+        env.tenant_config("tenant-a", "demo").await.unwrap(),
+        "/api/v1/namespaces/default/secrets/at-rest",
+    );
+    probe.answered(MINUTE).await.unwrap();
+    env.patch_kcp(
+        "tenant-a",
+        "demo",
+        serde_json::json!({"metadata": {"annotations": {
+            kamaji_api::meta::ENCRYPTION_KEY_ROTATION_ANNOTATION: "2026-12-04"
+        }}}),
+    )
+    .await
+    .unwrap();
+    env.wait_kcp_condition(
+        "tenant-a",
+        "demo",
+        "EncryptionKeyRotated",
+        "True",
+        5 * MINUTE,
+    )
+    .await
+    .unwrap();
+    let (ok, failed, failures) = probe.stop().await;
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} reads of the Secret failed during the key rotation: {failures:?}",
+        ok + failed
+    );
+    let stored = raw_values_under(&datastore_admin(&env), &format!("{pa}/secrets/")).await;
+    assert!(stored.len() >= 4, "the tenant's Secrets: {}", stored.len());
+    let old_key: Vec<&String> = stored
+        .iter()
+        .filter(|(_, v)| !v.starts_with(b"k8s:enc:secretbox:v1:key-2:"))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(old_key.is_empty(), "not rewritten with key-2: {old_key:?}");
+    let config = env
+        .secret("tenant-a", "demo-encryption.config")
+        .await
+        .unwrap();
+    let keys = kamaji_bootstrap::encryption::keys_of(&secret_text(
+        &config,
+        kamaji_bootstrap::encryption::CONFIGURATION_KEY,
+    ))
+    .unwrap();
+    assert_eq!(
+        keys.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
+        ["key-2"],
+        "the old key is dropped"
+    );
+    assert_eq!(
+        secret_text(&secrets.get("at-rest").await.unwrap(), "password"),
+        marker
     );
 }
 
@@ -771,8 +878,8 @@ async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
 }
 
 /// sha256 of each data key of the tenant's Secrets that carry its identity: the CA, the
-/// ServiceAccount key pair, the front-proxy CA, the datastore client certificate and the
-/// `<cluster>-kubeconfig` handed to users.
+/// ServiceAccount key pair, the front-proxy CA, the datastore client certificate, the
+/// `<cluster>-kubeconfig` handed to users and the key its Secrets are encrypted with at rest.
 async fn identity(env: &Env, ns: &str) -> std::collections::BTreeMap<String, String> {
     use sha2::Digest as _;
     let mut out = std::collections::BTreeMap::new();
@@ -783,6 +890,7 @@ async fn identity(env: &Env, ns: &str) -> std::collections::BTreeMap<String, Str
         names.front_proxy_ca_secret(),
         names.apiserver_etcd_client_secret(),
         names.kubeconfig_secret(),
+        names.internal_secret(kamaji_api::names::InternalSecret::Encryption),
     ] {
         let secret = env.secret(ns, &name).await.unwrap();
         for (key, value) in secret.data.unwrap_or_default() {

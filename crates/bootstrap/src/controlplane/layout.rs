@@ -166,6 +166,23 @@ impl Layout {
         format!("{}/verify.pub", self.service_account_verify_dir())
     }
 
+    /// The directory of the encryption Secret (`<cluster>-encryption.config`), mounted into
+    /// kube-apiserver only.
+    #[must_use]
+    pub fn encryption_dir(&self) -> String {
+        format!("{}/encryption", self.root)
+    }
+
+    /// kube-apiserver's `--encryption-provider-config` (in [`Layout::encryption_dir`]).
+    #[must_use]
+    pub fn encryption_file(&self) -> String {
+        format!(
+            "{}/{}",
+            self.encryption_dir(),
+            crate::encryption::CONFIGURATION_KEY
+        )
+    }
+
     /// The directory of the CA rotation Secret's trust bundles
     /// (`<cluster>-ca-rotation.keys`), mounted into kube-apiserver and
     /// kube-controller-manager only while a CA rotation runs.

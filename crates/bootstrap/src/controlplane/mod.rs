@@ -74,6 +74,9 @@ pub struct ControlPlaneSpec {
     /// `--egress-selector-config-file`, when konnectivity carries the `cluster` egress
     /// ([`crate::konnectivity::egress_selector_file`]).
     pub egress_selector_config: Option<String>,
+    /// `--encryption-provider-config`: the tenant's Secrets encrypted at rest
+    /// ([`Layout::encryption_file`], [`crate::encryption`]).
+    pub encryption_provider_config: Option<String>,
     /// A second `--service-account-key-file` while a service-account key rotation runs: the
     /// file of the other public key the API servers accept
     /// ([`Layout::service_account_verify_file`]).
@@ -145,6 +148,9 @@ pub fn default_flags(spec: &ControlPlaneSpec, component: Component) -> Vec<Flag>
             }
             if let Some(file) = &spec.egress_selector_config {
                 f.push(Flag::new("egress-selector-config-file", file.clone()));
+            }
+            if let Some(file) = &spec.encryption_provider_config {
+                f.push(Flag::new("encryption-provider-config", file.clone()));
             }
             f.extend([
                 Flag::new(
@@ -304,6 +310,7 @@ mod tests {
                 overrides: Vec::new(),
             },
             egress_selector_config: None,
+            encryption_provider_config: None,
             service_account_verify_file: None,
             ca_bundle_file: None,
             front_proxy_ca_bundle_file: None,

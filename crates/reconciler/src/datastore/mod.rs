@@ -479,6 +479,57 @@ pub async fn release_schema(
     .map(|_| ())
 }
 
+/// The stored value of `key`, as bytes (`POST /v3/kv/range`); `None` when absent.
+///
+/// # Errors
+/// A message when no endpoint accepted the request.
+pub async fn value(ds: &Resolved, session: &Session, key: &str) -> Result<Option<Vec<u8>>, String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let v = gateway(
+        ds,
+        session,
+        "/v3/kv/range",
+        &serde_json::json!({"key": b64.encode(key)}),
+    )
+    .await?;
+    match v["kvs"][0]["value"].as_str() {
+        Some(raw) => b64.decode(raw).map(Some).map_err(|e| e.to_string()),
+        // A key whose value is empty carries no `value` field.
+        None if v["kvs"][0].is_object() => Ok(Some(Vec::new())),
+        None => Ok(None),
+    }
+}
+
+/// Every key under `prefix` with its stored value (`POST /v3/kv/range`).
+///
+/// # Errors
+/// A message when no endpoint accepted the request.
+pub async fn values_under(
+    ds: &Resolved,
+    session: &Session,
+    prefix: &str,
+) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let (key, range_end) = prefix_range(prefix);
+    let v = gateway(
+        ds,
+        session,
+        "/v3/kv/range",
+        &serde_json::json!({"key": key, "range_end": range_end}),
+    )
+    .await?;
+    Ok(v["kvs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|kv| {
+            let key = String::from_utf8(b64.decode(kv["key"].as_str()?).ok()?).ok()?;
+            let value = b64.decode(kv["value"].as_str().unwrap_or_default()).ok()?;
+            Some((key, value))
+        })
+        .collect())
+}
+
 /// The schemas claimed on the datastore (the keys under `/kamaji-rs/claims/`).
 ///
 /// # Errors

@@ -49,6 +49,8 @@ pub struct ControlPlanePods {
     pub service_account: Vec<Option<String>>,
     /// [`super::plan::ca_rotation::CERTIFICATE_AUTHORITIES_ANNOTATION`] of each pod.
     pub certificate_authorities: Vec<Option<String>>,
+    /// [`super::plan::encryption_rotation::ENCRYPTION_KEYS_ANNOTATION`] of each pod.
+    pub encryption: Vec<Option<String>>,
     /// The Deployment controller saw its spec; every replica is updated and available; no
     /// other pod counted.
     pub rolled_out: bool,
@@ -204,7 +206,15 @@ pub async fn observe(
             .internal_secret(kamaji_api::names::InternalSecret::CaRotation),
     );
     let (ca_rotating, replacing_workers) = super::plan::ca_rotation::under_way(ca_state);
-    let control_plane_pods = if rotating(spec, &secrets) || ca_rotating {
+    let encryption_rotating = super::plan::encryption_rotation::under_way(
+        secrets.get(
+            &spec
+                .names
+                .internal_secret(kamaji_api::names::InternalSecret::Encryption),
+        ),
+        spec.encryption_key_rotation.as_deref(),
+    );
+    let control_plane_pods = if rotating(spec, &secrets) || ca_rotating || encryption_rotating {
         Some(pod_fingerprints(spec, ctx, deployment.as_ref()).await?)
     } else {
         None
@@ -308,6 +318,7 @@ async fn pod_fingerprints(
     Ok(ControlPlanePods {
         service_account: of(SERVICE_ACCOUNT_KEYS_ANNOTATION),
         certificate_authorities: of(CERTIFICATE_AUTHORITIES_ANNOTATION),
+        encryption: of(super::plan::encryption_rotation::ENCRYPTION_KEYS_ANNOTATION),
         rolled_out,
     })
 }

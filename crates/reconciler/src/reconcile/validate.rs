@@ -250,6 +250,9 @@ pub struct ValidSpec {
     /// The requested certificate-authority rotation
     /// ([`kamaji_api::meta::CA_ROTATION_ANNOTATION`]), if any.
     pub ca_rotation: Option<String>,
+    /// The requested rotation of the encryption key
+    /// ([`kamaji_api::meta::ENCRYPTION_KEY_ROTATION_ANNOTATION`]), if any.
+    pub encryption_key_rotation: Option<String>,
     /// The kubeadm artifacts' inputs, validated (the endpoint is set by the plan step).
     pub tenant: Tenant,
     /// The addons `spec.addons` declares (kube-proxy, CoreDNS); an absent one is not
@@ -374,20 +377,12 @@ pub fn validate(
             .as_ref()
             .and_then(|r| r.after.as_ref())
             .map(|t| t.0),
-        service_account_key_rotation: kcp
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(kamaji_api::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION))
-            .filter(|v| !v.is_empty())
-            .cloned(),
-        ca_rotation: kcp
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(kamaji_api::meta::CA_ROTATION_ANNOTATION))
-            .filter(|v| !v.is_empty())
-            .cloned(),
+        service_account_key_rotation: request(
+            kcp,
+            kamaji_api::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION,
+        ),
+        ca_rotation: request(kcp, kamaji_api::meta::CA_ROTATION_ANNOTATION),
+        encryption_key_rotation: request(kcp, kamaji_api::meta::ENCRYPTION_KEY_ROTATION_ANNOTATION),
         tenant,
         addons: declared_addons(fields.addons.as_ref()),
         konnectivity,
@@ -953,6 +948,16 @@ fn datastore_overrides(
         out.push((o.resource.clone(), o.data_store.clone()));
     }
     out
+}
+
+/// The value of the request annotation `key` (a rotation), when set and not empty.
+fn request(kcp: &KamajiControlPlane, key: &str) -> Option<String> {
+    kcp.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .filter(|v| !v.is_empty())
+        .cloned()
 }
 
 /// Every DataStore a control plane keeps keys in: [`datastore_name`], then the DataStores of

@@ -153,6 +153,7 @@ pub async fn apply(
         .into_iter()
         .chain(plan.service_account.due)
         .chain(plan.certificate_authorities.due)
+        .chain(plan.encryption_keys.due)
         .min();
     let requeue = tenant(
         kcp,
@@ -308,7 +309,8 @@ async fn roots(
     if let Some(stop) = datastore::claim_and_grant(ctx, &plan.schema_claim, report).await? {
         return Ok(Some(stop));
     }
-    for root in &plan.roots.secrets {
+    let roots = plan.roots.secrets.iter();
+    for root in roots.chain(std::iter::once(&plan.roots.encryption)) {
         let theirs = match root {
             Root::Stored(s) => s.clone(),
             Root::New(s) => match create_if_absent(ctx, ns, s).await? {
@@ -367,6 +369,28 @@ async fn roots(
         return Ok(Some(stop));
     }
     report.conditions.extend(authorities.condition.clone());
+    let encryption = &plan.encryption_keys;
+    // Before the previous key is dropped: every Secret is stored anew with the one that writes.
+    if encryption.migrate {
+        let secret = observed
+            .secrets
+            .get(&encryption.migrate_with)
+            .ok_or_else(|| Error::Tenant(format!("Secret {} missing", encryption.migrate_with)))?;
+        let client = tenant::client_from_secret(secret).await?;
+        let rewritten = tenant::rewrite_secrets(&client).await?;
+        info!(
+            namespace = ns,
+            rewritten, "encryption key rotation: every Secret rewritten with the new key"
+        );
+    }
+    let writes = encryption.write.clone().into_iter().collect();
+    let what = "encryption key rotation";
+    if let Some(stop) =
+        rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await?
+    {
+        return Ok(Some(stop));
+    }
+    report.conditions.extend(encryption.condition.clone());
     Ok(None)
 }
 

@@ -168,6 +168,14 @@ fn container(spec: &ValidSpec, cp: &ControlPlaneSpec, c: Component) -> Container
         volume_mounts.push(kamaji_bootstrap::konnectivity::config_mount());
         volume_mounts.push(kamaji_bootstrap::konnectivity::uds_mount());
     }
+    if c == Component::ApiServer && cp.encryption_provider_config.is_some() {
+        volume_mounts.push(VolumeMount {
+            name: ENCRYPTION_VOLUME.into(),
+            mount_path: cp.layout.encryption_dir(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
     if c == Component::ApiServer && cp.service_account_verify_file.is_some() {
         volume_mounts.push(VolumeMount {
             name: SERVICE_ACCOUNT_ROTATION_VOLUME.into(),
@@ -221,6 +229,10 @@ fn container(spec: &ValidSpec, cp: &ControlPlaneSpec, c: Component) -> Container
 /// rotation runs (only its public key, [`super::sa_rotation::VERIFY_KEY`]).
 pub const SERVICE_ACCOUNT_ROTATION_VOLUME: &str = "sa-rotation";
 
+/// The volume of the encryption Secret (`<cluster>-encryption.config`), mounted into
+/// kube-apiserver.
+pub const ENCRYPTION_VOLUME: &str = "encryption";
+
 /// The volume of the CA rotation Secret, mounted into kube-apiserver and
 /// kube-controller-manager while a rotation runs (only its trust bundles,
 /// [`super::ca_rotation::CA_BUNDLE`] and [`super::ca_rotation::FRONT_PROXY_CA_BUNDLE`]).
@@ -272,6 +284,23 @@ fn pki_volumes(spec: &ValidSpec, cp: &ControlPlaneSpec) -> Vec<Volume> {
             }),
             ..Volume::default()
         });
+    let encryption = cp.encryption_provider_config.as_ref().map(|_| Volume {
+        name: ENCRYPTION_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(
+                spec.names
+                    .internal_secret(kamaji_api::names::InternalSecret::Encryption),
+            ),
+            default_mode: Some(SECRET_MODE),
+            items: Some(vec![KeyToPath {
+                key: kamaji_bootstrap::encryption::CONFIGURATION_KEY.into(),
+                path: kamaji_bootstrap::encryption::CONFIGURATION_KEY.into(),
+                mode: None,
+            }]),
+            optional: None,
+        }),
+        ..Volume::default()
+    });
     PkiVolume::ALL
         .into_iter()
         .filter(|v| *v != PkiVolume::Datastore || cp.datastore.tls)
@@ -293,6 +322,7 @@ fn pki_volumes(spec: &ValidSpec, cp: &ControlPlaneSpec) -> Vec<Volume> {
             }),
             ..Volume::default()
         })
+        .chain(encryption)
         .chain(rotation)
         .chain(ca_rotation)
         .collect()

@@ -16,6 +16,7 @@
 
 pub mod ca_rotation;
 pub mod deployment;
+pub mod encryption_rotation;
 pub mod endpoint;
 pub mod gateway;
 pub mod ingress;
@@ -87,6 +88,9 @@ pub struct Plan {
     /// The certificate authorities: which the components trust, and the next step of a
     /// requested rotation (written right after the service-account keys).
     pub certificate_authorities: ca_rotation::CertificateAuthorities,
+    /// The next step of a requested rotation of the encryption key (written after the
+    /// certificate authorities; every Secret rewritten first when it drops the old key).
+    pub encryption_keys: encryption_rotation::EncryptionKeys,
     /// The control-plane Service.
     pub service: Service,
     /// The API server's Ingress (`network.ingress`).
@@ -106,6 +110,21 @@ impl Plan {
             .iter()
             .any(|r| matches!(r, pki::Root::New(_)))
     }
+}
+
+/// Whether the stored Deployment's kube-apiserver reads an encryption configuration
+/// (`--encryption-provider-config`): its key then encrypts stored Secrets.
+fn encryption_in_use(deployment: Option<&Deployment>) -> bool {
+    deployment
+        .and_then(|d| d.spec.as_ref())
+        .and_then(|s| s.template.spec.as_ref())
+        .is_some_and(|p| {
+            p.containers
+                .iter()
+                .filter(|c| c.name == kamaji_bootstrap::controlplane::Component::ApiServer.name())
+                .flat_map(|c| c.args.iter().flatten())
+                .any(|a| a.starts_with("--encryption-provider-config="))
+        })
 }
 
 /// What needs the endpoint.
@@ -219,11 +238,22 @@ pub fn plan(
     settings: &Settings,
 ) -> Result<Result<Plan, Cond>, Error> {
     let (alg, now) = (settings.algorithm, settings.now);
-    let mut roots = match pki::roots(spec, &observed.secrets, observed.initialized, alg, now)? {
+    let mut roots = match pki::roots(
+        spec,
+        &observed.secrets,
+        observed.initialized,
+        encryption_in_use(observed.deployment.as_ref()),
+        alg,
+        now,
+    )? {
         Ok(r) => r,
         Err(cond) => return Ok(Err(cond)),
     };
-    for root in &mut roots.secrets {
+    for root in roots
+        .secrets
+        .iter_mut()
+        .chain(std::iter::once(&mut roots.encryption))
+    {
         if let pki::Root::New(s) = root {
             s.metadata.owner_references = Some(vec![owner.clone()]);
         }
@@ -297,6 +327,27 @@ pub fn plan(
             }
         }
     }
+    let mut encryption_keys = match &roots.encryption {
+        pki::Root::Stored(stored) => encryption_rotation::plan(&encryption_rotation::Inputs {
+            stored,
+            request: spec.encryption_key_rotation.as_deref(),
+            pods: observed
+                .control_plane_pods
+                .as_ref()
+                .map(|p| (p.encryption.as_slice(), p.rolled_out)),
+        })?,
+        pki::Root::New(_) => encryption_rotation::EncryptionKeys::default(),
+    };
+    encryption_keys.migrate_with = spec
+        .names
+        .internal_secret(kamaji_api::names::InternalSecret::SuperAdminKubeconfig);
+    if let Some(write) = encryption_keys.write.take() {
+        // The pods of this pass mount what this pass writes.
+        if let pki::Root::Stored(stored) = &mut roots.encryption {
+            stored.data.clone_from(&write.data);
+        }
+        encryption_keys.write = Some(owned(write, &owner));
+    }
     let datastore_client = owned(
         pki::datastore_client(
             spec,
@@ -343,6 +394,7 @@ pub fn plan(
         datastore_client,
         service_account,
         certificate_authorities,
+        encryption_keys,
         service,
         ingress,
         tls_route,
@@ -421,6 +473,7 @@ pub fn control_plane_spec(
             .konnectivity
             .as_ref()
             .map(|_| kamaji_bootstrap::konnectivity::egress_selector_file()),
+        encryption_provider_config: Some(Layout::default().encryption_file()),
         service_account_verify_file: None,
         ca_bundle_file: None,
         front_proxy_ca_bundle_file: None,
@@ -483,7 +536,13 @@ fn control_plane(
             .ca_rotation_file(ca_rotation::FRONT_PROXY_CA_BUNDLE)
     });
     let mut deployment = deployment::deployment(spec, &cp, owner, &pki_hash);
+    let encryption_keys = encryption_rotation::configuration_of(roots.encryption.secret())
+        .map(|(config, _)| encryption_rotation::fingerprint(&config))?;
     for (key, fingerprint) in [
+        (
+            encryption_rotation::ENCRYPTION_KEYS_ANNOTATION,
+            &Some(encryption_keys),
+        ),
         (
             sa_rotation::SERVICE_ACCOUNT_KEYS_ANNOTATION,
             &service_account.fingerprint,
@@ -1374,6 +1433,7 @@ pub(crate) mod tests {
             .roots
             .secrets
             .iter()
+            .chain(std::iter::once(&first.roots.encryption))
             .map(|r| (r.secret().name_any(), r.secret().clone()))
             .collect();
         stored.insert(
@@ -1395,6 +1455,7 @@ pub(crate) mod tests {
                 .roots
                 .secrets
                 .iter()
+                .chain(std::iter::once(&second.roots.encryption))
                 .all(|r| matches!(r, pki::Root::Stored(_)))
         );
         assert_eq!(

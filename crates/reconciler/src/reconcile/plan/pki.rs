@@ -42,11 +42,14 @@ impl Root {
     }
 }
 
-/// The three roots: `<cluster>-ca`, `<cluster>-proxy`, `<cluster>-sa`, in that order.
+/// The three roots: `<cluster>-ca`, `<cluster>-proxy`, `<cluster>-sa`, in that order; and the
+/// key the tenant's Secrets are encrypted with at rest.
 #[derive(Debug, Clone)]
 pub struct RootSecrets {
     /// The Secrets.
     pub secrets: [Root; 3],
+    /// `<cluster>-encryption.config` ([`encryption`]).
+    pub encryption: Root,
     /// Their key material.
     pub material: TenantRoots,
 }
@@ -61,6 +64,7 @@ pub fn roots(
     spec: &ValidSpec,
     stored: &BTreeMap<String, Secret>,
     initialized: bool,
+    encryption_in_use: bool,
     algorithm: KeyAlgorithm,
     now: SystemTime,
 ) -> Result<Result<RootSecrets, Cond>, Error> {
@@ -129,7 +133,70 @@ pub fn roots(
         front_proxy_ca: ca_of(secrets[1].secret())?,
         service_account: sa_of(secrets[2].secret())?,
     };
-    Ok(Ok(RootSecrets { secrets, material }))
+    let encryption = match encryption(spec, stored, encryption_in_use)? {
+        Ok(e) => e,
+        Err(cond) => return Ok(Err(cond)),
+    };
+    Ok(Ok(RootSecrets {
+        secrets,
+        encryption,
+        material,
+    }))
+}
+
+/// The name of the first key of a tenant's encryption configuration.
+pub const FIRST_ENCRYPTION_KEY: &str = "key-1";
+
+/// The tenant's encryption Secret `<cluster>-encryption.config` (key
+/// [`kamaji_bootstrap::encryption::CONFIGURATION_KEY`]): read back, or made once with a new
+/// key. Once an API server has run with it (`encryption_in_use`: the Deployment passes
+/// `--encryption-provider-config`) a missing one is never made again, since no other key
+/// decrypts what is stored: `Err` carries `CertificatesAvailable=False` saying how to restore
+/// it.
+///
+/// # Errors
+/// [`Error::Pki`] when the stored configuration does not parse or generation fails.
+pub fn encryption(
+    spec: &ValidSpec,
+    stored: &BTreeMap<String, Secret>,
+    encryption_in_use: bool,
+) -> Result<Result<Root, Cond>, Error> {
+    use kamaji_bootstrap::encryption::{self, CONFIGURATION_KEY, Key};
+    let name = spec
+        .names
+        .internal_secret(kamaji_api::names::InternalSecret::Encryption);
+    if let Some(s) = stored.get(&name) {
+        let config = s
+            .data
+            .as_ref()
+            .and_then(|d| d.get(CONFIGURATION_KEY))
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            .ok_or_else(|| unusable(s, format!("{CONFIGURATION_KEY} missing")))?;
+        encryption::keys_of(&config).map_err(|e| unusable(s, e))?;
+        return Ok(Ok(Root::Stored(s.clone())));
+    }
+    if encryption_in_use {
+        return Ok(Err(Cond::no(
+            types::CERTIFICATES_AVAILABLE,
+            reasons::ENCRYPTION_KEY_MISSING,
+            format!(
+                "Secret {}/{name} (the key the tenant's Secrets are encrypted with at rest) is                  missing, and the API servers have run with it: kamaji-rs does not generate a                  new one, because no other key decrypts the stored Secrets. Restore it from a                  backup (`kubectl apply` of the saved Secret, key {CONFIGURATION_KEY}); nothing                  is rolled until then.",
+                spec.namespace
+            ),
+        )));
+    }
+    let config = encryption::configuration(&[Key::generate(FIRST_ENCRYPTION_KEY)?]);
+    Ok(Ok(Root::New(secrets::data_secret(
+        SecretTarget {
+            name: &name,
+            namespace: &spec.namespace,
+            cluster_name: &spec.cluster_name,
+        },
+        BTreeMap::from([(
+            CONFIGURATION_KEY.to_owned(),
+            ByteString(config.into_bytes()),
+        )]),
+    ))))
 }
 
 fn unusable(secret: &Secret, reason: impl std::fmt::Display) -> Error {
@@ -332,6 +399,7 @@ pub fn mounted_hash(
         .copied()
         .chain(std::iter::once(datastore_client))
         .chain(roots.secrets.iter().map(Root::secret))
+        .chain(std::iter::once(roots.encryption.secret()))
         .map(|s| (&s.metadata.name, &s.data))
         .collect::<Vec<_>>();
     super::desired_hash(&list)
