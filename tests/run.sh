@@ -9,9 +9,9 @@
 #   2. The end-to-end suites that start a management cluster on real machines run in two
 #      lanes side by side (the tests of one suite still one at a time); every other test
 #      target, the unit tests and the doc tests run in the second lane after its suites.
-#      The previous patch release's programs (upgrade tests) build meanwhile, on a cold cache
-#      a quarter of the Go build, then the previous minor's: the suites that run those
-#      versions (NEEDS_PREVIOUS, NEEDS_MINOR) come late in their lanes and wait for them.
+#      The previous minor release's programs (upgrade tests) build meanwhile, on a cold cache
+#      about half of the Go build: the suites that run that version (NEEDS_MINOR) come late
+#      in their lanes and wait for it.
 # A suite's output is printed whole when it ends; the run fails if any suite failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -24,11 +24,9 @@ export KAMAJI_ASSUME_REAL_PROGRAMS=1
 # The heavy suites, balanced by their run times on 2 cores (README).
 LANE_A=(fields cases lifecycle clusterctl ca_rotation upgrades)
 LANE_B=(e2e_main workers konnectivity rotation field_reports robustness)
-# The suites with tests that run PREVIOUS_KUBERNETES_VERSION (tests/testenv).
-NEEDS_PREVIOUS=(lifecycle clusterctl field_reports)
-# The suites with tests that run PREVIOUS_MINOR_KUBERNETES_VERSION, and `robustness`, whose ten
-# control planes must not start beside that Go build.
-NEEDS_MINOR=(upgrades robustness)
+# The suites with tests that run PREVIOUS_MINOR_KUBERNETES_VERSION (tests/testenv), and
+# `robustness`, whose ten control planes must not start beside that Go build.
+NEEDS_MINOR=(lifecycle clusterctl field_reports upgrades robustness)
 
 fail() { echo "make test: $*" >&2; exit 1; }
 
@@ -49,15 +47,13 @@ $cargo test --workspace --all-targets --locked --no-run || { kill "$tools" 2>/de
 $cargo build -q --locked -p kamaji-reconciler --bin manager || { kill "$tools" 2>/dev/null; fail "the manager does not build"; }
 phase "the tests are built"
 wait "$tools" || fail "building the tools failed (see the line above)"
-phase "the tools are built (the previous release's programs next)"
-# The previous release's programs, while the first suites run (a no-op once built).
+phase "the tools are built (the previous minor's programs next)"
+# The previous minor's programs, while the first suites run (a no-op once built).
 (
-    if tests/tools/build.sh --defer-minor >"$logs/previous.log" 2>&1; then touch "$logs/previous.ok"; fi
-    phase "the previous release's programs are built" >"$logs/previous.done"
     if tests/tools/build.sh >"$logs/minor.log" 2>&1; then touch "$logs/minor.ok"; fi
     phase "the previous minor's programs are built" >"$logs/minor.done"
 ) &
-# wait_built NAME: returns once the deferred build NAME (previous, minor) has ended; fails if
+# wait_built NAME: returns once the deferred build NAME (minor) has ended; fails if
 # it failed.
 wait_built() {
     while [ ! -f "$logs/$1.done" ]; do sleep 5; done
@@ -79,12 +75,6 @@ done
 # run_suite NAME ARGS...: one cargo test invocation, its output kept and printed when done.
 run_suite() {
     local name=$1; shift
-    if [[ " ${NEEDS_PREVIOUS[*]} " == *" $name "* ]] && ! wait_built previous; then
-        echo "=== $name: FAILED (the previous release's programs did not build)"
-        cat "$logs/previous.log"
-        touch "$logs/$name.failed"
-        return
-    fi
     if [[ " ${NEEDS_MINOR[*]} " == *" $name "* ]] && ! wait_built minor; then
         echo "=== $name: FAILED (the previous minor's programs did not build)"
         cat "$logs/minor.log"
@@ -114,7 +104,7 @@ a=$!
 lane_b &
 b=$!
 wait "$a" "$b"
-cat "$logs/previous.done" "$logs/minor.done" 2>/dev/null
+cat "$logs/minor.done" 2>/dev/null
 failed=$(cd "$logs" && ls -- *.failed 2>/dev/null | sed 's/\.failed$//' | tr '\n' ' ')
 rm -rf "$logs"
 [ -z "$failed" ] || fail "failed suites: $failed"

@@ -3,13 +3,10 @@
 # from the Go module proxy, into a per-machine cache outside the repository.
 #
 #   tests/tools/build.sh                    build what is missing, print the bin directory
-#   tests/tools/build.sh --defer-previous   the same without building the previous releases'
-#                                           programs (k8s-prev, k8s-prev-kubelet, k8s-minor): the bin
-#                                           directory links them where a later plain run puts
-#                                           them, so only tests of that version wait for it
-#   tests/tools/build.sh --defer-minor      the same with the previous patch release built and
-#                                           only the previous minor's programs (k8s-minor)
-#                                           deferred
+#   tests/tools/build.sh --defer-previous   the same without building the previous minor
+#                                           release's programs (k8s-minor): the bin directory
+#                                           links them where a later plain run puts them, so
+#                                           only tests of that version wait for it
 #
 # Cache: ${KAMAJI_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kamaji-rs/tools}/<group>-<version>-<hash>/
 # keyed by the pinned version and a hash of the group's go.mod/go.sum, so a
@@ -25,10 +22,9 @@ root=$(cd "$here/../.." && pwd)
 cache=${KAMAJI_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kamaji-rs/tools}
 
 K8S_VERSION=v1.36.3
-# The previous patch release, for upgrade tests (control-plane programs only).
-K8S_PREV_VERSION=v1.36.1
-# The previous minor release, for minor upgrades with workers of both minors: its control
-# plane, kubeadm, kubelet and kube-proxy.
+# The previous minor release, for upgrades (the minor upgrade, a topology upgrade with a
+# worker of that release, backing a stuck upgrade out): its control plane, kubeadm, kubelet
+# and kube-proxy.
 K8S_MINOR_VERSION=v1.35.4
 ETCD_VERSION=v3.6.16
 CAPI_VERSION=v1.14.2
@@ -49,12 +45,10 @@ command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH (install Go >= 1.2
 mkdir -p "$cache" || die "cannot create the tools cache $cache"
 
 defer_previous=false
-defer_minor=false
 case "${1:-}" in
-    --defer-previous) defer_previous=true; defer_minor=true ;;
-    --defer-minor) defer_minor=true ;;
+    --defer-previous) defer_previous=true ;;
     "") ;;
-    *) die "unknown argument $1 (expected nothing, --defer-previous or --defer-minor)" ;;
+    *) die "unknown argument $1 (expected nothing or --defer-previous)" ;;
 esac
 
 hash_of() { cat "$1/go.mod" "$1"/go.sum "$1"/*.go 2>/dev/null | sha256sum | cut -c1-12; }
@@ -150,20 +144,6 @@ chain_kubernetes() {
         kubelet=k8s.io/kubernetes/cmd/kubelet \
         kube-proxy=k8s.io/kubernetes/cmd/kube-proxy >"$results/k8s" || exit 1
     if $defer_previous; then
-        dir_of k8s-prev "$K8S_PREV_VERSION" >"$results/prev"
-        dir_of k8s-prev-kubelet "$K8S_PREV_VERSION" >"$results/prevkubelet"
-        dir_of k8s-minor "$K8S_MINOR_VERSION" >"$results/minor"
-        return 0
-    fi
-    build k8s-prev "$K8S_PREV_VERSION" "$(k8s_ldflags_for "$K8S_PREV_VERSION")" \
-        kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
-        kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-        kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler >"$results/prev" || exit 1
-    # The previous release's kubelet, for worker Machines of that version (a topology upgrade
-    # starts from it): its own module, so the control-plane group's cache stays valid.
-    build k8s-prev-kubelet "$K8S_PREV_VERSION" "$(k8s_ldflags_for "$K8S_PREV_VERSION")" \
-        kubelet=k8s.io/kubernetes/cmd/kubelet >"$results/prevkubelet" || exit 1
-    if $defer_minor; then
         dir_of k8s-minor "$K8S_MINOR_VERSION" >"$results/minor"
         return 0
     fi
@@ -223,7 +203,7 @@ for _ in 1 2; do
         exit 1
     fi
 done
-for group in etcd k8s prev prevkubelet minor capi containerd runc cni coredns konnectivity netcheck nft; do
+for group in etcd k8s minor capi containerd runc cni coredns konnectivity netcheck nft; do
     printf -v "${group}_dir" '%s' "$(cat "$results/$group")"
 done
 
@@ -247,7 +227,7 @@ gateway_src=$(cd "$cache" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io
 [ -n "$gateway_src" ] && [ -d "$gateway_src" ] \
     || die "cannot download sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION: $(head -n1 "$cache/gateway-api.log") (full log: $cache/gateway-api.log)"
 
-all_dirs="$gateway_src $etcd_dir $k8s_dir $prev_dir $prevkubelet_dir $minor_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $konnectivity_dir $pause_dir $nft_dir $netcheck_dir"
+all_dirs="$gateway_src $etcd_dir $k8s_dir $minor_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $konnectivity_dir $pause_dir $nft_dir $netcheck_dir"
 # Keyed by the groups' directories and this script (which decides the layout): a finished bin
 # directory is kept as it is, since tests may be running programs from it (a deferred run's
 # previous-release links start to resolve when a later run has built their groups).
@@ -263,12 +243,7 @@ for d in "$etcd_dir" "$k8s_dir" "$capi_dir" "$containerd_dir" "$runc_dir" "$core
 # CNI plugins in their own directory (containerd's cni bin_dirs); nft's unpacked root.
 mkdir -p "$bin.tmp/cni" && ln -sf "$cni_dir"/bin/* "$bin.tmp/cni/"
 ln -sfn "$nft_dir/root" "$bin.tmp/nft-root"
-mkdir -p "$bin.tmp/versions/$K8S_PREV_VERSION"
-# By name: under --defer-previous the groups are not built yet.
-for program in kube-apiserver kube-controller-manager kube-scheduler; do
-    ln -sf "$prev_dir/bin/$program" "$bin.tmp/versions/$K8S_PREV_VERSION/"
-done
-ln -sf "$prevkubelet_dir/bin/kubelet" "$bin.tmp/versions/$K8S_PREV_VERSION/"
+# By name: under --defer-previous the group is not built yet.
 mkdir -p "$bin.tmp/versions/$K8S_MINOR_VERSION"
 for program in kube-apiserver kube-controller-manager kube-scheduler kubeadm kubelet kube-proxy; do
     ln -sf "$minor_dir/bin/$program" "$bin.tmp/versions/$K8S_MINOR_VERSION/"

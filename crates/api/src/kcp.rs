@@ -1309,9 +1309,27 @@ pub struct KamajiControlPlaneStatus {
     #[schemars(length(max = 32))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Option<Vec<Condition>>,
+    /// Where the control plane keeps its objects: the DataStore, the schema (the etcd key
+    /// prefix without its `/`) and the datastore user (its client certificate's common name,
+    /// its etcd user) it uses; a second control plane on a schema another one holds is refused
+    /// (`DataStoreReady=False`, `DataStoreSchemaInUse`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_store: Option<StatusDataStore>,
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// The datastore names of a control plane ([`KamajiControlPlaneStatus::data_store`]).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDataStore {
+    /// The DataStore (`spec.dataStoreName`, or the manager's default).
+    pub name: String,
+    /// The schema: `spec.dataStoreSchema`, or the one derived from namespace and name.
+    pub schema: String,
+    /// The datastore user: the common name of `<cluster>-apiserver-etcd-client`.
+    pub username: String,
 }
 
 /// v1beta2 contract initialization milestones.

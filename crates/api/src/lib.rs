@@ -33,5 +33,6 @@ pub mod validation;
 pub use datastore::{DataStore, DataStoreSpec, DataStoreStatus};
 pub use kcp::{
     KamajiControlPlane, KamajiControlPlaneFields, KamajiControlPlaneSpec, KamajiControlPlaneStatus,
+    StatusDataStore,
 };
 pub use template::{KamajiControlPlaneTemplate, KamajiControlPlaneTemplateSpec};

@@ -39,7 +39,7 @@ async fn clusterctl_installs_the_providers_as_pods_then_generated_plain_and_clus
     let env = Env::builder()
         .installed_by_clusterctl(true)
         .workers(true)
-        .version(kamaji_testenv::PREVIOUS_KUBERNETES_VERSION)
+        .version(kamaji_testenv::PREVIOUS_MINOR_KUBERNETES_VERSION)
         .start()
         .await
         .unwrap();
@@ -404,7 +404,7 @@ struct UpgradeOrder {
 /// describe` shows the control plane Available and the worker Ready.
 async fn topology_upgrades_the_control_plane_before_the_workers(env: &Env, ns: &str, name: &str) {
     let (from, to) = (
-        kamaji_testenv::PREVIOUS_KUBERNETES_VERSION,
+        kamaji_testenv::PREVIOUS_MINOR_KUBERNETES_VERSION,
         kamaji_testenv::KUBERNETES_VERSION,
     );
     env.namespace(ns).await.unwrap();

@@ -400,12 +400,12 @@ async fn a_ca_deleted_after_initialization_is_never_reminted_and_nothing_rolls()
 async fn a_stuck_upgrade_is_backed_out_to_the_last_rolled_out_version() {
     let _serial = serial();
     let env = Env::builder()
-        .version(kamaji_testenv::PREVIOUS_KUBERNETES_VERSION)
+        .version(kamaji_testenv::PREVIOUS_MINOR_KUBERNETES_VERSION)
         .start()
         .await
         .unwrap();
     let ns = "tenant-a";
-    let from = kamaji_testenv::PREVIOUS_KUBERNETES_VERSION;
+    let from = kamaji_testenv::PREVIOUS_MINOR_KUBERNETES_VERSION;
     env.namespace(ns).await.unwrap();
     env.apply_yaml(&F0::new(ns, "demo").replicas(1).version(from).yaml())
         .await
@@ -464,7 +464,7 @@ async fn a_stuck_upgrade_is_backed_out_to_the_last_rolled_out_version() {
     env.patch_kcp(ns, "demo", serde_json::json!({"spec": {"version": from}}))
         .await
         .expect("going back to status.version is allowed while the new version never rolled out");
-    wait_rolled_out(&env, ns, "demo", 1, 2 * MINUTE, image_is(":v1.36.1"))
+    wait_rolled_out(&env, ns, "demo", 1, 2 * MINUTE, image_is(":v1.35.4"))
         .await
         .unwrap();
     let kcp = env
@@ -488,7 +488,7 @@ async fn a_stuck_upgrade_is_backed_out_to_the_last_rolled_out_version() {
             .patch(
                 "demo",
                 &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"spec": {"version": "v1.36.0"}})),
+                &Patch::Merge(serde_json::json!({"spec": {"version": "v1.35.0"}})),
             )
             .await,
         "a downgrade below status.version",

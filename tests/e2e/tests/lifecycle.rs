@@ -167,12 +167,12 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
 async fn a_version_upgrade_rolls_without_ever_losing_the_api() {
     let _serial = serial();
     let env = Env::builder()
-        .version(kamaji_testenv::PREVIOUS_KUBERNETES_VERSION)
+        .version(kamaji_testenv::PREVIOUS_MINOR_KUBERNETES_VERSION)
         .start()
         .await
         .unwrap();
     let (from, to) = (
-        kamaji_testenv::PREVIOUS_KUBERNETES_VERSION,
+        kamaji_testenv::PREVIOUS_MINOR_KUBERNETES_VERSION,
         kamaji_testenv::KUBERNETES_VERSION,
     );
     env.namespace("tenant-a").await.unwrap();
@@ -512,6 +512,34 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
         pa.trim_start_matches("--etcd-prefix=").to_owned(),
         pb.trim_start_matches("--etcd-prefix=").to_owned(),
     );
+    // The names are recorded in status: two tenants named demo, two schemas and users.
+    let recorded = |ns: &'static str| {
+        let env = &env;
+        async move {
+            Api::<KamajiControlPlane>::namespaced(env.client(), ns)
+                .get("demo")
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.data_store)
+                .unwrap_or_else(|| panic!("{ns}: no status.dataStore"))
+        }
+    };
+    let (sa, sb) = (recorded("tenant-a").await, recorded("tenant-b").await);
+    assert_eq!(format!("/{}", sa.schema), pa);
+    assert_eq!(format!("/{}", sb.schema), pb);
+    assert_eq!((sa.name.as_str(), sb.name.as_str()), ("default", "default"));
+    assert_ne!(sa.username, sb.username);
+    let client_cert = secret_text(
+        &env.secret("tenant-a", "demo-apiserver-etcd-client")
+            .await
+            .unwrap(),
+        "tls.crt",
+    );
+    let cn = kamaji_bootstrap::pki::inspect::CertificateInfo::from_pem(&client_cert)
+        .unwrap()
+        .common_name;
+    assert_eq!(cn.as_deref(), Some(sa.username.as_str()));
     let own = etcdctl_as(
         &env,
         "tenant-a",

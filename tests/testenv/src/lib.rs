@@ -48,11 +48,7 @@ pub const KUBERNETES_VERSION: &str = "v1.36.3";
 /// ([`Tools::clusterctl_repository`]).
 pub const CAPI_VERSION: &str = "v1.14.2";
 
-/// The previous patch release, whose kube-apiserver, kube-controller-manager and kube-scheduler
-/// `tests/tools` also builds (under `versions/<tag>/`), for upgrade tests.
-pub const PREVIOUS_KUBERNETES_VERSION: &str = "v1.36.1";
-
 /// The previous minor release, whose control-plane programs, kubeadm, kubelet and kube-proxy
-/// `tests/tools` also builds (under `versions/<tag>/`), for minor upgrades with workers of
-/// both minors.
+/// `tests/tools` also builds (under `versions/<tag>/`), for upgrade tests (a minor upgrade
+/// with workers of both minors, a topology upgrade, a stuck upgrade backed out).
 pub const PREVIOUS_MINOR_KUBERNETES_VERSION: &str = "v1.35.4";

@@ -1,6 +1,7 @@
 // Builds kube-apiserver, kube-controller-manager, kube-scheduler and kubelet of the previous
 // minor release, so that tests can upgrade a tenant across a minor version with workers
-// of both. Same pattern as ../k8s-prev: every staging module mapped to its published tag.
+// of both (and the other upgrade tests). Same pattern as ../k8s: every staging module mapped
+// to its published tag.
 module kamaji-rs.test/tools/k8s-minor
 
 go 1.26.0

@@ -60,6 +60,7 @@ struct Facts {
     reachable: bool,
     kubeconfig_exists: bool,
     retired: Vec<&'static str>,
+    data_store: kamaji_api::StatusDataStore,
 }
 
 impl Facts {
@@ -70,6 +71,11 @@ impl Facts {
             .collect::<Vec<_>>()
             .join(",");
         Self {
+            data_store: kamaji_api::StatusDataStore {
+                name: spec.datastore_name.clone(),
+                schema: spec.datastore_schema.clone(),
+                username: plan::pki::datastore_common_name(&spec.namespace, &spec.names),
+            },
             desired: spec.replicas,
             version: spec.version_tag.clone(),
             selector,
@@ -307,6 +313,7 @@ async fn finish(
                 template_changed: f.template_changed,
                 retired: f.retired.clone(),
                 conditions: report.conditions,
+                data_store: Some(f.data_store.clone()),
             },
             &now,
         ),

@@ -156,6 +156,8 @@ pub struct StatusInputs<'a> {
     pub retired: Vec<&'static str>,
     /// Conditions computed by the pipeline steps (gates, PKI, datastore, endpoint, bootstrap).
     pub conditions: Vec<Cond>,
+    /// The datastore names (`None`: as stored).
+    pub data_store: Option<kamaji_api::StatusDataStore>,
 }
 
 /// Computes the new status.
@@ -223,6 +225,10 @@ pub fn compute(inputs: &StatusInputs<'_>, now: &Time) -> KamajiControlPlaneStatu
         failure_reason: None,
         failure_message: None,
         conditions: Some(conditions),
+        data_store: inputs
+            .data_store
+            .clone()
+            .or_else(|| prev.data_store.clone()),
         observed_generation: Some(inputs.generation),
     }
 }
@@ -554,6 +560,7 @@ mod tests {
             template_changed: false,
             retired: vec![],
             conditions: vec![],
+            data_store: None,
         }
     }
 
