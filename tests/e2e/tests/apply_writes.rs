@@ -138,13 +138,15 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
         passes.push(list);
     }
     let expected: Vec<Vec<&str>> = vec![
-        // Gates, roots (create-if-absent), the datastore client, the Service; the endpoint
-        // waits for the Service's ClusterIP (the serving certificate names it).
+        // Gates, roots and the encryption key (create-if-absent), the datastore client, the
+        // Service; the endpoint waits for the Service's ClusterIP (the serving certificate
+        // names it).
         vec![
             "patch kamajicontrolplanes/demo",
             "create secrets/demo-ca",
             "create secrets/demo-proxy",
             "create secrets/demo-sa",
+            "create secrets/demo-encryption.config",
             "patch secrets/demo-apiserver-etcd-client",
             "patch services/demo",
             "patch kamajicontrolplanes/demo/status",
