@@ -241,7 +241,8 @@ async fn sibling_clusters_sharing_a_name_prefix_never_write_each_others_secrets(
 
 /// After initialization, a deleted `<cluster>-ca` (and `<cluster>-sa`) is reported, never
 /// generated again, and nothing rolls; restoring the saved Secrets resumes the control plane
-/// unchanged.
+/// unchanged. The same for the key the tenant's Secrets are encrypted with at rest
+/// (`EncryptionKeyMissing`).
 #[kamaji_e2e::test]
 async fn a_ca_deleted_after_initialization_is_never_reminted_and_nothing_rolls() {
     let _serial = serial();
@@ -391,6 +392,57 @@ async fn a_ca_deleted_after_initialization_is_never_reminted_and_nothing_rolls()
             .generation,
         generation,
         "restoring the CA rolls nothing"
+    );
+
+    // The key the tenant's Secrets are encrypted with: the same, reported on its own.
+    let key = secrets.get("demo-encryption.config").await.unwrap();
+    secrets
+        .delete("demo-encryption.config", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_kcp(
+        ns,
+        "demo",
+        "CertificatesAvailable=False (EncryptionKeyMissing)",
+        MINUTE,
+        |k| has(k, "CertificatesAvailable", "False", "EncryptionKeyMissing"),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        secrets
+            .get_opt("demo-encryption.config")
+            .await
+            .unwrap()
+            .is_none(),
+        "the encryption key was generated again"
+    );
+    let mut restored = key.clone();
+    restored.metadata = kube::api::ObjectMeta {
+        name: key.metadata.name.clone(),
+        namespace: key.metadata.namespace.clone(),
+        labels: key.metadata.labels.clone(),
+        owner_references: key.metadata.owner_references.clone(),
+        ..Default::default()
+    };
+    secrets
+        .create(&PostParams::default(), &restored)
+        .await
+        .unwrap();
+    env.wait_kcp(ns, "demo", "CertificatesAvailable=True", MINUTE, |k| {
+        has(k, "CertificatesAvailable", "True", "Ready")
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        env.deployment(ns, "demo")
+            .await
+            .unwrap()
+            .metadata
+            .generation,
+        generation,
+        "restoring the encryption key rolls nothing"
     );
 }
 

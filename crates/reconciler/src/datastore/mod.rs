@@ -97,6 +97,8 @@ pub struct Override {
     pub datastore: String,
     /// The DataStore's server URLs.
     pub servers: Vec<String>,
+    /// The DataStore's `spec.basicAuth` (its etcd administrator, [`auth::session`]).
+    pub basic_auth: Option<UserPassword>,
 }
 
 impl std::fmt::Debug for Resolved {

@@ -121,6 +121,7 @@ pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Con
             resource: resource.clone(),
             datastore: name.clone(),
             servers: other.server_urls(),
+            basic_auth: other.basic_auth.clone(),
         });
     }
     Ok((

@@ -427,6 +427,7 @@ fn schema_claim(spec: &ValidSpec, datastore: &Resolved) -> SchemaClaim {
                 name: o.datastore.clone(),
                 endpoints: o.servers.clone(),
                 overrides: Vec::new(),
+                basic_auth: o.basic_auth.clone(),
                 ..datastore.clone()
             });
         }
@@ -832,12 +833,17 @@ pub(crate) mod tests {
                 resource: resource.into(),
                 datastore: "events".into(),
                 servers: vec!["https://10.0.0.3:2379".into()],
+                basic_auth: Some(crate::datastore::UserPassword {
+                    username: "events-admin".into(),
+                    password: "secret".into(),
+                }),
             });
         }
         ds.overrides.push(crate::datastore::Override {
             resource: "apps/deployments".into(),
             datastore: "default".into(),
             servers: ds.server_urls(),
+            basic_auth: None,
         });
         let claim = schema_claim(&spec, &ds);
         assert_eq!(claim.schema, "custom_schema");
@@ -855,6 +861,15 @@ pub(crate) mod tests {
             ]
         );
         assert!(claim.datastores.iter().all(|d| d.ca_cert == ds.ca_cert));
+        // Each DataStore's own administrator.
+        assert_eq!(
+            claim
+                .datastores
+                .iter()
+                .map(|d| d.basic_auth.as_ref().map(|b| b.username.as_str()))
+                .collect::<Vec<_>>(),
+            [None, Some("events-admin")]
+        );
         // The etcd user is the common name of the client certificate the API server gets.
         let client = pki::datastore_client(
             &spec,
