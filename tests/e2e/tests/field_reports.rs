@@ -359,18 +359,7 @@ async fn a_ca_deleted_after_initialization_is_never_reminted_and_nothing_rolls()
 
     // Restoring the saved Secrets resumes the control plane as it was.
     for s in &saved {
-        let mut restored = s.clone();
-        restored.metadata = kube::api::ObjectMeta {
-            name: s.metadata.name.clone(),
-            namespace: s.metadata.namespace.clone(),
-            labels: s.metadata.labels.clone(),
-            owner_references: s.metadata.owner_references.clone(),
-            ..Default::default()
-        };
-        secrets
-            .create(&PostParams::default(), &restored)
-            .await
-            .unwrap();
+        restore(&secrets, s).await;
     }
     env.wait_kcp(
         ns,
@@ -418,18 +407,7 @@ async fn a_ca_deleted_after_initialization_is_never_reminted_and_nothing_rolls()
             .is_none(),
         "the encryption key was generated again"
     );
-    let mut restored = key.clone();
-    restored.metadata = kube::api::ObjectMeta {
-        name: key.metadata.name.clone(),
-        namespace: key.metadata.namespace.clone(),
-        labels: key.metadata.labels.clone(),
-        owner_references: key.metadata.owner_references.clone(),
-        ..Default::default()
-    };
-    secrets
-        .create(&PostParams::default(), &restored)
-        .await
-        .unwrap();
+    restore(&secrets, &key).await;
     env.wait_kcp(ns, "demo", "CertificatesAvailable=True", MINUTE, |k| {
         has(k, "CertificatesAvailable", "True", "Ready")
     })
@@ -444,6 +422,23 @@ async fn a_ca_deleted_after_initialization_is_never_reminted_and_nothing_rolls()
         generation,
         "restoring the encryption key rolls nothing"
     );
+}
+
+/// Creates `saved` again as a user restoring it from a backup would: its data with its name,
+/// labels and owner, nothing of the stored object's bookkeeping.
+async fn restore(secrets: &Api<Secret>, saved: &Secret) {
+    let mut restored = saved.clone();
+    restored.metadata = kube::api::ObjectMeta {
+        name: saved.metadata.name.clone(),
+        namespace: saved.metadata.namespace.clone(),
+        labels: saved.metadata.labels.clone(),
+        owner_references: saved.metadata.owner_references.clone(),
+        ..Default::default()
+    };
+    secrets
+        .create(&PostParams::default(), &restored)
+        .await
+        .unwrap();
 }
 
 /// An upgrade whose new version cannot start (its image cannot be pulled) is backed out by

@@ -238,68 +238,64 @@ pub const ENCRYPTION_VOLUME: &str = "encryption";
 /// [`super::ca_rotation::CA_BUNDLE`] and [`super::ca_rotation::FRONT_PROXY_CA_BUNDLE`]).
 pub const CA_ROTATION_VOLUME: &str = "ca-rotation";
 
-/// The Secret volumes of the key material (the datastore's only for a TLS datastore; the
-/// service-account rotation's while one runs).
-fn pki_volumes(spec: &ValidSpec, cp: &ControlPlaneSpec) -> Vec<Volume> {
-    let rotation = cp.service_account_verify_file.as_ref().map(|_| Volume {
-        name: SERVICE_ACCOUNT_ROTATION_VOLUME.into(),
+/// A volume of the internal Secret `which` with only `keys`, each under its own name.
+fn internal_secret_volume(
+    spec: &ValidSpec,
+    volume: &str,
+    which: kamaji_api::names::InternalSecret,
+    keys: &[&str],
+) -> Volume {
+    Volume {
+        name: volume.into(),
         secret: Some(SecretVolumeSource {
-            secret_name: Some(
-                spec.names
-                    .internal_secret(kamaji_api::names::InternalSecret::ServiceAccountRotation),
-            ),
+            secret_name: Some(spec.names.internal_secret(which)),
             default_mode: Some(SECRET_MODE),
-            items: Some(vec![KeyToPath {
-                key: super::sa_rotation::VERIFY_KEY.into(),
-                path: super::sa_rotation::VERIFY_KEY.into(),
-                mode: None,
-            }]),
-            optional: None,
-        }),
-        ..Volume::default()
-    });
-    let ca_rotation = (cp.ca_bundle_file.is_some() || cp.front_proxy_ca_bundle_file.is_some())
-        .then(|| Volume {
-            name: CA_ROTATION_VOLUME.into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(
-                    spec.names
-                        .internal_secret(kamaji_api::names::InternalSecret::CaRotation),
-                ),
-                default_mode: Some(SECRET_MODE),
-                items: Some(
-                    [
-                        super::ca_rotation::CA_BUNDLE,
-                        super::ca_rotation::FRONT_PROXY_CA_BUNDLE,
-                    ]
-                    .into_iter()
+            items: Some(
+                keys.iter()
                     .map(|k| KeyToPath {
-                        key: k.into(),
-                        path: k.into(),
+                        key: (*k).into(),
+                        path: (*k).into(),
                         mode: None,
                     })
                     .collect(),
-                ),
-                optional: None,
-            }),
-            ..Volume::default()
-        });
-    let encryption = cp.encryption_provider_config.as_ref().map(|_| Volume {
-        name: ENCRYPTION_VOLUME.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(
-                spec.names
-                    .internal_secret(kamaji_api::names::InternalSecret::Encryption),
             ),
-            default_mode: Some(SECRET_MODE),
-            items: Some(vec![KeyToPath {
-                key: kamaji_bootstrap::encryption::CONFIGURATION_KEY.into(),
-                path: kamaji_bootstrap::encryption::CONFIGURATION_KEY.into(),
-                mode: None,
-            }]),
             optional: None,
         }),
         ..Volume::default()
+    }
+}
+
+/// The Secret volumes of the key material (the datastore's only for a TLS datastore; the
+/// service-account rotation's while one runs).
+fn pki_volumes(spec: &ValidSpec, cp: &ControlPlaneSpec) -> Vec<Volume> {
+    use kamaji_api::names::InternalSecret;
+    let rotation = cp.service_account_verify_file.as_ref().map(|_| {
+        internal_secret_volume(
+            spec,
+            SERVICE_ACCOUNT_ROTATION_VOLUME,
+            InternalSecret::ServiceAccountRotation,
+            &[super::sa_rotation::VERIFY_KEY],
+        )
+    });
+    let ca_rotation = (cp.ca_bundle_file.is_some() || cp.front_proxy_ca_bundle_file.is_some())
+        .then(|| {
+            internal_secret_volume(
+                spec,
+                CA_ROTATION_VOLUME,
+                InternalSecret::CaRotation,
+                &[
+                    super::ca_rotation::CA_BUNDLE,
+                    super::ca_rotation::FRONT_PROXY_CA_BUNDLE,
+                ],
+            )
+        });
+    let encryption = cp.encryption_provider_config.as_ref().map(|_| {
+        internal_secret_volume(
+            spec,
+            ENCRYPTION_VOLUME,
+            InternalSecret::Encryption,
+            &[kamaji_bootstrap::encryption::CONFIGURATION_KEY],
+        )
     });
     PkiVolume::ALL
         .into_iter()
