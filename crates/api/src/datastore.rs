@@ -2,8 +2,9 @@
 //! control planes, each under its own key prefix or database. Field-compatible with Kamaji's
 //! (`clastix/kamaji:api/v1alpha1/datastore_types.go`), so existing Kamaji manifests apply.
 //!
-//! kamaji-rs implements the `etcd` driver; the others are accepted by the schema and reported
-//! as unsupported in the KamajiControlPlane's `DataStoreReady` condition.
+//! kamaji-rs implements the `etcd`, `PostgreSQL` and `MySQL` drivers (the last two through
+//! kine); `NATS` is accepted by the schema and reported as unsupported in the
+//! KamajiControlPlane's `DataStoreReady` condition.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -40,7 +41,8 @@ use serde::{Deserialize, Serialize};
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "self.driver != 'etcd' || (has(self.tlsConfig) && has(self.tlsConfig.clientCertificate))", "message": "spec.tlsConfig.clientCertificate is required when spec.driver is etcd"},
     {"rule": "self.driver != 'etcd' || (has(self.tlsConfig) && has(self.tlsConfig.certificateAuthority.privateKey))", "message": "spec.tlsConfig.certificateAuthority.privateKey is required when spec.driver is etcd"},
-    {"rule": "self.driver == 'etcd' || has(self.tlsConfig) || has(self.basicAuth)", "message": "spec.tlsConfig or spec.basicAuth is required when spec.driver is not etcd"}
+    {"rule": "self.driver == 'etcd' || has(self.tlsConfig) || has(self.basicAuth)", "message": "spec.tlsConfig or spec.basicAuth is required when spec.driver is not etcd"},
+    {"rule": "!(self.driver in ['PostgreSQL', 'MySQL']) || has(self.basicAuth)", "message": "spec.basicAuth is required when spec.driver is PostgreSQL or MySQL: kamaji-rs creates each tenant's database and user as that administrator"}
 ]))]
 pub struct DataStoreSpec {
     /// Datastore implementation: `etcd`, `PostgreSQL`, `MySQL` or `NATS`.
@@ -49,7 +51,8 @@ pub struct DataStoreSpec {
     #[schemars(length(min = 1, max = 16))]
     #[schemars(extend("items" = {"type": "string", "minLength": 1, "maxLength": 512}))]
     pub endpoints: Vec<String>,
-    /// User name and password (relational drivers and NATS).
+    /// User name and password: on etcd the user with the `root` role kamaji-rs acts as; on
+    /// PostgreSQL and MySQL the administrator that creates each tenant's database and user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<BasicAuth>,
     /// TLS settings: the CA (with its private key for etcd, to issue per-tenant client

@@ -234,11 +234,14 @@ pub enum InternalSecret {
     /// kube-apiserver's `EncryptionConfiguration` with the keys the tenant's Secrets are
     /// encrypted with at rest (never regenerated: without it they cannot be read).
     Encryption,
+    /// kine's connection to a PostgreSQL or MySQL DataStore: its `--endpoint` (with the
+    /// tenant's password) and the DataStore's CA and client certificate.
+    Kine,
 }
 
 impl InternalSecret {
     /// Every internal Secret.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::ApiServer,
         Self::ApiServerKubeletClient,
         Self::FrontProxyClient,
@@ -249,6 +252,7 @@ impl InternalSecret {
         Self::ServiceAccountRotation,
         Self::CaRotation,
         Self::Encryption,
+        Self::Kine,
     ];
 
     /// The name suffix after the cluster name, leading `-` included.
@@ -265,6 +269,7 @@ impl InternalSecret {
             Self::ServiceAccountRotation => "-sa-rotation.keys",
             Self::CaRotation => "-ca-rotation.keys",
             Self::Encryption => "-encryption.config",
+            Self::Kine => "-kine.config",
         }
     }
 
@@ -281,7 +286,8 @@ impl InternalSecret {
             Self::KonnectivityServer
             | Self::ServiceAccountRotation
             | Self::CaRotation
-            | Self::Encryption => None,
+            | Self::Encryption
+            | Self::Kine => None,
         }
     }
 }

@@ -37,7 +37,12 @@ pub struct Config {
     /// How long a rotated-out service-account public key keeps verifying tokens after the
     /// new key signs (`--service-account-key-overlap-seconds`).
     pub service_account_overlap: Duration,
+    /// The kine image of control planes on PostgreSQL and MySQL DataStores (`--kine-image`).
+    pub kine_image: String,
 }
+
+/// The default of `--kine-image`: kine v0.17.5 under the name its project publishes it.
+pub const DEFAULT_KINE_IMAGE: &str = "docker.io/rancher/kine:v0.17.5";
 
 impl Default for Config {
     fn default() -> Self {
@@ -50,6 +55,7 @@ impl Default for Config {
             transient_grace: Duration::from_secs(30),
             leaf_policy: kamaji_bootstrap::pki::LeafPolicy::default(),
             service_account_overlap: Duration::from_hours(25),
+            kine_image: DEFAULT_KINE_IMAGE.into(),
         }
     }
 }

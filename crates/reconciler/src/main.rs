@@ -58,6 +58,10 @@ struct Args {
     /// DNS domain of the management cluster (for the Service names in serving certificates).
     #[arg(long, env = "CLUSTER_DOMAIN", default_value = "cluster.local")]
     cluster_domain: String,
+    /// The kine image run beside kube-apiserver for control planes on a `PostgreSQL` or
+    /// `MySQL` `DataStore` (its program at `/bin/kine`).
+    #[arg(long, env = "KINE_IMAGE", default_value = kamaji_reconciler::context::DEFAULT_KINE_IMAGE)]
+    kine_image: String,
     /// Seconds between drift checks of healthy control planes.
     #[arg(long, env = "RESYNC_SECONDS", default_value_t = 600)]
     resync_seconds: u64,
@@ -159,6 +163,7 @@ async fn main() -> Result<()> {
         transient_grace: Duration::from_secs(args.transient_failure_grace_seconds),
         leaf_policy,
         service_account_overlap: Duration::from_secs(args.service_account_key_overlap_seconds),
+        kine_image: args.kine_image.clone(),
         ..Config::default()
     };
     let ctx = Arc::new(Context::new(client.clone(), config));

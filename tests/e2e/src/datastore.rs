@@ -143,6 +143,8 @@ pub fn datastore_admin(env: &Env) -> Resolved {
 pub fn datastore_admin_at(env: &Env, url: &str) -> Resolved {
     Resolved {
         name: "default".into(),
+        driver: kamaji_api::datastore::Driver::Etcd,
+        sql: None,
         endpoints: vec![url.to_owned()],
         ca_cert: env.datastore_ca.cert_pem.clone(),
         ca_key: env.datastore_ca.key_pem.clone(),

@@ -5,7 +5,9 @@
 //! certificate and key and a client certificate; kamaji-rs issues each tenant its own client
 //! certificate from that CA (the CA key is used in memory only and never copied into a tenant
 //! Secret) and gives each tenant its own key prefix (`--etcd-prefix=/<dataStoreSchema>`).
-//! Other drivers are reported as `DataStoreReady=False`, reason `DataStoreDriverUnsupported`.
+//! `PostgreSQL` and `MySQL` DataStores run kine beside the tenant's kube-apiserver, on a database
+//! and user of the tenant's own ([`sql`]). `NATS` is reported as `DataStoreReady=False`,
+//! reason `DataStoreDriverUnsupported`.
 //!
 //! `spec.dataStoreOverrides` keeps resources on other etcd DataStores
 //! (`--etcd-servers-overrides`). kube-apiserver reaches every etcd with the same client
@@ -16,6 +18,7 @@
 //! [`auth`] turns on etcd authentication: each tenant may read and write its own prefix only.
 
 pub mod auth;
+pub mod sql;
 
 use std::collections::BTreeMap;
 
@@ -23,14 +26,14 @@ use base64::Engine as _;
 use k8s_openapi::api::core::v1::Secret;
 use kamaji_api::DataStore;
 use kamaji_api::datastore::{ContentRef, Driver};
-use kube::Api;
+use kube::{Api, ResourceExt as _};
 
 /// What is wrong with a DataStore, for the `DataStoreReady` condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Problem {
     /// No DataStore of that name.
     NotFound(String),
-    /// A driver kamaji-rs does not implement yet.
+    /// A driver kamaji-rs does not implement (`NATS`).
     DriverUnsupported(String),
     /// A referenced Secret or key is missing or unreadable.
     Invalid(String),
@@ -43,7 +46,10 @@ impl Problem {
         match self {
             Self::NotFound(name) => format!("DataStore {name} does not exist"),
             Self::DriverUnsupported(d) => {
-                format!("DataStore driver {d} is not supported by kamaji-rs yet (only etcd)")
+                format!(
+                    "DataStore driver {d} is not supported by kamaji-rs (etcd, PostgreSQL and \
+                     MySQL are)"
+                )
             }
             Self::Invalid(m) => m.clone(),
         }
@@ -55,12 +61,17 @@ impl Problem {
 pub struct Resolved {
     /// DataStore name.
     pub name: String,
+    /// `spec.driver`.
+    pub driver: Driver,
+    /// How the provider reaches a PostgreSQL or MySQL DataStore; `None` for etcd.
+    pub sql: Option<sql::SqlAccess>,
     /// Endpoints as given (`host:port`, or URLs).
     pub endpoints: Vec<String>,
-    /// CA certificate PEM: one certificate, or a bundle while the DataStore's owner rotates its
-    /// CA (the one `ca_key` belongs to signs; all are trusted).
+    /// etcd's CA certificate PEM: one certificate, or a bundle while the DataStore's owner
+    /// rotates its CA (the one `ca_key` belongs to signs; all are trusted). Empty for SQL.
     pub ca_cert: String,
-    /// CA private key PEM (used to issue tenant client certificates; never stored per tenant).
+    /// etcd's CA private key PEM (used to issue tenant client certificates; never stored per
+    /// tenant). Empty for SQL.
     pub ca_key: String,
     /// The control plane's `spec.dataStoreOverrides` on their DataStores (filled by the
     /// observe step; empty for a DataStore resolved alone).
@@ -112,9 +123,13 @@ impl std::fmt::Debug for Resolved {
 }
 
 impl Resolved {
-    /// `--etcd-servers` URLs (`https://` added to bare `host:port` endpoints).
+    /// `--etcd-servers` URLs: `https://` added to bare `host:port` endpoints of etcd; kine in the
+    /// pod ([`sql::KINE_LISTEN_ADDRESS`], plain HTTP on the pod's loopback) for SQL.
     #[must_use]
     pub fn server_urls(&self) -> Vec<String> {
+        if self.sql.is_some() {
+            return vec![format!("http://{}", sql::KINE_LISTEN_ADDRESS)];
+        }
         self.endpoints
             .iter()
             .map(|e| {
@@ -173,10 +188,31 @@ pub async fn resolve(client: &kube::Client, name: &str) -> Result<Resolved, Prob
         .await
         .map_err(|e| Problem::Invalid(format!("reading DataStore {name}: {e}")))?
         .ok_or_else(|| Problem::NotFound(name.to_owned()))?;
-    if ds.spec.driver != Driver::Etcd {
-        return Err(Problem::DriverUnsupported(
-            ds.spec.driver.as_str().to_owned(),
-        ));
+    let basic_auth = match &ds.spec.basic_auth {
+        Some(b) => Some(UserPassword {
+            username: content(client, &b.username, "spec.basicAuth.username")
+                .await?
+                .trim()
+                .to_owned(),
+            password: content(client, &b.password, "spec.basicAuth.password")
+                .await?
+                .trim_end_matches(['\r', '\n'])
+                .to_owned(),
+        }),
+        None => None,
+    };
+    let dialect = match ds.spec.driver {
+        Driver::Etcd => None,
+        Driver::PostgreSQL => Some(sql::Dialect::PostgreSql),
+        Driver::MySQL => Some(sql::Dialect::MySql),
+        Driver::Nats => {
+            return Err(Problem::DriverUnsupported(
+                ds.spec.driver.as_str().to_owned(),
+            ));
+        }
+    };
+    if let Some(dialect) = dialect {
+        return resolve_sql(client, &ds, dialect, basic_auth).await;
     }
     let tls = ds.spec.tls_config.as_ref().ok_or_else(|| {
         Problem::Invalid(format!(
@@ -203,26 +239,78 @@ pub async fn resolve(client: &kube::Client, name: &str) -> Result<Resolved, Prob
             "DataStore {name}: spec.tlsConfig.certificateAuthority: {e}"
         ))
     })?;
-    let basic_auth = match &ds.spec.basic_auth {
-        Some(b) => Some(UserPassword {
-            username: content(client, &b.username, "spec.basicAuth.username")
-                .await?
-                .trim()
-                .to_owned(),
-            password: content(client, &b.password, "spec.basicAuth.password")
-                .await?
-                .trim_end_matches(['\r', '\n'])
-                .to_owned(),
-        }),
-        None => None,
-    };
     Ok(Resolved {
         name: name.to_owned(),
+        driver: Driver::Etcd,
+        sql: None,
         endpoints: ds.spec.endpoints.clone(),
         ca_cert,
         ca_key,
         overrides: Vec::new(),
         basic_auth,
+    })
+}
+
+/// A PostgreSQL or MySQL DataStore: its administrator (`spec.basicAuth`, required), the CA
+/// its servers' certificates are verified against and the client certificate, when
+/// `spec.tlsConfig` is set.
+async fn resolve_sql(
+    client: &kube::Client,
+    ds: &DataStore,
+    dialect: sql::Dialect,
+    basic_auth: Option<UserPassword>,
+) -> Result<Resolved, Problem> {
+    let name = ds.name_any();
+    let admin = basic_auth.ok_or_else(|| {
+        Problem::Invalid(format!(
+            "DataStore {name}: spec.basicAuth is required for {}: kamaji-rs creates each \
+             tenant's database and user as that administrator",
+            ds.spec.driver.as_str()
+        ))
+    })?;
+    let (ca_cert, client_cert) = match &ds.spec.tls_config {
+        Some(tls) => {
+            let ca = content(
+                client,
+                &tls.certificate_authority.certificate,
+                "spec.tlsConfig.certificateAuthority.certificate",
+            )
+            .await?;
+            let client_cert = match &tls.client_certificate {
+                Some(c) => Some(Credentials {
+                    cert: content(
+                        client,
+                        &c.certificate,
+                        "spec.tlsConfig.clientCertificate.certificate",
+                    )
+                    .await?,
+                    key: content(
+                        client,
+                        &c.private_key,
+                        "spec.tlsConfig.clientCertificate.privateKey",
+                    )
+                    .await?,
+                }),
+                None => None,
+            };
+            (Some(ca), client_cert)
+        }
+        None => (None, None),
+    };
+    Ok(Resolved {
+        name,
+        driver: ds.spec.driver,
+        sql: Some(sql::SqlAccess {
+            dialect,
+            admin,
+            ca_cert,
+            client: client_cert,
+        }),
+        endpoints: ds.spec.endpoints.clone(),
+        ca_cert: String::new(),
+        ca_key: String::new(),
+        overrides: Vec::new(),
+        basic_auth: None,
     })
 }
 

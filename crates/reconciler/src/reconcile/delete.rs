@@ -22,7 +22,7 @@ use super::status::Cond;
 use super::validate::{datastore_names, datastore_schema};
 use super::{Report, object_key};
 use crate::context::Context;
-use crate::datastore;
+use crate::datastore::{self, sql};
 use crate::error::{Error, KubeContext};
 
 /// Deletes the control plane of `kcp` (see the module docs). `Ok(None)` once the finalizer is
@@ -157,6 +157,13 @@ async fn remove_datastore_prefix(
                 continue;
             }
         };
+        if let Some(access) = &ds.sql {
+            // Overrides are refused on SQL DataStores: only the control plane's own.
+            if i == 0 {
+                remove_sql_database(kcp, ctx, &ds, access, &schema, &holder, names).await?;
+            }
+            continue;
+        }
         if i == 0 {
             primary_ca = Some(ds.ca_cert.clone());
         } else if primary_ca
@@ -191,6 +198,49 @@ async fn remove_datastore_prefix(
         if let Ok(mut c) = ctx.schema_claims.lock() {
             c.remove(&(ds_name.to_owned(), schema.clone(), holder.clone()));
         }
+    }
+    Ok(())
+}
+
+/// Drops the tenant's database and user on a PostgreSQL or MySQL DataStore and releases its
+/// claims ([`sql::deprovision`]); a database another control plane holds stays.
+async fn remove_sql_database(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    ds: &datastore::Resolved,
+    access: &sql::SqlAccess,
+    schema: &str,
+    holder: &str,
+    names: &ObjectNames,
+) -> Result<(), Error> {
+    let ns = kcp.metadata.namespace.as_deref().unwrap_or_default();
+    let user = kcp
+        .spec
+        .fields
+        .data_store_username
+        .clone()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| datastore_common_name(ns, names));
+    let tenant = sql::TenantDatabase {
+        database: schema,
+        user: &user,
+        holder,
+    };
+    match sql::deprovision(access, &ds.endpoints, &tenant)
+        .await
+        .map_err(|e| Error::Datastore(format!("DataStore {}: {e}", ds.name)))?
+    {
+        sql::Deprovisioned::Removed => {
+            info!(kcp = %object_key(kcp), datastore = %ds.name, database = schema, user, "dropped the tenant's database and user and released their claims");
+        }
+        sql::Deprovisioned::HeldBy(other) => {
+            info!(kcp = %object_key(kcp), datastore = %ds.name, database = schema, holder = %other, "the database belongs to another control plane: it stays");
+        }
+    }
+    if let Ok(mut c) = ctx.schema_claims.lock() {
+        c.retain(|(d, s, h)| {
+            !(d.starts_with(&format!("{}#", ds.name)) && s == schema && h == holder)
+        });
     }
     Ok(())
 }

@@ -223,11 +223,23 @@ async fn steps(
             return Ok(Some(Action::await_change()));
         }
     };
+    let errors = validate::against_datastore(&spec, &datastore);
+    if !errors.is_empty() {
+        let refused = validate::refusal(&errors);
+        warn!(kcp = %object_key(kcp), "invalid spec: {}", refused.message);
+        report.warn(reasons::INVALID_SPEC, &refused.message);
+        report.push(refused);
+        return Ok(Some(Action::await_change()));
+    }
+    if let Some(facts) = report.facts.as_mut() {
+        facts.data_store.username = plan::datastore_user(&spec, &datastore);
+    }
     let settings = plan::Settings {
         algorithm: ctx.config.key_algorithm,
         management_domain: ctx.config.management_domain.clone(),
         leaf_policy: ctx.config.leaf_policy,
         service_account_overlap: ctx.config.service_account_overlap,
+        kine_image: ctx.config.kine_image.clone(),
         now: SystemTime::now(),
     };
     let planned = Instant::now();

@@ -86,10 +86,19 @@ pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Con
             return Err(Cond::no(types::DATASTORE_READY, reason(&problem), msg));
         }
     };
-    let mut message = format!(
-        "DataStore {} (etcd), prefix /{}",
-        ds.name, spec.datastore_schema
-    );
+    let mut message = if ds.sql.is_some() {
+        format!(
+            "DataStore {} ({}), database {}",
+            ds.name,
+            ds.driver.as_str(),
+            spec.datastore_schema
+        )
+    } else {
+        format!(
+            "DataStore {} (etcd), prefix /{}",
+            ds.name, spec.datastore_schema
+        )
+    };
     for (i, (resource, name)) in spec.datastore_overrides.iter().enumerate() {
         let field = format!("spec.dataStoreOverrides[{i}].dataStore");
         let other = if *name == ds.name {

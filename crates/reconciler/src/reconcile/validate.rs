@@ -230,8 +230,14 @@ pub struct ValidSpec {
     pub kubelet_address_types: Vec<String>,
     /// Enabled admission plugins.
     pub admission_plugins: Vec<String>,
-    /// Datastore schema (etcd key prefix without the leading `/`), stable per namespace/name.
+    /// Datastore schema (etcd key prefix without the leading `/`, or the database of a SQL
+    /// DataStore), stable per namespace/name.
     pub datastore_schema: String,
+    /// `spec.dataStoreUsername` (SQL DataStores only, [`against_datastore`]); the user is
+    /// derived from namespace and name when `None`.
+    pub datastore_username: Option<String>,
+    /// `spec.kine`: kine's extra flags and resources (SQL DataStores only).
+    pub kine: Option<kamaji_api::kcp::KineComponent>,
     /// DataStore name: `spec.dataStoreName` or the manager's default.
     pub datastore_name: String,
     /// Whether `spec.dataStoreName` was empty (the manager's default is used).
@@ -366,6 +372,8 @@ pub fn validate(
         kubelet_address_types,
         admission_plugins: admission_plugins(fields),
         datastore_schema: datastore_schema(kcp),
+        datastore_username: fields.data_store_username.clone().filter(|u| !u.is_empty()),
+        kine: fields.kine.clone(),
         default_datastore: fields.data_store_name.as_deref().is_none_or(str::is_empty),
         datastore_name: datastore_name(kcp, default_datastore).to_owned(),
         datastore_overrides,
@@ -801,7 +809,6 @@ fn field_errors(kcp: &KamajiControlPlane) -> Vec<SpecError> {
             "running the control plane in another cluster is not supported by kamaji-rs",
         ));
     }
-    errors.extend(not_supported_yet(fields));
     errors.extend(probe_errors(fields));
     errors.extend(reserved_volumes(fields));
     errors
@@ -818,6 +825,8 @@ fn reserved_volumes(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecEr
         .chain([
             super::plan::deployment::SERVICE_ACCOUNT_ROTATION_VOLUME,
             super::plan::deployment::CA_ROTATION_VOLUME,
+            super::plan::deployment::ENCRYPTION_VOLUME,
+            super::plan::deployment::KINE_VOLUME,
         ])
         .collect();
     fields
@@ -841,24 +850,45 @@ fn reserved_volumes(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecEr
         .collect()
 }
 
-/// Fields the schema accepts (Kamaji's provider has them, so existing manifests apply) that
-/// kamaji-rs does not implement yet: refused by name, with what to do instead, rather than
-/// accepted and ignored.
-fn not_supported_yet(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecError> {
+/// What the control plane asks of its DataStore that the DataStore's driver cannot give,
+/// known once the DataStore is read: `spec.dataStoreUsername` and `spec.kine` on etcd (the
+/// tenant's etcd user is its client certificate's common name; there is no kine), and
+/// `spec.dataStoreOverrides` on PostgreSQL or MySQL (one kine per pod serves one database).
+/// Reported as `SpecValid=False`, each error naming its field.
+#[must_use]
+pub fn against_datastore(spec: &ValidSpec, ds: &crate::datastore::Resolved) -> Vec<SpecError> {
     let mut errors = Vec::new();
-    if fields.data_store_username.is_some() {
+    let driver = ds.driver.as_str();
+    if ds.sql.is_none() {
+        if spec.datastore_username.is_some() {
+            errors.push(SpecError::new(
+                "spec.dataStoreUsername",
+                format!(
+                    "a datastore user name is for PostgreSQL and MySQL DataStores; DataStore {} \
+                     is {driver}, where the tenant's etcd user is its client certificate's \
+                     common name (status.dataStore.username): remove it",
+                    ds.name
+                ),
+            ));
+        }
+        if spec.kine.is_some() {
+            errors.push(SpecError::new(
+                "spec.kine",
+                format!(
+                    "kine runs only with a PostgreSQL or MySQL DataStore; DataStore {} is \
+                     {driver}: remove it",
+                    ds.name
+                ),
+            ));
+        }
+    } else if !spec.datastore_overrides.is_empty() {
         errors.push(SpecError::new(
-            "spec.dataStoreUsername",
-            "a datastore user name is for the PostgreSQL and MySQL DataStores, which kamaji-rs \
-             does not support yet (on etcd the client certificate identifies the tenant): \
-             remove it",
-        ));
-    }
-    if fields.kine.is_some() {
-        errors.push(SpecError::new(
-            "spec.kine",
-            "kine runs only with a PostgreSQL, MySQL or NATS DataStore, which kamaji-rs does \
-             not support yet: remove it",
+            "spec.dataStoreOverrides",
+            format!(
+                "overrides are for etcd DataStores; DataStore {} is {driver}, whose kine serves \
+                 every resource from the tenant's one database: remove them",
+                ds.name
+            ),
         ));
     }
     errors
@@ -1442,11 +1472,6 @@ pub(crate) mod tests {
                 "must be 1",
             ),
             (
-                serde_json::json!({"dataStoreUsername": "tenant_a"}),
-                "spec.dataStoreUsername",
-                "not support yet",
-            ),
-            (
                 serde_json::json!({"addons": {"konnectivity": {}},
                     "network": {"ingress": {"hostname": "k.example.com"}}}),
                 "spec.addons.konnectivity",
@@ -1500,11 +1525,6 @@ pub(crate) mod tests {
                     {"resource": "/events", "dataStore": "other"}]}),
                 "spec.dataStoreOverrides[1].resource",
                 "more than once",
-            ),
-            (
-                serde_json::json!({"kine": {"extraArgs": ["--debug"]}}),
-                "spec.kine",
-                "not support yet",
             ),
             (
                 serde_json::json!({"network": {"advertiseAddress": "api.example.com"}}),

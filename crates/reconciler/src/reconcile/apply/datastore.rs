@@ -9,7 +9,7 @@ use tracing::{info, warn};
 
 use super::RECHECK;
 use crate::context::Context;
-use crate::datastore::{self, Resolved, auth};
+use crate::datastore::{self, Resolved, auth, sql};
 use crate::error::Error;
 use crate::reconcile::plan::SchemaClaim;
 use crate::reconcile::status::Cond;
@@ -38,6 +38,12 @@ pub async fn claim_and_grant(
             .lock()
             .is_ok_and(|c| c.contains(&remembered))
         {
+            continue;
+        }
+        if let Some(access) = &ds.sql {
+            if let Some(stop) = provision_sql(ctx, ds, access, claim, report).await? {
+                return Ok(Some(stop));
+            }
             continue;
         }
         let session = auth::session(ds).await.map_err(Error::Datastore)?;
@@ -69,6 +75,72 @@ pub async fn claim_and_grant(
         enable_when_granted(ctx, ds, &session).await?;
     }
     Ok(None)
+}
+
+/// The SQL counterpart of the etcd claim and grant ([`sql::provision`]): claims the tenant's
+/// database and user and creates them, once per manager process, DataStore and tenant
+/// password (a changed administrator password gives the tenant a new one, set on the next
+/// pass). `Some(action)` when another control plane holds the database or the user
+/// (`DataStoreReady=False`, reason `DataStoreSchemaInUse`, naming the field and the holder).
+async fn provision_sql(
+    ctx: &Context,
+    ds: &Resolved,
+    access: &sql::SqlAccess,
+    claim: &SchemaClaim,
+    report: &mut Report,
+) -> Result<Option<Action>, Error> {
+    let tenant = sql::TenantDatabase {
+        database: &claim.schema,
+        user: &claim.user,
+        holder: &claim.holder,
+    };
+    let password = sql::tenant_password(access, &ds.name, &tenant);
+    // The memo's DataStore part carries the password's first digits: a new password is set
+    // again.
+    let remembered = (
+        format!("{}#{}", ds.name, &password[..16]),
+        claim.schema.clone(),
+        claim.holder.clone(),
+    );
+    if ctx
+        .schema_claims
+        .lock()
+        .is_ok_and(|c| c.contains(&remembered))
+    {
+        return Ok(None);
+    }
+    match sql::provision(access, &ds.endpoints, &tenant, &password)
+        .await
+        .map_err(|e| Error::Datastore(format!("DataStore {}: {e}", ds.name)))?
+    {
+        sql::Provisioned::Ready => {
+            info!(holder = %claim.holder, datastore = %ds.name, database = %claim.schema, user = %claim.user, "datastore database and user claimed and created");
+            if let Ok(mut c) = ctx.schema_claims.lock() {
+                c.insert(remembered);
+            }
+            Ok(None)
+        }
+        sql::Provisioned::HeldBy {
+            field,
+            name,
+            holder,
+        } => {
+            let msg = format!(
+                "{field}: {name} on DataStore {} belongs to KamajiControlPlane {holder}, which \
+                 claimed it first; two control planes on one database or user would share \
+                 their objects: recreate this one with another {}",
+                ds.name,
+                field.trim_start_matches("spec.")
+            );
+            report.warn(reasons::DATASTORE_SCHEMA_IN_USE, &msg);
+            report.push(Cond::no(
+                types::DATASTORE_READY,
+                reasons::DATASTORE_SCHEMA_IN_USE,
+                msg,
+            ));
+            Ok(Some(Action::requeue(RECHECK)))
+        }
+    }
 }
 
 /// Turns etcd authentication on for `ds` ([`auth::enable`]) unless an initialized control plane

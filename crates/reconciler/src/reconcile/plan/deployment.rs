@@ -346,6 +346,105 @@ fn topology_spread_constraints(spec: &ValidSpec) -> Option<Vec<TopologySpreadCon
     })
 }
 
+/// The volume of `<cluster>-kine.config`, mounted into the kine container.
+pub const KINE_VOLUME: &str = "kine";
+
+/// Where the kine container finds `<cluster>-kine.config`'s files.
+pub const KINE_DIR: &str = "/etc/kine";
+
+/// On a PostgreSQL or MySQL DataStore (`datastore.sql`), adds kine (`image`, its program at
+/// `/bin/kine`) to the pods of `deployment`: a container `kine` serving the etcd API on the
+/// pod's loopback ([`crate::datastore::sql::KINE_LISTEN_ADDRESS`], kube-apiserver's
+/// `--etcd-servers`) from the tenant's database. Its `--endpoint` (with the tenant's password)
+/// comes from `<cluster>-kine.config` as `KINE_ENDPOINT`, never from the command line; metrics
+/// are off (`--metrics-bind-address=0`) unless `spec.kine.extraArgs` turns them on; the
+/// DataStore's CA becomes `--ca-file` (TLS towards the server, verified) and its client
+/// certificate `--cert-file`/`--key-file`; `spec.kine.extraArgs` replace flags of the same name; `spec.kine.resources` are the
+/// container's.
+pub fn add_kine(
+    deployment: &mut Deployment,
+    spec: &ValidSpec,
+    datastore: &crate::datastore::Resolved,
+    image: &str,
+) {
+    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, SecretKeySelector};
+    use kamaji_bootstrap::controlplane::flags::{Flag, merge_flags};
+    let Some(access) = &datastore.sql else {
+        return;
+    };
+    let secret = spec
+        .names
+        .internal_secret(kamaji_api::names::InternalSecret::Kine);
+    let mut defaults = vec![
+        Flag::new(
+            "listen-address",
+            crate::datastore::sql::KINE_LISTEN_ADDRESS.to_owned(),
+        ),
+        Flag::new("metrics-bind-address", "0".to_owned()),
+    ];
+    if access.ca_cert.is_some() {
+        defaults.push(Flag::new("ca-file", format!("{KINE_DIR}/ca.crt")));
+    }
+    if access.client.is_some() {
+        defaults.push(Flag::new("cert-file", format!("{KINE_DIR}/tls.crt")));
+        defaults.push(Flag::new("key-file", format!("{KINE_DIR}/tls.key")));
+    }
+    let extra = spec
+        .kine
+        .as_ref()
+        .and_then(|k| k.extra_args.clone())
+        .unwrap_or_default();
+    let container = Container {
+        name: "kine".into(),
+        image: Some(image.to_owned()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec!["/bin/kine".into()]),
+        args: Some(
+            merge_flags(&defaults, &extra, |_| false)
+                .iter()
+                .map(Flag::render)
+                .collect(),
+        ),
+        env: Some(vec![EnvVar {
+            name: "KINE_ENDPOINT".into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: secret.clone(),
+                    key: super::pki::KINE_ENDPOINT_KEY.into(),
+                    optional: Some(false),
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        }]),
+        resources: spec.kine.as_ref().and_then(|k| k.resources.clone()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: KINE_VOLUME.into(),
+            mount_path: KINE_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        }]),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Container::default()
+    };
+    if let Some(pod) = deployment
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.spec.as_mut())
+    {
+        pod.containers.push(container);
+        pod.volumes.get_or_insert_with(Vec::new).push(Volume {
+            name: KINE_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret),
+                default_mode: Some(SECRET_MODE),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
+}
+
 /// The control-plane Deployment. `pki_hash` is the hash of the mounted Secrets' content.
 #[must_use]
 pub fn deployment(

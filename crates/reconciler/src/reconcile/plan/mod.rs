@@ -67,6 +67,8 @@ pub struct Settings {
     /// How long the old service-account key keeps verifying after a rotation's new key
     /// signs.
     pub service_account_overlap: std::time::Duration,
+    /// The kine image (PostgreSQL and MySQL DataStores).
+    pub kine_image: String,
     /// Now.
     pub now: SystemTime,
 }
@@ -349,14 +351,19 @@ pub fn plan(
         encryption_keys.write = Some(owned(write, &owner));
     }
     let datastore_client = owned(
-        pki::datastore_client(
-            spec,
-            datastore,
-            &observed.secrets,
-            alg,
-            settings.leaf_policy,
-            now,
-        )?,
+        match &datastore.sql {
+            Some(access) => {
+                pki::kine_secret(spec, datastore, access, &datastore_user(spec, datastore))
+            }
+            None => pki::datastore_client(
+                spec,
+                datastore,
+                &observed.secrets,
+                alg,
+                settings.leaf_policy,
+                now,
+            )?,
+        },
         &owner,
     );
     let service = service::service(spec, &owner, observed.service.as_ref());
@@ -418,6 +425,17 @@ pub struct SchemaClaim {
     pub user: String,
 }
 
+/// The tenant's user on `datastore`: on etcd its client certificate's common name (derived from
+/// namespace and name); on PostgreSQL and MySQL `spec.dataStoreUsername`, else the same derived
+/// name.
+#[must_use]
+pub fn datastore_user(spec: &ValidSpec, datastore: &Resolved) -> String {
+    match (&datastore.sql, &spec.datastore_username) {
+        (Some(_), Some(user)) => user.clone(),
+        _ => pki::datastore_common_name(&spec.namespace, &spec.names),
+    }
+}
+
 /// The [`SchemaClaim`] of `spec` on `datastore` and its overrides.
 fn schema_claim(spec: &ValidSpec, datastore: &Resolved) -> SchemaClaim {
     let mut datastores = vec![datastore.clone()];
@@ -436,7 +454,7 @@ fn schema_claim(spec: &ValidSpec, datastore: &Resolved) -> SchemaClaim {
         schema: spec.datastore_schema.clone(),
         holder: format!("{}/{}", spec.namespace, spec.names.kcp()),
         datastores,
-        user: pki::datastore_common_name(&spec.namespace, &spec.names),
+        user: datastore_user(spec, datastore),
     }
 }
 
@@ -463,7 +481,7 @@ pub fn control_plane_spec(
         datastore: DatastoreWiring {
             servers: datastore.server_urls(),
             prefix: kamaji_api::names::etcd_prefix(&spec.datastore_schema),
-            tls: true,
+            tls: datastore.sql.is_none(),
             overrides: datastore
                 .overrides
                 .iter()
@@ -519,7 +537,7 @@ fn control_plane(
     let pki_hash = pki::mounted_hash(&leaves, datastore_client, roots);
     let renewal_due = pki::renewal_due(
         &leaves,
-        datastore_client,
+        datastore.sql.is_none().then_some(datastore_client),
         settings.leaf_policy,
         settings.now,
     )?;
@@ -537,6 +555,7 @@ fn control_plane(
             .ca_rotation_file(ca_rotation::FRONT_PROXY_CA_BUNDLE)
     });
     let mut deployment = deployment::deployment(spec, &cp, owner, &pki_hash);
+    deployment::add_kine(&mut deployment, spec, datastore, &settings.kine_image);
     let encryption_keys = encryption_rotation::configuration_of(roots.encryption.secret())
         .map(|(config, _)| encryption_rotation::fingerprint(&config))?;
     for (key, fingerprint) in [
@@ -777,6 +796,8 @@ pub(crate) mod tests {
         .unwrap();
         Resolved {
             name: "default".into(),
+            driver: kamaji_api::datastore::Driver::Etcd,
+            sql: None,
             endpoints: vec!["10.0.0.2:2379".into()],
             ca_cert: ca.cert_pem().into(),
             ca_key: ca.key_pem().into(),
@@ -791,6 +812,7 @@ pub(crate) mod tests {
             management_domain: "cluster.local".into(),
             leaf_policy: kamaji_bootstrap::pki::LeafPolicy::default(),
             service_account_overlap: std::time::Duration::from_hours(25),
+            kine_image: crate::context::DEFAULT_KINE_IMAGE.into(),
             now: SystemTime::now(),
         }
     }
@@ -1414,6 +1436,170 @@ pub(crate) mod tests {
             desired_hash(&other),
             "the key material rolls the pods"
         );
+    }
+
+    /// A PostgreSQL DataStore at `10.0.0.7:5432` with a CA.
+    fn postgres_datastore() -> Resolved {
+        use crate::datastore::sql::{Dialect, SqlAccess};
+        let mut ds = datastore();
+        ds.driver = kamaji_api::datastore::Driver::PostgreSQL;
+        ds.endpoints = vec!["10.0.0.7:5432".into()];
+        ds.ca_cert = String::new();
+        ds.ca_key = String::new();
+        ds.sql = Some(SqlAccess {
+            dialect: Dialect::PostgreSql,
+            admin: crate::datastore::UserPassword {
+                username: "admin".into(),
+                password: "secret".into(),
+            },
+            ca_cert: Some("-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n".into()),
+            client: None,
+        });
+        ds
+    }
+
+    /// A PostgreSQL DataStore: the API server talks to kine on the pod's loopback without
+    /// etcd certificates; kine gets its endpoint (database, user, derived password) from
+    /// `<cluster>-kine.config` through the environment, the DataStore's CA as `--ca-file`, and
+    /// `spec.kine`'s flags and resources; `spec.dataStoreUsername` names the user. On etcd
+    /// that user name and `spec.kine` are refused naming them, and overrides on PostgreSQL.
+    #[test]
+    fn a_postgresql_datastore_runs_kine_beside_the_api_server() {
+        let spec = valid(&fixture(serde_json::json!({
+            "dataStoreSchema": "tenant_db",
+            "dataStoreUsername": "tenant_user",
+            "kine": {"extraArgs": ["--metrics-bind-address=127.0.0.1:2381", "--debug"],
+                     "resources": {"limits": {"memory": "128Mi"}}},
+        })));
+        let ds = postgres_datastore();
+        assert!(crate::reconcile::validate::against_datastore(&spec, &ds).is_empty());
+        assert_eq!(datastore_user(&spec, &ds), "tenant_user");
+        let first = plan(
+            &spec,
+            &observed(BTreeMap::new(), None),
+            &ds,
+            owner(),
+            &settings(),
+        )
+        .unwrap()
+        .unwrap();
+        let kine = &first.datastore_client;
+        assert_eq!(
+            kine.name_any(),
+            format!("{}-kine.config", spec.cluster_name)
+        );
+        let endpoint =
+            String::from_utf8(kine.data.as_ref().unwrap()["endpoint"].0.clone()).unwrap();
+        assert!(
+            endpoint.starts_with("postgres://tenant_user:")
+                && endpoint.ends_with("@10.0.0.7:5432/tenant_db?sslmode=verify-full"),
+            "{endpoint}"
+        );
+        assert!(kine.data.as_ref().unwrap().contains_key("ca.crt"));
+        let claim = &first.schema_claim;
+        assert_eq!(
+            (claim.schema.as_str(), claim.user.as_str()),
+            ("tenant_db", "tenant_user")
+        );
+
+        let mut stored: BTreeMap<String, Secret> = first
+            .roots
+            .secrets
+            .iter()
+            .chain(std::iter::once(&first.roots.encryption))
+            .map(|r| (r.secret().name_any(), r.secret().clone()))
+            .collect();
+        stored.insert(kine.name_any(), kine.clone());
+        let second = plan(
+            &spec,
+            &observed(stored, Some(stored_service(&spec))),
+            &ds,
+            owner(),
+            &settings(),
+        )
+        .unwrap()
+        .unwrap();
+        let d = serde_json::to_value(&second.control_plane.unwrap().deployment).unwrap();
+        let containers = d["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap();
+        let args = |name: &str| -> Vec<String> {
+            containers.iter().find(|c| c["name"] == name).unwrap()["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_owned())
+                .collect()
+        };
+        let api = args("kube-apiserver");
+        assert!(
+            api.contains(&"--etcd-servers=http://127.0.0.1:2379".to_owned()),
+            "{api:?}"
+        );
+        assert!(
+            !api.iter().any(|a| a.starts_with("--etcd-certfile")),
+            "{api:?}"
+        );
+        let kine_args = args("kine");
+        assert_eq!(
+            kine_args,
+            [
+                "--listen-address=127.0.0.1:2379",
+                "--ca-file=/etc/kine/ca.crt",
+                "--metrics-bind-address=127.0.0.1:2381",
+                "--debug",
+            ]
+        );
+        let kine_container = containers.iter().find(|c| c["name"] == "kine").unwrap();
+        assert_eq!(kine_container["image"], "docker.io/rancher/kine:v0.17.5");
+        assert_eq!(kine_container["resources"]["limits"]["memory"], "128Mi");
+        assert_eq!(
+            kine_container["env"][0]["valueFrom"]["secretKeyRef"],
+            serde_json::json!({"name": format!("{}-kine.config", spec.cluster_name), "key": "endpoint", "optional": false})
+        );
+        assert!(
+            !serde_json::to_string(&d).unwrap().contains(&endpoint),
+            "the password stays in the Secret"
+        );
+        let volumes = d["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
+        assert!(volumes.iter().any(|v| v["name"] == "kine"));
+        assert!(!volumes.iter().any(|v| v["name"] == "datastore"));
+    }
+
+    /// `spec.dataStoreUsername` and `spec.kine` on etcd, and overrides on PostgreSQL, are
+    /// refused by name.
+    #[test]
+    fn what_the_datastore_driver_cannot_do_is_refused_by_name() {
+        let spec = valid(&fixture(serde_json::json!({
+            "dataStoreUsername": "tenant_user",
+            "kine": {"extraArgs": ["--debug"]},
+        })));
+        let mut ds = datastore();
+        ds.sql = Some(crate::datastore::sql::SqlAccess {
+            dialect: crate::datastore::sql::Dialect::MySql,
+            admin: crate::datastore::UserPassword {
+                username: "admin".into(),
+                password: "secret".into(),
+            },
+            ca_cert: None,
+            client: None,
+        });
+        assert!(crate::reconcile::validate::against_datastore(&spec, &ds).is_empty());
+        let etcd = datastore();
+        let fields: Vec<String> = crate::reconcile::validate::against_datastore(&spec, &etcd)
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(fields, ["spec.dataStoreUsername", "spec.kine"]);
+        let with_override = valid(&fixture(serde_json::json!({
+            "dataStoreOverrides": [{"resource": "/events", "dataStore": "other"}],
+        })));
+        let fields: Vec<String> =
+            crate::reconcile::validate::against_datastore(&with_override, &ds)
+                .into_iter()
+                .map(|e| e.field)
+                .collect();
+        assert_eq!(fields, ["spec.dataStoreOverrides"]);
     }
 
     /// Without the Service's ClusterIP the plan holds only roots, the datastore client and the

@@ -258,6 +258,51 @@ pub fn datastore_client(
     Ok(secret)
 }
 
+/// The key of kine's `--endpoint` (`KINE_ENDPOINT`) in `<cluster>-kine.config`.
+pub const KINE_ENDPOINT_KEY: &str = "endpoint";
+
+/// `<cluster>-kine.config` for a PostgreSQL or MySQL DataStore: kine's `--endpoint` with the
+/// tenant's database, user and derived password ([`crate::datastore::sql`]) under
+/// [`KINE_ENDPOINT_KEY`], the DataStore's CA as `ca.crt` and its client certificate as
+/// `tls.crt`/`tls.key` when set.
+#[must_use]
+pub fn kine_secret(
+    spec: &ValidSpec,
+    ds: &crate::datastore::Resolved,
+    access: &crate::datastore::sql::SqlAccess,
+    user: &str,
+) -> Secret {
+    use crate::datastore::sql;
+    let holder = format!("{}/{}", spec.namespace, spec.names.kcp());
+    let tenant = sql::TenantDatabase {
+        database: &spec.datastore_schema,
+        user,
+        holder: &holder,
+    };
+    let password = sql::tenant_password(access, &ds.name, &tenant);
+    let mut data = BTreeMap::from([(
+        KINE_ENDPOINT_KEY.to_owned(),
+        ByteString(sql::kine_endpoint(access, &ds.endpoints, &tenant, &password).into_bytes()),
+    )]);
+    if let Some(ca) = &access.ca_cert {
+        data.insert("ca.crt".into(), ByteString(ca.clone().into_bytes()));
+    }
+    if let Some(c) = &access.client {
+        data.insert("tls.crt".into(), ByteString(c.cert.clone().into_bytes()));
+        data.insert("tls.key".into(), ByteString(c.key.clone().into_bytes()));
+    }
+    secrets::data_secret(
+        SecretTarget {
+            name: &spec
+                .names
+                .internal_secret(kamaji_api::names::InternalSecret::Kine),
+            namespace: &spec.namespace,
+            cluster_name: &spec.cluster_name,
+        },
+        data,
+    )
+}
+
 /// Common name of the tenant's datastore client certificate (its datastore user name).
 #[must_use]
 pub fn datastore_common_name(namespace: &str, names: &kamaji_api::names::ObjectNames) -> String {
@@ -360,21 +405,27 @@ pub fn leaves(
 /// pass) must be reissued under `policy`; zero when that instant has passed.
 ///
 /// # Errors
-/// [`Error`] when the datastore client Secret holds no parseable certificate (it was built
-/// this pass, so this does not happen).
+/// [`Error`] when the datastore client Secret (etcd's; `None` for kine's) holds no parseable
+/// certificate (it was built this pass, so this does not happen).
 pub fn renewal_due(
     leaves: &[LeafSecret],
-    datastore_client: &Secret,
+    datastore_client: Option<&Secret>,
     policy: LeafPolicy,
     now: SystemTime,
 ) -> Result<std::time::Duration, Error> {
-    let (crt, key) = secrets::tls_pair_of(datastore_client)
-        .ok_or_else(|| unusable(datastore_client, "tls.crt or tls.key missing"))?;
-    let client = LeafCertificate::from_pem(LeafRole::DatastoreClient, &crt, &key);
+    let client = match datastore_client {
+        Some(secret) => {
+            let (crt, key) = secrets::tls_pair_of(secret)
+                .ok_or_else(|| unusable(secret, "tls.crt or tls.key missing"))?;
+            let client = LeafCertificate::from_pem(LeafRole::DatastoreClient, &crt, &key);
+            Some(leaves::renew_at(&client, policy)?)
+        }
+        None => None,
+    };
     let first = leaves
         .iter()
         .map(|l| l.renew_at)
-        .chain(std::iter::once(leaves::renew_at(&client, policy)?))
+        .chain(client)
         .min()
         .unwrap_or(now);
     Ok(first.duration_since(now).unwrap_or_default())

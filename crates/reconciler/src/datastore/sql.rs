@@ -1,0 +1,729 @@
+//! PostgreSQL and MySQL DataStores: each tenant gets its own database and a user that owns
+//! it (PostgreSQL) or holds every privilege on it and nothing else (MySQL), created with the
+//! DataStore's administrator (`spec.basicAuth`) over TLS when `spec.tlsConfig` is set. kine
+//! runs beside the tenant's kube-apiserver and serves the etcd API from that database.
+//!
+//! **Names.** The database is the control plane's datastore schema and the user its
+//! datastore user name (`spec.dataStoreSchema` / `spec.dataStoreUsername`, else derived from
+//! its namespace and name). Both match `^[a-z_][a-z0-9_]*$` (at most 63 characters), checked
+//! at admission and again here before any statement is built ([`identifier`]); they are then
+//! quoted as identifiers (`"name"`, `` `name` ``). Values (claims, lookups) are bound
+//! parameters. No text a user controls reaches a statement otherwise.
+//!
+//! **Claims.** Two control planes on one database or one user would share their objects, and
+//! deleting one would drop the other's. So, as on etcd, each control plane claims its
+//! database and its user first, in the table `kamaji_rs.claims` on the server (one row per
+//! claimed name, `INSERT` that keeps an existing row), and the holder's `namespace/name` is
+//! what a second one is told.
+//!
+//! **Password.** The tenant's password is derived, not stored: SHA-256 of a fixed context, the
+//! administrator's name and password, the DataStore's name, the database and the user
+//! ([`tenant_password`]). Every manager with the DataStore's administrator derives the same
+//! one (no state to lose, `clusterctl move` needs nothing), a tenant cannot derive another's,
+//! and changing the administrator's password gives every tenant a new one on the next pass,
+//! which rolls its pods (the kine Secret changes).
+
+use std::sync::Arc;
+
+use sha2::{Digest as _, Sha256};
+
+use super::{Credentials, UserPassword};
+
+/// The SQL dialect of a DataStore driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// PostgreSQL (driver `PostgreSQL`).
+    PostgreSql,
+    /// MySQL or MariaDB (driver `MySQL`).
+    MySql,
+}
+
+/// How the provider reaches a PostgreSQL or MySQL DataStore.
+#[derive(Clone)]
+pub struct SqlAccess {
+    /// The server's dialect.
+    pub dialect: Dialect,
+    /// `spec.basicAuth`: an administrator that may create databases and users.
+    pub admin: UserPassword,
+    /// `spec.tlsConfig.certificateAuthority.certificate`: the CA the server's certificate is
+    /// verified against (TLS on when set; the host name or IP of the endpoint must be in
+    /// the certificate).
+    pub ca_cert: Option<String>,
+    /// `spec.tlsConfig.clientCertificate`, when the server asks clients for one.
+    pub client: Option<Credentials>,
+}
+
+impl std::fmt::Debug for SqlAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlAccess")
+            .field("dialect", &self.dialect)
+            .field("admin", &self.admin)
+            .field("tls", &self.ca_cert.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A tenant's database on a SQL DataStore.
+#[derive(Debug, Clone, Copy)]
+pub struct TenantDatabase<'a> {
+    /// The database (the datastore schema).
+    pub database: &'a str,
+    /// The user that owns it (the datastore user name).
+    pub user: &'a str,
+    /// `namespace/name` of the control plane.
+    pub holder: &'a str,
+}
+
+/// What claiming and creating a tenant's database found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Provisioned {
+    /// The database and user exist, the user has the tenant's password and privileges on that
+    /// database only.
+    Ready,
+    /// Another control plane holds the database (`field` = `spec.dataStoreSchema`) or the user
+    /// (`spec.dataStoreUsername`); nothing was created.
+    HeldBy {
+        /// The field of the name.
+        field: &'static str,
+        /// The name.
+        name: String,
+        /// `namespace/name` of the control plane that claimed it first.
+        holder: String,
+    },
+}
+
+/// Where kine listens in the control-plane pod (loopback of the pod's own network
+/// namespace): kube-apiserver's `--etcd-servers`.
+pub const KINE_LISTEN_ADDRESS: &str = "127.0.0.1:2379";
+
+/// Whether `name` may be used as a database or user name: `^[a-z_][a-z0-9_]*$`, at most 63
+/// characters (the admission rule of `spec.dataStoreSchema` and `spec.dataStoreUsername`).
+#[must_use]
+pub fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 63
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// `name` quoted as an identifier of `dialect`, after checking it is one ([`is_identifier`]).
+///
+/// # Errors
+/// When `name` is not a plain identifier (then no statement is built with it).
+pub fn identifier(dialect: Dialect, name: &str) -> Result<String, String> {
+    if !is_identifier(name) {
+        return Err(format!(
+            "{name:?} is not a plain identifier (^[a-z_][a-z0-9_]*$, at most 63 characters)"
+        ));
+    }
+    Ok(match dialect {
+        Dialect::PostgreSql => format!("\"{name}\""),
+        Dialect::MySql => format!("`{name}`"),
+    })
+}
+
+/// The tenant's password on the DataStore `datastore` (see the module docs): 64 hex digits.
+#[must_use]
+pub fn tenant_password(access: &SqlAccess, datastore: &str, tenant: &TenantDatabase) -> String {
+    let mut h = Sha256::new();
+    for part in [
+        "kamaji-rs tenant datastore password v1",
+        &access.admin.username,
+        &access.admin.password,
+        datastore,
+        tenant.database,
+        tenant.user,
+    ] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    hex::encode(h.finalize())
+}
+
+/// kine's `--endpoint` for the tenant: `postgres://user:password@host:port,…/database` (with
+/// `sslmode=verify-full` under TLS, `disable` without) or
+/// `mysql://user:password@tcp(host:port)/database`. kine adds TLS for MySQL itself from its
+/// `--ca-file`.
+#[must_use]
+pub fn kine_endpoint(
+    access: &SqlAccess,
+    endpoints: &[String],
+    tenant: &TenantDatabase,
+    password: &str,
+) -> String {
+    match access.dialect {
+        Dialect::PostgreSql => {
+            let mode = if access.ca_cert.is_some() {
+                "verify-full"
+            } else {
+                "disable"
+            };
+            format!(
+                "postgres://{}:{password}@{}/{}?sslmode={mode}",
+                tenant.user,
+                endpoints.join(","),
+                tenant.database
+            )
+        }
+        Dialect::MySql => format!(
+            "mysql://{}:{password}@tcp({})/{}",
+            tenant.user,
+            endpoints.first().map_or("", String::as_str),
+            tenant.database
+        ),
+    }
+}
+
+/// `host:port` split (IPv6 in brackets).
+fn host_port(endpoint: &str, default_port: u16) -> (String, u16) {
+    if let Some((host, port)) = endpoint.rsplit_once(':')
+        && let Ok(port) = port.parse()
+        && (!host.contains(':') || host.starts_with('['))
+    {
+        return (host.trim_matches(['[', ']']).to_owned(), port);
+    }
+    (endpoint.trim_matches(['[', ']']).to_owned(), default_port)
+}
+
+/// The rustls client configuration for `access`: its CA only, its client certificate if any.
+fn tls_config(access: &SqlAccess, ca_pem: &str) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for der in kamaji_bootstrap::pki::inspect::certificates_der(ca_pem).unwrap_or_default() {
+        roots
+            .add(CertificateDer::from(der))
+            .map_err(|e| format!("spec.tlsConfig.certificateAuthority.certificate: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err(
+            "spec.tlsConfig.certificateAuthority.certificate holds no certificate".to_owned(),
+        );
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots);
+    match &access.client {
+        Some(c) => {
+            let chain = CertificateDer::pem_slice_iter(c.cert.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("spec.tlsConfig.clientCertificate.certificate: {e}"))?;
+            let key = PrivateKeyDer::from_pem_slice(c.key.as_bytes())
+                .map_err(|e| format!("spec.tlsConfig.clientCertificate.privateKey: {e}"))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("spec.tlsConfig.clientCertificate: {e}"))
+        }
+        None => Ok(builder.with_no_client_auth()),
+    }
+}
+
+/// An administrator's connection to one of the DataStore's servers.
+enum Admin {
+    Postgres(tokio_postgres::Client),
+    MySql(mysql_async::Conn),
+}
+
+/// Connects as the administrator to the first of `endpoints` that answers.
+async fn connect(access: &SqlAccess, endpoints: &[String]) -> Result<Admin, String> {
+    let mut last = String::from("the DataStore has no endpoint");
+    for endpoint in endpoints {
+        let result = match access.dialect {
+            Dialect::PostgreSql => connect_postgres(access, endpoint)
+                .await
+                .map(Admin::Postgres),
+            Dialect::MySql => connect_mysql(access, endpoint).await.map(Admin::MySql),
+        };
+        match result {
+            Ok(admin) => return Ok(admin),
+            Err(e) => last = format!("{endpoint}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+async fn connect_postgres(
+    access: &SqlAccess,
+    endpoint: &str,
+) -> Result<tokio_postgres::Client, String> {
+    let (host, port) = host_port(endpoint, 5432);
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host(&host)
+        .port(port)
+        .user(&access.admin.username)
+        .password(&access.admin.password)
+        .dbname("postgres")
+        .application_name("kamaji-rs")
+        .connect_timeout(std::time::Duration::from_secs(10));
+    let client = if let Some(ca) = &access.ca_cert {
+        config.ssl_mode(tokio_postgres::config::SslMode::Require);
+        let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(access, ca)?);
+        let (client, connection) = config.connect(tls).await.map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        client
+    } else {
+        let (client, connection) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        client
+    };
+    Ok(client)
+}
+
+async fn connect_mysql(access: &SqlAccess, endpoint: &str) -> Result<mysql_async::Conn, String> {
+    let (host, port) = host_port(endpoint, 3306);
+    let mut opts = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(host)
+        .tcp_port(port)
+        .user(Some(access.admin.username.clone()))
+        .pass(Some(access.admin.password.clone()))
+        .prefer_socket(false);
+    if let Some(ca) = &access.ca_cert {
+        let mut ssl =
+            mysql_async::SslOpts::default().with_root_certs(vec![ca.clone().into_bytes().into()]);
+        if let Some(c) = &access.client {
+            ssl = ssl.with_client_identity(Some(mysql_async::ClientIdentity::new(
+                c.cert.clone().into_bytes().into(),
+                c.key.clone().into_bytes().into(),
+            )));
+        }
+        opts = opts.ssl_opts(ssl);
+    }
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        mysql_async::Conn::new(opts),
+    )
+    .await
+    .map_err(|_| "no answer in 10 s".to_owned())?
+    .map_err(|e| e.to_string())
+}
+
+impl Admin {
+    async fn run(&mut self, statement: &str) -> Result<(), String> {
+        match self {
+            Self::Postgres(c) => c
+                .batch_execute(statement)
+                .await
+                .map_err(|e| postgres_error(&e)),
+            Self::MySql(c) => {
+                use mysql_async::prelude::Queryable as _;
+                c.query_drop(statement).await.map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// Whether the query with one text parameter returns a row.
+    async fn exists(&mut self, query: &str, value: &str) -> Result<bool, String> {
+        match self {
+            Self::Postgres(c) => c
+                .query_opt(query, &[&value])
+                .await
+                .map(|r| r.is_some())
+                .map_err(|e| postgres_error(&e)),
+            Self::MySql(c) => {
+                use mysql_async::prelude::Queryable as _;
+                c.exec_first::<i64, _, _>(query.replace("$1", "?"), (value,))
+                    .await
+                    .map(|r| r.is_some())
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    fn dialect(&self) -> Dialect {
+        match self {
+            Self::Postgres(_) => Dialect::PostgreSql,
+            Self::MySql(_) => Dialect::MySql,
+        }
+    }
+
+    /// Creates the claim table `kamaji_rs.claims` if absent (in the administrator's database
+    /// `postgres` on PostgreSQL, in a database of its own on MySQL).
+    async fn claims_table(&mut self) -> Result<(), String> {
+        let statements: &[&str] = match self.dialect() {
+            Dialect::PostgreSql => &[
+                "CREATE SCHEMA IF NOT EXISTS kamaji_rs",
+                "CREATE TABLE IF NOT EXISTS kamaji_rs.claims (kind text NOT NULL, name text NOT NULL, holder text NOT NULL, PRIMARY KEY (kind, name))",
+            ],
+            Dialect::MySql => &[
+                "CREATE DATABASE IF NOT EXISTS kamaji_rs",
+                "CREATE TABLE IF NOT EXISTS kamaji_rs.claims (kind varchar(16) NOT NULL, name varchar(64) NOT NULL, holder varchar(320) NOT NULL, PRIMARY KEY (kind, name))",
+            ],
+        };
+        for s in statements {
+            self.run(s).await?;
+        }
+        Ok(())
+    }
+
+    /// Claims `name` of `kind` (`database`, `user`) for `holder`; returns the holder afterwards.
+    async fn claim(&mut self, kind: &str, name: &str, holder: &str) -> Result<String, String> {
+        match self {
+            Self::Postgres(c) => {
+                c.execute(
+                    "INSERT INTO kamaji_rs.claims (kind, name, holder) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    &[&kind, &name, &holder],
+                )
+                .await
+                .map_err(|e| postgres_error(&e))?;
+                let row = c
+                    .query_one(
+                        "SELECT holder FROM kamaji_rs.claims WHERE kind = $1 AND name = $2",
+                        &[&kind, &name],
+                    )
+                    .await
+                    .map_err(|e| postgres_error(&e))?;
+                Ok(row.get(0))
+            }
+            Self::MySql(c) => {
+                use mysql_async::prelude::Queryable as _;
+                c.exec_drop(
+                    "INSERT IGNORE INTO kamaji_rs.claims (kind, name, holder) VALUES (?, ?, ?)",
+                    (kind, name, holder),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                c.exec_first::<String, _, _>(
+                    "SELECT holder FROM kamaji_rs.claims WHERE kind = ? AND name = ?",
+                    (kind, name),
+                )
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("the claim on {kind} {name} vanished while read"))
+            }
+        }
+    }
+
+    /// The holder of `name` of `kind`, if claimed.
+    async fn holder(&mut self, kind: &str, name: &str) -> Result<Option<String>, String> {
+        match self {
+            Self::Postgres(c) => c
+                .query_opt(
+                    "SELECT holder FROM kamaji_rs.claims WHERE kind = $1 AND name = $2",
+                    &[&kind, &name],
+                )
+                .await
+                .map(|r| r.map(|r| r.get(0)))
+                .map_err(|e| postgres_error(&e)),
+            Self::MySql(c) => {
+                use mysql_async::prelude::Queryable as _;
+                c.exec_first::<String, _, _>(
+                    "SELECT holder FROM kamaji_rs.claims WHERE kind = ? AND name = ?",
+                    (kind, name),
+                )
+                .await
+                .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// Releases `holder`'s claims on `names` (kind, name).
+    async fn release(&mut self, names: &[(&str, &str)], holder: &str) -> Result<(), String> {
+        for (kind, name) in names {
+            match self {
+                Self::Postgres(c) => {
+                    c.execute(
+                        "DELETE FROM kamaji_rs.claims WHERE kind = $1 AND name = $2 AND holder = $3",
+                        &[kind, name, &holder],
+                    )
+                    .await
+                    .map_err(|e| postgres_error(&e))?;
+                }
+                Self::MySql(c) => {
+                    use mysql_async::prelude::Queryable as _;
+                    c.exec_drop(
+                        "DELETE FROM kamaji_rs.claims WHERE kind = ? AND name = ? AND holder = ?",
+                        (*kind, *name, holder),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(self) {
+        match self {
+            Self::Postgres(c) => drop(c),
+            Self::MySql(c) => {
+                let _ = c.disconnect().await;
+            }
+        }
+    }
+}
+
+/// A PostgreSQL error with the server's message (tokio-postgres shows only "db error").
+fn postgres_error(e: &tokio_postgres::Error) -> String {
+    e.as_db_error().map_or_else(
+        || e.to_string(),
+        |db| format!("{}: {}", db.code().code(), db.message()),
+    )
+}
+
+/// A password as a SQL string literal: [`tenant_password`] is hex, checked again here.
+fn password_literal(password: &str) -> Result<String, String> {
+    if password.is_empty() || !password.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err("the tenant password is not alphanumeric".to_owned());
+    }
+    Ok(format!("'{password}'"))
+}
+
+/// Claims the tenant's database and user for `tenant.holder`, then creates them if absent and
+/// (again) gives the user `password` and privileges on that database only:
+///
+/// - PostgreSQL: `CREATE ROLE … LOGIN PASSWORD …` (or `ALTER ROLE`), membership of the
+///   administrator in it (so that a non-superuser with `CREATEROLE` and `CREATEDB` may give it
+///   the database), `CREATE DATABASE … OWNER …`, `REVOKE ALL ON DATABASE … FROM PUBLIC`;
+/// - MySQL: `CREATE USER IF NOT EXISTS '…'@'%' IDENTIFIED BY …`, `ALTER USER`,
+///   `CREATE DATABASE IF NOT EXISTS`, `GRANT ALL PRIVILEGES ON \`db\`.* TO '…'@'%'`.
+///
+/// # Errors
+/// A message naming the endpoint when no server can be reached or one refuses a statement (its
+/// message included), or when a name is not a plain identifier.
+pub async fn provision(
+    access: &SqlAccess,
+    endpoints: &[String],
+    tenant: &TenantDatabase<'_>,
+    password: &str,
+) -> Result<Provisioned, String> {
+    let database = identifier(access.dialect, tenant.database)?;
+    let user = identifier(access.dialect, tenant.user)?;
+    let secret = password_literal(password)?;
+    let mut admin = connect(access, endpoints).await?;
+    admin.claims_table().await?;
+    for (field, kind, name) in [
+        ("spec.dataStoreSchema", "database", tenant.database),
+        ("spec.dataStoreUsername", "user", tenant.user),
+    ] {
+        let holder = admin.claim(kind, name, tenant.holder).await?;
+        if holder != tenant.holder {
+            admin.close().await;
+            return Ok(Provisioned::HeldBy {
+                field,
+                name: name.to_owned(),
+                holder,
+            });
+        }
+    }
+    match access.dialect {
+        Dialect::PostgreSql => {
+            if admin
+                .exists("SELECT 1 FROM pg_roles WHERE rolname = $1", tenant.user)
+                .await?
+            {
+                admin
+                    .run(&format!("ALTER ROLE {user} WITH LOGIN PASSWORD {secret}"))
+                    .await?;
+            } else {
+                admin
+                    .run(&format!("CREATE ROLE {user} WITH LOGIN PASSWORD {secret}"))
+                    .await?;
+            }
+            if !admin
+                .exists(
+                    "SELECT 1 FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.roleid \
+                     JOIN pg_roles a ON a.oid = m.member \
+                     WHERE r.rolname = $1 AND a.rolname = current_user",
+                    tenant.user,
+                )
+                .await?
+            {
+                admin.run(&format!("GRANT {user} TO CURRENT_USER")).await?;
+            }
+            if !admin
+                .exists(
+                    "SELECT 1 FROM pg_database WHERE datname = $1",
+                    tenant.database,
+                )
+                .await?
+            {
+                admin
+                    .run(&format!("CREATE DATABASE {database} OWNER {user}"))
+                    .await?;
+            }
+            admin
+                .run(&format!("REVOKE ALL ON DATABASE {database} FROM PUBLIC"))
+                .await?;
+        }
+        Dialect::MySql => {
+            let account = format!("'{}'@'%'", tenant.user);
+            admin
+                .run(&format!(
+                    "CREATE USER IF NOT EXISTS {account} IDENTIFIED BY {secret}"
+                ))
+                .await?;
+            admin
+                .run(&format!("ALTER USER {account} IDENTIFIED BY {secret}"))
+                .await?;
+            admin
+                .run(&format!("CREATE DATABASE IF NOT EXISTS {database}"))
+                .await?;
+            admin
+                .run(&format!(
+                    "GRANT ALL PRIVILEGES ON {database}.* TO {account}"
+                ))
+                .await?;
+        }
+    }
+    admin.close().await;
+    Ok(Provisioned::Ready)
+}
+
+/// What removing a tenant's database found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deprovisioned {
+    /// The database and user are gone (or were never created) and the claims released.
+    Removed,
+    /// Another control plane holds the database: this one was refused and never wrote there.
+    HeldBy(String),
+}
+
+/// Drops the tenant's database (PostgreSQL: `WITH (FORCE)`, ending kine's sessions) and its
+/// user, then releases its claims. A user another control plane holds is left alone.
+///
+/// # Errors
+/// As [`provision`].
+pub async fn deprovision(
+    access: &SqlAccess,
+    endpoints: &[String],
+    tenant: &TenantDatabase<'_>,
+) -> Result<Deprovisioned, String> {
+    let database = identifier(access.dialect, tenant.database)?;
+    let user = identifier(access.dialect, tenant.user)?;
+    let mut admin = connect(access, endpoints).await?;
+    admin.claims_table().await?;
+    if let Some(other) = admin.holder("database", tenant.database).await?
+        && other != tenant.holder
+    {
+        admin.close().await;
+        return Ok(Deprovisioned::HeldBy(other));
+    }
+    let user_held_by_other = admin
+        .holder("user", tenant.user)
+        .await?
+        .is_some_and(|h| h != tenant.holder);
+    match access.dialect {
+        Dialect::PostgreSql => {
+            admin
+                .run(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
+                .await?;
+            if !user_held_by_other {
+                admin.run(&format!("DROP ROLE IF EXISTS {user}")).await?;
+            }
+        }
+        Dialect::MySql => {
+            admin
+                .run(&format!("DROP DATABASE IF EXISTS {database}"))
+                .await?;
+            if !user_held_by_other {
+                admin
+                    .run(&format!("DROP USER IF EXISTS '{}'@'%'", tenant.user))
+                    .await?;
+            }
+        }
+    }
+    admin
+        .release(
+            &[("database", tenant.database), ("user", tenant.user)],
+            tenant.holder,
+        )
+        .await?;
+    admin.close().await;
+    Ok(Deprovisioned::Removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hostile names never become identifiers; plain ones are quoted for their dialect.
+    #[test]
+    fn only_plain_identifiers_are_quoted() {
+        for hostile in [
+            "",
+            "a\"b",
+            "a`b",
+            "a'b",
+            "a;drop database x",
+            "a--",
+            "a/*",
+            "A",
+            "1a",
+            "a b",
+            "ä",
+            "a-b",
+            &"a".repeat(64),
+        ] {
+            assert!(
+                identifier(Dialect::PostgreSql, hostile).is_err(),
+                "{hostile:?}"
+            );
+            assert!(identifier(Dialect::MySql, hostile).is_err(), "{hostile:?}");
+        }
+        assert_eq!(
+            identifier(Dialect::PostgreSql, "tenant_a_demo_1").unwrap(),
+            "\"tenant_a_demo_1\""
+        );
+        assert_eq!(identifier(Dialect::MySql, "_x9").unwrap(), "`_x9`");
+        assert!(password_literal("ab'c").is_err());
+    }
+
+    fn access(dialect: Dialect) -> SqlAccess {
+        SqlAccess {
+            dialect,
+            admin: UserPassword {
+                username: "admin".into(),
+                password: "pw".into(),
+            },
+            ca_cert: Some("ca".into()),
+            client: None,
+        }
+    }
+
+    /// The password depends on every input, is hex, and kine's endpoint carries it.
+    #[test]
+    fn the_password_is_derived_and_the_endpoint_names_the_database() {
+        let t = TenantDatabase {
+            database: "db_a",
+            user: "user_a",
+            holder: "ns/a",
+        };
+        let a = access(Dialect::PostgreSql);
+        let p = tenant_password(&a, "pg", &t);
+        assert_eq!(p.len(), 64);
+        assert!(p.chars().all(|c| c.is_ascii_hexdigit()));
+        let other = TenantDatabase {
+            database: "db_b",
+            ..t
+        };
+        assert_ne!(p, tenant_password(&a, "pg", &other));
+        assert_ne!(p, tenant_password(&a, "pg2", &t));
+        let mut rotated = a.clone();
+        rotated.admin.password = "pw2".into();
+        assert_ne!(p, tenant_password(&rotated, "pg", &t));
+        assert_eq!(
+            kine_endpoint(
+                &a,
+                &["10.0.0.1:5432".into(), "10.0.0.2:5432".into()],
+                &t,
+                "x"
+            ),
+            "postgres://user_a:x@10.0.0.1:5432,10.0.0.2:5432/db_a?sslmode=verify-full"
+        );
+        assert_eq!(
+            kine_endpoint(&access(Dialect::MySql), &["10.0.0.1:3306".into()], &t, "x"),
+            "mysql://user_a:x@tcp(10.0.0.1:3306)/db_a"
+        );
+        assert_eq!(host_port("[::1]:5432", 1), ("::1".into(), 5432));
+        assert_eq!(host_port("db.example", 5432), ("db.example".into(), 5432));
+    }
+}
