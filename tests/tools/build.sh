@@ -14,6 +14,9 @@
 # linked into <cache>/bin-<hash>/, whose path is written to target/tools-bin
 # for the Rust test environment (which also honours $KAMAJI_TOOLS_BIN).
 #
+# It also installs PostgreSQL 15 and MariaDB 10.11 from the Debian packages when their
+# programs are absent (tests/tools/sql-servers.sh; the SQL DataStore tests start them).
+#
 # On failure it prints one line naming the cause; the full log stays on disk.
 set -uo pipefail
 
@@ -38,6 +41,9 @@ COREDNS_VERSION=v1.14.2
 KONNECTIVITY_VERSION=v0.36.0
 # The Gateway API whose TLSRoute CRD (standard channel, v1) network.gateway's route is.
 GATEWAY_API_VERSION=v1.6.3
+# kine, the etcd API over SQL beside the tenants' kube-apiservers on PostgreSQL and MySQL
+# DataStores (its image: kamaji-machine's KINE_IMAGE).
+KINE_VERSION=v0.17.5
 
 die() { echo "make tools: $*" >&2; exit 1; }
 
@@ -156,6 +162,11 @@ chain_kubernetes() {
         kube-proxy=k8s.io/kubernetes/cmd/kube-proxy >"$results/minor" || exit 1
 }
 chain_others() {
+    # PostgreSQL 15 and MariaDB 10.11 for the SQL DataStore tests, from the Debian packages
+    # when absent (sql-servers.sh: no service started).
+    "$here/sql-servers.sh" 2>"$results/sql-servers.err" ||
+        die "$(grep -m1 '^make tools: ' "$results/sql-servers.err" | sed 's/^make tools: //')"
+    cat "$results/sql-servers.err" >&2
     local capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI_VERSION -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14"
     build capi "$CAPI_VERSION" "$capi_ldflags" \
         capi-manager=sigs.k8s.io/cluster-api/core \
@@ -188,6 +199,8 @@ chain_others() {
         proxy-agent=sigs.k8s.io/apiserver-network-proxy/cmd/agent >"$results/konnectivity" || exit 1
     # A static client for test pods: resolve a name, GET a URL (tests/tools/netcheck).
     build netcheck v0 "-s -w" netcheck=kamaji-rs.test/tools/netcheck >"$results/netcheck" || exit 1
+    build kine "$KINE_VERSION" "-s -w -X github.com/k3s-io/kine/pkg/version.Version=$KINE_VERSION" \
+        kine=github.com/k3s-io/kine >"$results/kine" || exit 1
     # nft and its libraries for the kube-proxy image (nftables mode; real-machines.md §2, §5.4).
     debs nft nftables libnftables1 libmnl0 libnftnl11 libjansson4 libxtables12 libgmp10 libedit2 libbsd0 libmd0 libtinfo6 >"$results/nft" || exit 1
 }
@@ -203,7 +216,7 @@ for _ in 1 2; do
         exit 1
     fi
 done
-for group in etcd k8s minor capi containerd runc cni coredns konnectivity netcheck nft; do
+for group in etcd k8s minor capi containerd runc cni coredns konnectivity netcheck kine nft; do
     printf -v "${group}_dir" '%s' "$(cat "$results/$group")"
 done
 
@@ -227,7 +240,7 @@ gateway_src=$(cd "$cache" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io
 [ -n "$gateway_src" ] && [ -d "$gateway_src" ] \
     || die "cannot download sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION: $(head -n1 "$cache/gateway-api.log") (full log: $cache/gateway-api.log)"
 
-all_dirs="$gateway_src $etcd_dir $k8s_dir $minor_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $konnectivity_dir $pause_dir $nft_dir $netcheck_dir"
+all_dirs="$gateway_src $etcd_dir $k8s_dir $minor_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $konnectivity_dir $pause_dir $nft_dir $netcheck_dir $kine_dir"
 # Keyed by the groups' directories and this script (which decides the layout): a finished bin
 # directory is kept as it is, since tests may be running programs from it (a deferred run's
 # previous-release links start to resolve when a later run has built their groups).
@@ -239,7 +252,7 @@ if [ -d "$bin" ]; then
     exit 0
 fi
 rm -rf "$bin.tmp" && mkdir -p "$bin.tmp/crds/capi-core" "$bin.tmp/crds/capi-kubeadm-bootstrap" "$bin.tmp/webhooks"
-for d in "$etcd_dir" "$k8s_dir" "$capi_dir" "$containerd_dir" "$runc_dir" "$coredns_dir" "$konnectivity_dir" "$pause_dir" "$netcheck_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
+for d in "$etcd_dir" "$k8s_dir" "$capi_dir" "$containerd_dir" "$runc_dir" "$coredns_dir" "$konnectivity_dir" "$pause_dir" "$netcheck_dir" "$kine_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
 # CNI plugins in their own directory (containerd's cni bin_dirs); nft's unpacked root.
 mkdir -p "$bin.tmp/cni" && ln -sf "$cni_dir"/bin/* "$bin.tmp/cni/"
 ln -sfn "$nft_dir/root" "$bin.tmp/nft-root"
