@@ -40,6 +40,26 @@ pub fn konnectivity(tools: &Tools, program: &str) -> Result<ImageBuilder> {
         .entrypoint([format!("/{program}")]))
 }
 
+/// The kine image the provider runs for `PostgreSQL` and `MySQL` data stores as the `kine` sidecar of
+/// a tenant's control-plane pod: kine at the version `make tools` builds (`KINE_VERSION` in
+/// `tests/tools/build.sh`), under the name Rancher publishes it.
+pub const KINE_IMAGE: &str = "docker.io/rancher/kine:v0.17.5";
+
+/// The [`KINE_IMAGE`]: the static program at `/bin/kine` (the command the sidecar runs,
+/// `["/bin/kine"]`, also the entrypoint) and an empty `/tmp`.
+///
+/// # Errors
+/// When `kine` is missing from the tools (`make tools`).
+pub fn kine(tools: &Tools) -> Result<ImageBuilder> {
+    let binary = tools.path("kine");
+    std::fs::metadata(&binary)
+        .with_context(|| format!("{} is missing (run `make tools`)", binary.display()))?;
+    Ok(ImageBuilder::new(KINE_IMAGE)?
+        .file("/bin/kine", binary, 0o755)
+        .bytes("/tmp/.keep", Vec::new(), 0o644)
+        .entrypoint(["/bin/kine"]))
+}
+
 /// The kube-proxy image kubeadm's addon names for `version` (`registry.k8s.io/kube-proxy:<v>`).
 #[must_use]
 pub fn kube_proxy_image(version: &str) -> String {

@@ -174,12 +174,13 @@ impl Drop for Indices {
 }
 
 /// The images of every management machine: pause, kube-proxy, the netcheck test client, the
-/// konnectivity server and
-/// the control-plane images of `versions`, in a store made once for them.
+/// konnectivity server, kine (the sidecar of SQL data stores) and the control-plane images of
+/// `versions`, in a store made once for them.
 async fn image_store(tools: &Tools, versions: &[String], capi: bool) -> Result<ImageStore> {
     let mut images = node_images(tools)?;
     images.push(netcheck(tools)?);
     images.push(crate::images::konnectivity(tools, "proxy-server")?);
+    images.push(crate::images::kine(tools)?);
     if capi {
         images.extend(crate::images::capi_images(tools)?);
     }
