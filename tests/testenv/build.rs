@@ -6,5 +6,6 @@ fn main() {
     gate(&[
         ("kamaji-testenv/local_cluster", Needs::Programs),
         ("kamaji-testenv/cert_manager", Needs::Programs),
+        ("kamaji-testenv/sql_servers", Needs::Programs),
     ]);
 }

@@ -16,6 +16,9 @@
 //! Every process is stopped when the [`LocalCluster`] is dropped, also while a test
 //! unwinds from a panic. The API server writes an audit log (all requests at `Metadata`
 //! level) that [`LocalCluster::audit_events`] parses, so tests can count requests per user.
+//!
+//! [`sql`] starts the real SQL servers (`PostgreSQL` 15, `MariaDB` 10.11) behind the SQL data
+//! stores: TLS, password authentication, every statement logged.
 
 mod apiserver;
 pub mod apply;
@@ -28,6 +31,7 @@ pub mod kubeadm;
 pub mod kubeconfig;
 pub mod pki;
 pub mod process;
+pub mod sql;
 pub mod standins;
 mod tools;
 pub mod wait;
@@ -38,6 +42,7 @@ pub use cluster::{Builder, LocalCluster, readyz};
 pub use etcd::{Etcd, EtcdTls};
 pub use kubeconfig::client_from_kubeconfig;
 pub use process::{Supervised, free_port};
+pub use sql::{MariaDb, Postgres, ServerTls, SqlServer};
 pub use tools::{Tools, workspace_root};
 
 /// Kubernetes version of the binaries that `tests/tools` builds (the tenant version under test).
