@@ -12,6 +12,7 @@
 //! | [`env`] | the environment, its clients, objects and tenant clients |
 //! | [`manager`] | the manager process and its ServiceAccount identity |
 //! | [`datastore`] | the shared datastore and views of it |
+//! | [`sql`] | PostgreSQL and MariaDB servers and the SQL DataStores on them |
 //! | [`fixtures`] | F0 of shared/cases/ and clusterctl's variable substitution |
 //! | [`probes`] | waits for conditions and roll-outs, the `/readyz` probe |
 //! | [`discovery`] | a real `kubeadm join` token discovery against a tenant |
@@ -32,6 +33,7 @@ pub mod fixtures;
 pub mod machines;
 pub mod manager;
 pub mod probes;
+pub mod sql;
 pub mod standins;
 
 use k8s_openapi::api::core::v1::Secret;
