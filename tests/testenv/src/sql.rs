@@ -200,8 +200,9 @@ impl Postgres {
 
 impl MariaDb {
     /// Starts MariaDB with a fresh data directory (`mariadb-install-db`) in `dir/mariadb/`
-    /// (created; `dir` is the test's folder), on a free port ([`free_port`]) of every address of
-    /// `listen`, and returns once the administrator ([`ADMIN_USER`]`@'%'`, random password,
+    /// (created; `dir` is the test's folder; its own `tmpdir` there), on a free port
+    /// ([`free_port`]) of every address of `listen`, and returns once the administrator
+    /// ([`ADMIN_USER`]`@'%'`, random password,
     /// `ALL PRIVILEGES ON *.* WITH GRANT OPTION`, created by an `--init-file`) can query it.
     /// Set-up: `ssl-cert`/`ssl-key` from `tls` and `require_secure_transport=ON` (every TCP
     /// client must use TLS); passwords `mysql_native_password` (the server's default for
@@ -220,11 +221,19 @@ impl MariaDb {
         let files = write_tls(&root, tls, owner)?;
         let password = random_password()?;
         let data = root.join("data");
+        let tmp = root.join("tmp");
+        std::fs::create_dir_all(&tmp)?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(&tmp, Some(uid), Some(gid))?;
+        }
         let mut install = tokio::process::Command::new(install_db);
         install
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
-            .args(["--auth-root-authentication-method=socket", "--skip-test-db"]);
+            .args(["--auth-root-authentication-method=socket", "--skip-test-db"])
+            // Passed on to the bootstrap server: two servers bootstrapping at once in the
+            // shared /tmp once lost each other's temporary tables.
+            .arg(format!("--tmpdir={}", tmp.display()));
         if let Some((uid, gid)) = owner {
             install.uid(uid).gid(gid);
         }
@@ -262,6 +271,7 @@ impl MariaDb {
                 "--pid-file={}",
                 root.join("mariadbd.pid").display()
             ))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg(format!("--ssl-cert={}", files.cert.display()))
             .arg(format!("--ssl-key={}", files.key.display()))
             .arg("--require-secure-transport=ON")

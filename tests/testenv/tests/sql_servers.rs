@@ -2,7 +2,7 @@
 //! PostgreSQL 15 and MariaDB 10.11 with TLS and password authentication, a tenant database
 //! and user made by the administrator, what the tenant may and may not reach, every statement
 //! in the server's log, and kine (the tenants' etcd API) running on each with only the
-//! tenant's credentials and the CA.
+//! tenant's credentials and the CA, and refusing a server its CA did not issue.
 #![cfg(real_programs)]
 #![allow(
     clippy::unwrap_used,
@@ -129,14 +129,8 @@ async fn a_tenant_reaches_only_its_own_database_over_tls() {
     tenant_isolation(&my);
 }
 
-/// kine with the endpoint and flags the manager is to give its sidecar: the tenant's user,
-/// password and database, and `--ca-file` (kine then verifies the server: PostgreSQL
-/// `sslmode=verify-full`, MySQL a TLS config with the CA).
-async fn kine_put_get(tools: &Tools, dir: &Path, server: &SqlServer, ca_file: &Path) {
-    let driver = server.driver();
-    server
-        .query_as_admin(&provision(server, "kine_t", "kine-pw"))
-        .unwrap();
+/// kine with the tenant's endpoint, `--ca-file`, listening on `port`, without metrics.
+fn kine_command(tools: &Tools, server: &SqlServer, ca_file: &Path, port: u16) -> Command {
     let endpoint = match server.flavor() {
         Flavor::Postgres => format!(
             "postgres://kine_t:kine-pw@127.0.0.1:{}/kine_t",
@@ -147,13 +141,65 @@ async fn kine_put_get(tools: &Tools, dir: &Path, server: &SqlServer, ca_file: &P
             server.port()
         ),
     };
-    let port = free_port().unwrap();
     let mut cmd = Command::new(tools.path("kine"));
     cmd.arg(format!("--endpoint={endpoint}"))
         .arg(format!("--ca-file={}", ca_file.display()))
         .arg(format!("--listen-address=127.0.0.1:{port}"))
         .arg("--metrics-bind-address=0");
-    let mut kine = Supervised::spawn("kine", cmd, &dir.join(format!("kine-{driver}.log"))).unwrap();
+    cmd
+}
+
+/// kine given a CA that did not issue the server's certificate refuses the server, naming
+/// why, and never serves (it retries every second; the drop stops it).
+async fn kine_refuses_a_server_of_another_ca(
+    tools: &Tools,
+    dir: &Path,
+    server: &SqlServer,
+    other_ca_file: &Path,
+) {
+    let driver = server.driver();
+    let port = free_port().unwrap();
+    let kine = Supervised::spawn(
+        "kine",
+        kine_command(tools, server, other_ca_file, port),
+        &dir.join(format!("kine-{driver}-other-ca.log")),
+    )
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !kine
+        .log_tail(5)
+        .contains("certificate signed by unknown authority")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{driver}: kine did not refuse the server:\n{}",
+            kine.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err(),
+        "{driver}: kine serves without its database"
+    );
+}
+
+/// kine with the endpoint and flags the manager is to give its sidecar: the tenant's user,
+/// password and database, and `--ca-file` (kine then verifies the server: PostgreSQL
+/// `sslmode=verify-full`, MySQL a TLS config with the CA).
+async fn kine_put_get(tools: &Tools, dir: &Path, server: &SqlServer, ca_file: &Path) {
+    let driver = server.driver();
+    server
+        .query_as_admin(&provision(server, "kine_t", "kine-pw"))
+        .unwrap();
+    let port = free_port().unwrap();
+    let mut kine = Supervised::spawn(
+        "kine",
+        kine_command(tools, server, ca_file, port),
+        &dir.join(format!("kine-{driver}.log")),
+    )
+    .unwrap();
     poll_until(
         &format!("kine on {driver} did not listen"),
         Duration::from_secs(30),
@@ -214,4 +260,8 @@ async fn kine_serves_the_etcd_api_from_a_tenant_database() {
     std::fs::write(&ca_file, ca_pem).unwrap();
     kine_put_get(&tools, dir.path(), &pg, &ca_file).await;
     kine_put_get(&tools, dir.path(), &my, &ca_file).await;
+    let other_ca = dir.path().join("other-ca.crt");
+    std::fs::write(&other_ca, TestCa::new("other").unwrap().cert_pem()).unwrap();
+    kine_refuses_a_server_of_another_ca(&tools, dir.path(), &pg, &other_ca).await;
+    kine_refuses_a_server_of_another_ca(&tools, dir.path(), &my, &other_ca).await;
 }
