@@ -124,6 +124,29 @@ pub fn identifier(dialect: Dialect, name: &str) -> Result<String, String> {
     })
 }
 
+/// The tenant's user on a SQL DataStore: `explicit` (`spec.dataStoreUsername`) when set, else
+/// `derived` (kamaji-api's derived user name); on PostgreSQL, which reserves role names
+/// beginning with `pg_`, a derived name beginning so gets `k_` in front (its readable part
+/// shortened to keep 63 characters; the hash at its end keeps it unique). An explicit `pg_`
+/// name is refused before ([`crate::reconcile::validate::against_datastore`]).
+#[must_use]
+pub fn tenant_user(access: &SqlAccess, explicit: Option<&str>, derived: &str) -> String {
+    if let Some(user) = explicit {
+        return user.to_owned();
+    }
+    if access.dialect == Dialect::PostgreSql && derived.starts_with("pg_") {
+        let name = format!("k_{derived}");
+        if name.len() <= 63 {
+            return name;
+        }
+        // `<head>_<hash>`: shorten the head.
+        let (head, tail) = derived.split_at(derived.rfind('_').unwrap_or(derived.len()));
+        let keep = 63usize.saturating_sub(2 + tail.len()).min(head.len());
+        return format!("k_{}{tail}", &head[..keep]);
+    }
+    derived.to_owned()
+}
+
 /// The tenant's password on the DataStore `datastore` (see the module docs): 64 hex digits.
 #[must_use]
 pub fn tenant_password(access: &SqlAccess, datastore: &str, tenant: &TenantDatabase) -> String {
@@ -724,6 +747,25 @@ mod tests {
             "mysql://user_a:x@tcp(10.0.0.1:3306)/db_a"
         );
         assert_eq!(host_port("[::1]:5432", 1), ("::1".into(), 5432));
+        // PostgreSQL reserves `pg_` role names: a derived one gets `k_`, within 63.
+        let pg = access(Dialect::PostgreSql);
+        assert_eq!(
+            tenant_user(&pg, None, "pg_a_demo_1a2b3c4d"),
+            "k_pg_a_demo_1a2b3c4d"
+        );
+        let long = format!("pg_{}_1a2b3c4d", "x".repeat(51));
+        assert_eq!(long.len(), 63);
+        let user = tenant_user(&pg, None, &long);
+        assert!(
+            user.len() == 63 && user.starts_with("k_pg_x") && user.ends_with("x_1a2b3c4d"),
+            "{user}"
+        );
+        assert!(is_identifier(&user));
+        assert_eq!(
+            tenant_user(&access(Dialect::MySql), None, "pg_a_1"),
+            "pg_a_1"
+        );
+        assert_eq!(tenant_user(&pg, Some("own"), "pg_a_1"), "own");
         assert_eq!(host_port("db.example", 5432), ("db.example".into(), 5432));
     }
 }

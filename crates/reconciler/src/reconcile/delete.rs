@@ -214,13 +214,15 @@ async fn remove_sql_database(
     names: &ObjectNames,
 ) -> Result<(), Error> {
     let ns = kcp.metadata.namespace.as_deref().unwrap_or_default();
-    let user = kcp
-        .spec
-        .fields
-        .data_store_username
-        .clone()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| datastore_common_name(ns, names));
+    let user = sql::tenant_user(
+        access,
+        kcp.spec
+            .fields
+            .data_store_username
+            .as_deref()
+            .filter(|u| !u.is_empty()),
+        &datastore_common_name(ns, names),
+    );
     let tenant = sql::TenantDatabase {
         database: schema,
         user: &user,

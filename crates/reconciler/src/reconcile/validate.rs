@@ -881,7 +881,22 @@ pub fn against_datastore(spec: &ValidSpec, ds: &crate::datastore::Resolved) -> V
                 ),
             ));
         }
-    } else if !spec.datastore_overrides.is_empty() {
+    } else if let Some(user) = spec
+        .datastore_username
+        .as_deref()
+        .filter(|u| u.starts_with("pg_"))
+        .filter(|_| ds.driver == kamaji_api::datastore::Driver::PostgreSQL)
+    {
+        errors.push(SpecError::new(
+            "spec.dataStoreUsername",
+            format!(
+                "{user}: PostgreSQL reserves role names beginning with pg_ (DataStore {} is \
+                 PostgreSQL): choose another name",
+                ds.name
+            ),
+        ));
+    }
+    if ds.sql.is_some() && !spec.datastore_overrides.is_empty() {
         errors.push(SpecError::new(
             "spec.dataStoreOverrides",
             format!(

@@ -430,9 +430,12 @@ pub struct SchemaClaim {
 /// name.
 #[must_use]
 pub fn datastore_user(spec: &ValidSpec, datastore: &Resolved) -> String {
-    match (&datastore.sql, &spec.datastore_username) {
-        (Some(_), Some(user)) => user.clone(),
-        _ => pki::datastore_common_name(&spec.namespace, &spec.names),
+    let derived = pki::datastore_common_name(&spec.namespace, &spec.names);
+    match &datastore.sql {
+        Some(access) => {
+            crate::datastore::sql::tenant_user(access, spec.datastore_username.as_deref(), &derived)
+        }
+        None => derived,
     }
 }
 
@@ -1600,6 +1603,15 @@ pub(crate) mod tests {
                 .map(|e| e.field)
                 .collect();
         assert_eq!(fields, ["spec.dataStoreOverrides"]);
+        // PostgreSQL reserves `pg_` role names.
+        let reserved = valid(&fixture(
+            serde_json::json!({"dataStoreUsername": "pg_owner"}),
+        ));
+        let errors =
+            crate::reconcile::validate::against_datastore(&reserved, &postgres_datastore());
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "spec.dataStoreUsername");
+        assert!(errors[0].message.contains("reserves"), "{:?}", errors[0]);
     }
 
     /// Without the Service's ClusterIP the plan holds only roots, the datastore client and the
