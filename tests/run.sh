@@ -22,7 +22,7 @@ export RUST_TEST_THREADS=${RUST_TEST_THREADS:-2}
 export KAMAJI_ASSUME_REAL_PROGRAMS=1
 
 # The heavy suites, balanced by their run times on 2 cores (README).
-LANE_A=(fields cases lifecycle clusterctl ca_rotation upgrades)
+LANE_A=(fields datastores cases lifecycle clusterctl ca_rotation upgrades)
 LANE_B=(e2e_main workers konnectivity rotation field_reports robustness)
 # The suites with tests that run PREVIOUS_MINOR_KUBERNETES_VERSION (tests/testenv), and
 # `robustness`, whose ten control planes must not start beside that Go build.

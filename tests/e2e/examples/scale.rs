@@ -2,7 +2,9 @@
 //! once on the local management cluster (`MACHINES`, default 1, management machines running
 //! the control-plane containers) and prints the median and maximum seconds from
 //! KamajiControlPlane creation to `Available=True`, and the manager's peak resident memory
-//! (VmHWM). A benchmark, not a test: it asserts nothing. On 2 cores, 20 tenants of 2 replicas
+//! (VmHWM). `DATASTORE=postgres` or `DATASTORE=mariadb` puts every tenant on a real PostgreSQL
+//! 15 or MariaDB 10.11 (local processes with TLS, kine beside each API server) instead of the
+//! shared etcd (`etcd`, the default). A benchmark, not a test: it asserts nothing. On 2 cores, 20 tenants of 2 replicas
 //! (120 control-plane processes) overload the machine; `REPLICAS=1` fits. Ctrl-C or SIGTERM
 //! stops it and removes every process and network namespace it started.
 
@@ -42,17 +44,34 @@ async fn run(tenants: usize, replicas: usize) -> Result<()> {
         .management_machines(machines)
         .start()
         .await?;
+    let datastore = std::env::var("DATASTORE").unwrap_or_else(|_| "etcd".into());
+    // Kept until the end: dropping them stops the servers.
+    let servers = match datastore.as_str() {
+        "etcd" => None,
+        "postgres" | "mariadb" => {
+            let servers = env.start_sql_servers().await?;
+            let server = if datastore == "postgres" {
+                &*servers.postgres
+            } else {
+                &*servers.mariadb
+            };
+            env.create_sql_datastore_for(&datastore, server, &servers.ca.cert_pem)
+                .await?;
+            Some(servers)
+        }
+        other => anyhow::bail!("DATASTORE={other}: expected etcd, postgres or mariadb"),
+    };
     for i in 0..tenants {
         let ns = format!("scale-{i}");
         env.namespace(&ns).await?;
     }
     for i in 0..tenants {
-        env.apply_yaml(&kamaji_e2e::f0(
-            &format!("scale-{i}"),
-            "demo",
-            i32::try_from(replicas)?,
-        ))
-        .await?;
+        let mut f0 =
+            kamaji_e2e::F0::new(&format!("scale-{i}"), "demo").replicas(i32::try_from(replicas)?);
+        if servers.is_some() {
+            f0 = f0.spec(&format!("  dataStoreName: {datastore}\n"));
+        }
+        env.apply_yaml(&f0.yaml()).await?;
     }
     let mut seconds = Vec::with_capacity(tenants);
     for i in 0..tenants {
@@ -90,7 +109,10 @@ async fn run(tenants: usize, replicas: usize) -> Result<()> {
         .list(&kube::api::ListParams::default())
         .await?
         .items;
-    println!("tenants: {} ({replicas} replicas each)", all.len());
+    println!(
+        "tenants: {} ({replicas} replicas each) on {datastore}",
+        all.len()
+    );
     println!("creation -> Available: median {median:.1} s, max {max:.1} s");
     println!(
         "manager peak RSS: {}",
