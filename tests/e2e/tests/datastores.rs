@@ -250,6 +250,53 @@ async fn sql_datastores_give_each_tenant_its_own_database_and_user_and_drop_them
         );
     }
 
+    // A database that exists on the server but no control plane claimed (an application's) is
+    // never taken over, and deleting the refused control plane leaves it alone.
+    servers
+        .postgres
+        .query_as_admin("CREATE DATABASE app_db")
+        .unwrap();
+    env.apply_yaml(
+        &F0::new("pg-a", "intruder")
+            .replicas(1)
+            .spec("  dataStoreName: postgres\n  dataStoreSchema: app_db\n")
+            .yaml(),
+    )
+    .await
+    .unwrap();
+    env.wait_kcp(
+        "pg-a",
+        "intruder",
+        "refused: app_db exists",
+        2 * MINUTE,
+        |k| kamaji_e2e::condition_message(k, "DataStoreReady").contains("already exists"),
+    )
+    .await
+    .unwrap();
+    env.capi("pg-a", "v1beta1", "Cluster")
+        .delete("intruder", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::timeout(3 * MINUTE, async {
+        while Api::<KamajiControlPlane>::namespaced(env.client(), "pg-a")
+            .get_opt("intruder")
+            .await
+            .unwrap()
+            .is_some()
+        {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await
+    .expect("the refused control plane was not deleted");
+    assert!(
+        pg.query_as_admin("SELECT datname FROM pg_database")
+            .unwrap()
+            .lines()
+            .any(|l| l == "app_db"),
+        "the application's database was dropped"
+    );
+
     // Deletion drops each tenant's database and user; the others keep working.
     delete_cluster(&env, "pg-a").await;
     let databases = pg

@@ -80,6 +80,15 @@ pub enum Provisioned {
     /// The database and user exist, the user has the tenant's password and privileges on that
     /// database only.
     Ready,
+    /// The database (`field` = `spec.dataStoreSchema`) or the user (`spec.dataStoreUsername`)
+    /// exists on the server but no control plane claimed it (another application's, a built-in
+    /// one): never taken over; nothing was created.
+    Foreign {
+        /// The field of the name.
+        field: &'static str,
+        /// The name.
+        name: String,
+    },
     /// Another control plane holds the database (`field` = `spec.dataStoreSchema`) or the user
     /// (`spec.dataStoreUsername`); nothing was created.
     HeldBy {
@@ -387,11 +396,17 @@ impl Admin {
         Ok(())
     }
 
-    /// Claims `name` of `kind` (`database`, `user`) for `holder`; returns the holder afterwards.
-    async fn claim(&mut self, kind: &str, name: &str, holder: &str) -> Result<String, String> {
+    /// Claims `name` of `kind` (`database`, `user`) for `holder`; returns the holder afterwards
+    /// and whether this call made the claim.
+    async fn claim(
+        &mut self,
+        kind: &str,
+        name: &str,
+        holder: &str,
+    ) -> Result<(String, bool), String> {
         match self {
             Self::Postgres(c) => {
-                c.execute(
+                let inserted = c.execute(
                     "INSERT INTO kamaji_rs.claims (kind, name, holder) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
                     &[&kind, &name, &holder],
                 )
@@ -404,7 +419,7 @@ impl Admin {
                     )
                     .await
                     .map_err(|e| postgres_error(&e))?;
-                Ok(row.get(0))
+                Ok((row.get(0), inserted == 1))
             }
             Self::MySql(c) => {
                 use mysql_async::prelude::Queryable as _;
@@ -414,15 +429,31 @@ impl Admin {
                 )
                 .await
                 .map_err(|e| e.to_string())?;
-                c.exec_first::<String, _, _>(
-                    "SELECT holder FROM kamaji_rs.claims WHERE kind = ? AND name = ?",
-                    (kind, name),
-                )
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("the claim on {kind} {name} vanished while read"))
+                let inserted = c.affected_rows() == 1;
+                let holder = c
+                    .exec_first::<String, _, _>(
+                        "SELECT holder FROM kamaji_rs.claims WHERE kind = ? AND name = ?",
+                        (kind, name),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("the claim on {kind} {name} vanished while read"))?;
+                Ok((holder, inserted))
             }
         }
+    }
+
+    /// Whether the database or user (`kind`) `name` exists on the server.
+    async fn object_exists(&mut self, kind: &str, name: &str) -> Result<bool, String> {
+        let query = match (self.dialect(), kind) {
+            (Dialect::PostgreSql, "database") => "SELECT 1 FROM pg_database WHERE datname = $1",
+            (Dialect::PostgreSql, _) => "SELECT 1 FROM pg_roles WHERE rolname = $1",
+            (Dialect::MySql, "database") => {
+                "SELECT 1 FROM information_schema.schemata WHERE schema_name = $1"
+            }
+            (Dialect::MySql, _) => "SELECT 1 FROM mysql.user WHERE user = $1",
+        };
+        self.exists(query, name).await
     }
 
     /// The holder of `name` of `kind`, if claimed.
@@ -527,13 +558,23 @@ pub async fn provision(
         ("spec.dataStoreSchema", "database", tenant.database),
         ("spec.dataStoreUsername", "user", tenant.user),
     ] {
-        let holder = admin.claim(kind, name, tenant.holder).await?;
+        let (holder, newly) = admin.claim(kind, name, tenant.holder).await?;
         if holder != tenant.holder {
             admin.close().await;
             return Ok(Provisioned::HeldBy {
                 field,
                 name: name.to_owned(),
                 holder,
+            });
+        }
+        // Claimed just now, yet already on the server: not made by kamaji-rs for this control
+        // plane (another application's database, a built-in account). Never taken over.
+        if newly && admin.object_exists(kind, name).await? {
+            admin.release(&[(kind, name)], tenant.holder).await?;
+            admin.close().await;
+            return Ok(Provisioned::Foreign {
+                field,
+                name: name.to_owned(),
             });
         }
     }
@@ -590,10 +631,10 @@ pub async fn provision(
             admin
                 .run(&format!("CREATE DATABASE IF NOT EXISTS {database}"))
                 .await?;
+            // In a database-level grant `_` is a wildcard: escaped, it names this database only.
+            let pattern = format!("`{}`", tenant.database.replace('_', "\\_"));
             admin
-                .run(&format!(
-                    "GRANT ALL PRIVILEGES ON {database}.* TO {account}"
-                ))
+                .run(&format!("GRANT ALL PRIVILEGES ON {pattern}.* TO {account}"))
                 .await?;
         }
     }
@@ -611,7 +652,8 @@ pub enum Deprovisioned {
 }
 
 /// Drops the tenant's database (PostgreSQL: `WITH (FORCE)`, ending kine's sessions) and its
-/// user, then releases its claims. A user another control plane holds is left alone.
+/// user, each only when this control plane holds its claim, then releases its claims. What
+/// another control plane holds, or nobody claimed, is left alone.
 ///
 /// # Errors
 /// As [`provision`].
@@ -624,35 +666,30 @@ pub async fn deprovision(
     let user = identifier(access.dialect, tenant.user)?;
     let mut admin = connect(access, endpoints).await?;
     admin.claims_table().await?;
-    if let Some(other) = admin.holder("database", tenant.database).await?
+    let database_holder = admin.holder("database", tenant.database).await?;
+    if let Some(other) = &database_holder
         && other != tenant.holder
     {
         admin.close().await;
-        return Ok(Deprovisioned::HeldBy(other));
+        return Ok(Deprovisioned::HeldBy(other.clone()));
     }
-    let user_held_by_other = admin
-        .holder("user", tenant.user)
-        .await?
-        .is_some_and(|h| h != tenant.holder);
-    match access.dialect {
-        Dialect::PostgreSql => {
-            admin
-                .run(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
-                .await?;
-            if !user_held_by_other {
-                admin.run(&format!("DROP ROLE IF EXISTS {user}")).await?;
-            }
-        }
-        Dialect::MySql => {
-            admin
-                .run(&format!("DROP DATABASE IF EXISTS {database}"))
-                .await?;
-            if !user_held_by_other {
-                admin
-                    .run(&format!("DROP USER IF EXISTS '{}'@'%'", tenant.user))
-                    .await?;
-            }
-        }
+    // Only what this control plane claimed was made by it: an unclaimed database or user (a
+    // control plane refused before provisioning, another application's) stays.
+    let ours = |h: Option<&str>| h == Some(tenant.holder);
+    let user_ours = ours(admin.holder("user", tenant.user).await?.as_deref());
+    if ours(database_holder.as_deref()) {
+        let drop = match access.dialect {
+            Dialect::PostgreSql => format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
+            Dialect::MySql => format!("DROP DATABASE IF EXISTS {database}"),
+        };
+        admin.run(&drop).await?;
+    }
+    if user_ours {
+        let drop = match access.dialect {
+            Dialect::PostgreSql => format!("DROP ROLE IF EXISTS {user}"),
+            Dialect::MySql => format!("DROP USER IF EXISTS '{}'@'%'", tenant.user),
+        };
+        admin.run(&drop).await?;
     }
     admin
         .release(

@@ -850,6 +850,26 @@ fn reserved_volumes(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecEr
         .collect()
 }
 
+/// Database and user names of the servers themselves and of kamaji-rs's claims (PostgreSQL,
+/// MySQL/MariaDB): a tenant never gets them.
+pub const RESERVED_SQL_NAMES: &[&str] = &[
+    "postgres",
+    "template0",
+    "template1",
+    "mysql",
+    "sys",
+    "information_schema",
+    "performance_schema",
+    "root",
+    "mariadb_sys",
+    "kamaji_rs",
+];
+
+/// kine flags kamaji-rs sets and `spec.kine.extraArgs` may not replace: where kine listens
+/// (the pod's loopback; elsewhere it would serve the tenant's data without authentication) and
+/// what it connects to.
+pub const RESERVED_KINE_FLAGS: &[&str] = &["listen-address", "endpoint"];
+
 /// What the control plane asks of its DataStore that the DataStore's driver cannot give,
 /// known once the DataStore is read: `spec.dataStoreUsername` and `spec.kine` on etcd (the
 /// tenant's etcd user is its client certificate's common name; there is no kine), and
@@ -895,6 +915,48 @@ pub fn against_datastore(spec: &ValidSpec, ds: &crate::datastore::Resolved) -> V
                 ds.name
             ),
         ));
+    }
+    if let Some(access) = &ds.sql {
+        for (field, name) in [
+            ("spec.dataStoreSchema", Some(spec.datastore_schema.as_str())),
+            ("spec.dataStoreUsername", spec.datastore_username.as_deref()),
+        ] {
+            if let Some(name) = name
+                .filter(|n| RESERVED_SQL_NAMES.contains(n) || *n == access.admin.username.as_str())
+            {
+                errors.push(SpecError::new(
+                    field,
+                    format!(
+                        "{name} is a name of the server itself or of the DataStore's \
+                         administrator (reserved: {}, and the administrator): choose another",
+                        RESERVED_SQL_NAMES.join(", ")
+                    ),
+                ));
+            }
+        }
+        for (i, arg) in spec
+            .kine
+            .as_ref()
+            .and_then(|k| k.extra_args.as_ref())
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let name = arg
+                .trim_start_matches('-')
+                .split('=')
+                .next()
+                .unwrap_or_default();
+            if RESERVED_KINE_FLAGS.contains(&name) {
+                errors.push(SpecError::new(
+                    format!("spec.kine.extraArgs[{i}]"),
+                    format!(
+                        "--{name} is kamaji-rs's: kine listens on the pod's loopback only and \
+                         reaches the tenant's own database"
+                    ),
+                ));
+            }
+        }
     }
     if ds.sql.is_some() && !spec.datastore_overrides.is_empty() {
         errors.push(SpecError::new(

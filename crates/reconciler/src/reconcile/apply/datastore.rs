@@ -113,6 +113,22 @@ async fn provision_sql(
         .await
         .map_err(|e| Error::Datastore(format!("DataStore {}: {e}", ds.name)))?
     {
+        sql::Provisioned::Foreign { field, name } => {
+            let msg = format!(
+                "{field}: {name} already exists on DataStore {} and was not created by kamaji-rs \
+                 for a control plane (another application's, or built in): it is never taken \
+                 over; recreate this control plane with another {}",
+                ds.name,
+                field.trim_start_matches("spec.")
+            );
+            report.warn(reasons::DATASTORE_SCHEMA_IN_USE, &msg);
+            report.push(Cond::no(
+                types::DATASTORE_READY,
+                reasons::DATASTORE_SCHEMA_IN_USE,
+                msg,
+            ));
+            Ok(Some(Action::requeue(RECHECK)))
+        }
         sql::Provisioned::Ready => {
             info!(holder = %claim.holder, datastore = %ds.name, database = %claim.schema, user = %claim.user, "datastore database and user claimed and created");
             if let Ok(mut c) = ctx.schema_claims.lock() {

@@ -1603,6 +1603,27 @@ pub(crate) mod tests {
                 .map(|e| e.field)
                 .collect();
         assert_eq!(fields, ["spec.dataStoreOverrides"]);
+        // The servers' own names, the administrator and kine's listener are never a tenant's.
+        let mut mysql = postgres_datastore();
+        mysql.driver = kamaji_api::datastore::Driver::MySQL;
+        let hostile = valid(&fixture(serde_json::json!({
+            "dataStoreSchema": "mysql",
+            "dataStoreUsername": "admin",
+            "kine": {"extraArgs": ["--debug", "--listen-address=0.0.0.0:2379", "--endpoint=x"]},
+        })));
+        let fields: Vec<String> = crate::reconcile::validate::against_datastore(&hostile, &mysql)
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.dataStoreSchema",
+                "spec.dataStoreUsername",
+                "spec.kine.extraArgs[1]",
+                "spec.kine.extraArgs[2]"
+            ]
+        );
         // PostgreSQL reserves `pg_` role names.
         let reserved = valid(&fixture(
             serde_json::json!({"dataStoreUsername": "pg_owner"}),
