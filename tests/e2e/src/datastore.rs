@@ -194,3 +194,14 @@ pub async fn etcd_prefix(env: &Env, ns: &str, name: &str) -> String {
         .find_map(|a| a.strip_prefix("--etcd-prefix=").map(str::to_owned))
         .unwrap()
 }
+
+/// The `status.dataStore` recorded on KamajiControlPlane `ns/demo` (panics when absent).
+pub async fn recorded_datastore(env: &Env, ns: &str) -> kamaji_api::StatusDataStore {
+    kube::Api::<kamaji_api::KamajiControlPlane>::namespaced(env.client(), ns)
+        .get("demo")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.data_store)
+        .unwrap_or_else(|| panic!("{ns}: no status.dataStore"))
+}

@@ -40,7 +40,7 @@ use k8s_openapi::api::core::v1::Secret;
 
 pub use datastore::{
     authentication_and_roles, claim_on, datastore_admin, etcd_prefix, keys_under, raw_value,
-    raw_values_under,
+    raw_values_under, recorded_datastore,
 };
 pub use discovery::kubeadm_discovery;
 pub use env::{Env, EnvBuilder};

@@ -6,22 +6,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kamaji_api::KamajiControlPlane;
-use kamaji_e2e::{Env, F0, secret_text, serial};
+use kamaji_e2e::{Env, F0, recorded_datastore, secret_text, serial};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 
 const MINUTE: Duration = Duration::from_mins(1);
-
-/// The recorded `status.dataStore` of `ns/demo`.
-async fn recorded(env: &Env, ns: &str) -> kamaji_api::StatusDataStore {
-    Api::<KamajiControlPlane>::namespaced(env.client(), ns)
-        .get("demo")
-        .await
-        .unwrap()
-        .status
-        .and_then(|s| s.data_store)
-        .unwrap_or_else(|| panic!("{ns}: no status.dataStore"))
-}
 
 /// Deletes Cluster `ns/demo` and waits until it is gone.
 async fn delete_cluster(env: &Env, ns: &str) {
@@ -117,9 +106,9 @@ async fn sql_datastores_give_each_tenant_its_own_database_and_user_and_drop_them
             .unwrap_or_else(|e| panic!("{ns}: {e}\nmanager log:\n{}", env.manager_log()));
     }
     let (a, b, m) = (
-        recorded(&env, "pg-a").await,
-        recorded(&env, "pg-b").await,
-        recorded(&env, "maria").await,
+        recorded_datastore(&env, "pg-a").await,
+        recorded_datastore(&env, "pg-b").await,
+        recorded_datastore(&env, "maria").await,
     );
     assert_eq!(
         (a.name.as_str(), b.name.as_str(), m.name.as_str()),
@@ -234,8 +223,8 @@ async fn sql_datastores_give_each_tenant_its_own_database_and_user_and_drop_them
     env.kill_manager();
     env.start_manager().unwrap();
     tokio::time::sleep(Duration::from_secs(15)).await;
-    assert_eq!(recorded(&env, "pg-a").await, a);
-    assert_eq!(recorded(&env, "pg-b").await, b);
+    assert_eq!(recorded_datastore(&env, "pg-a").await, a);
+    assert_eq!(recorded_datastore(&env, "pg-b").await, b);
     assert_eq!(
         generation(env.deployment("pg-a", "demo").await.unwrap()),
         before,

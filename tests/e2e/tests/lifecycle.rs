@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use kamaji_api::KamajiControlPlane;
 use kamaji_e2e::{
     Env, F0, ReadyzProbe, api_server_has, authentication_and_roles, claim_on, control_plane_at,
-    datastore_admin, etcd_prefix, f0, keys_under, raw_value, raw_values_under, secret_text, serial,
-    wait_rolled_out,
+    datastore_admin, etcd_prefix, f0, keys_under, raw_value, raw_values_under, recorded_datastore,
+    secret_text, serial, wait_rolled_out,
 };
 use kamaji_reconciler::datastore;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -513,19 +513,10 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
         pb.trim_start_matches("--etcd-prefix=").to_owned(),
     );
     // The names are recorded in status: two tenants named demo, two schemas and users.
-    let recorded = |ns: &'static str| {
-        let env = &env;
-        async move {
-            Api::<KamajiControlPlane>::namespaced(env.client(), ns)
-                .get("demo")
-                .await
-                .unwrap()
-                .status
-                .and_then(|s| s.data_store)
-                .unwrap_or_else(|| panic!("{ns}: no status.dataStore"))
-        }
-    };
-    let (sa, sb) = (recorded("tenant-a").await, recorded("tenant-b").await);
+    let (sa, sb) = (
+        recorded_datastore(&env, "tenant-a").await,
+        recorded_datastore(&env, "tenant-b").await,
+    );
     assert_eq!(format!("/{}", sa.schema), pa);
     assert_eq!(format!("/{}", sb.schema), pb);
     assert_eq!((sa.name.as_str(), sb.name.as_str()), ("default", "default"));

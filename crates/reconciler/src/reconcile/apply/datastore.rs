@@ -57,13 +57,7 @@ pub async fn claim_and_grant(
                  objects: recreate this one with another dataStoreSchema",
                 claim.schema, ds.name
             );
-            report.warn(reasons::DATASTORE_SCHEMA_IN_USE, &msg);
-            report.push(Cond::no(
-                types::DATASTORE_READY,
-                reasons::DATASTORE_SCHEMA_IN_USE,
-                msg,
-            ));
-            return Ok(Some(Action::requeue(RECHECK)));
+            return Ok(Some(refuse_schema(report, msg)));
         }
         auth::grant_tenant(ds, &session, &claim.schema, &claim.user)
             .await
@@ -121,13 +115,7 @@ async fn provision_sql(
                 ds.name,
                 field.trim_start_matches("spec.")
             );
-            report.warn(reasons::DATASTORE_SCHEMA_IN_USE, &msg);
-            report.push(Cond::no(
-                types::DATASTORE_READY,
-                reasons::DATASTORE_SCHEMA_IN_USE,
-                msg,
-            ));
-            Ok(Some(Action::requeue(RECHECK)))
+            Ok(Some(refuse_schema(report, msg)))
         }
         sql::Provisioned::Ready => {
             info!(holder = %claim.holder, datastore = %ds.name, database = %claim.schema, user = %claim.user, "datastore database and user claimed and created");
@@ -148,15 +136,22 @@ async fn provision_sql(
                 ds.name,
                 field.trim_start_matches("spec.")
             );
-            report.warn(reasons::DATASTORE_SCHEMA_IN_USE, &msg);
-            report.push(Cond::no(
-                types::DATASTORE_READY,
-                reasons::DATASTORE_SCHEMA_IN_USE,
-                msg,
-            ));
-            Ok(Some(Action::requeue(RECHECK)))
+            Ok(Some(refuse_schema(report, msg)))
         }
     }
+}
+
+/// Reports that another control plane holds the schema or user, or that it exists unclaimed
+/// (`DataStoreReady=False`, reason `DataStoreSchemaInUse`, and a Warning event), and looks
+/// again after [`RECHECK`]: the holder's deletion is no event of this control plane.
+fn refuse_schema(report: &mut Report, msg: String) -> Action {
+    report.warn(reasons::DATASTORE_SCHEMA_IN_USE, &msg);
+    report.push(Cond::no(
+        types::DATASTORE_READY,
+        reasons::DATASTORE_SCHEMA_IN_USE,
+        msg,
+    ));
+    Action::requeue(RECHECK)
 }
 
 /// Turns etcd authentication on for `ds` ([`auth::enable`]) unless an initialized control plane
