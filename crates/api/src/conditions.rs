@@ -53,6 +53,10 @@ pub mod types {
     /// requested): `False` while it runs, with the phase as the reason, `True` once every
     /// Secret is rewritten with the new key and the old one is dropped.
     pub const ENCRYPTION_KEY_ROTATED: &str = "EncryptionKeyRotated";
+    /// The resources `spec.encryptionAtRest.resources` adds to the Secrets (reported while any
+    /// are set or stored encrypted): `True` once every API server writes exactly those
+    /// encrypted and their stored objects were rewritten; `False` while a change rolls out.
+    pub const ENCRYPTION_AT_REST_CONFIGURED: &str = "EncryptionAtRestConfigured";
     /// The spec passed the controller's own validation (checks CEL cannot express, such as
     /// the DNS Service IP lying inside the Cluster's service CIDR).
     pub const SPEC_VALID: &str = "SpecValid";
@@ -170,6 +174,18 @@ pub mod reasons {
     /// `EncryptionKeyRotated` False: every Secret is rewritten with the new key; the API
     /// servers roll without the old one.
     pub const DROPPING_PREVIOUS_KEY: &str = "DroppingPreviousKey";
+    /// `EncryptionAtRestConfigured` True: the resources asked for are encrypted.
+    pub const CONFIGURED: &str = "Configured";
+    /// `EncryptionAtRestConfigured` False: the API servers roll to read the added resources
+    /// encrypted and to write the removed ones as plain text.
+    pub const READING_ENCRYPTED_RESOURCES: &str = "ReadingEncryptedResources";
+    /// `EncryptionAtRestConfigured` False: the removed resources' objects were rewritten as
+    /// plain text; the API servers roll to write the added ones encrypted, then their objects
+    /// are rewritten.
+    pub const WRITING_ENCRYPTED_RESOURCES: &str = "WritingEncryptedResources";
+    /// `EncryptionAtRestConfigured` False: a rotation of the encryption key runs first;
+    /// `EncryptionKeyRotated` False: a change of the encrypted resources runs first.
+    pub const WAITING_FOR_ENCRYPTION_CHANGE: &str = "WaitingForEncryptionChange";
     /// `ServiceAccountKeyRotated` False: the API servers roll to trust the new key; the old one
     /// still signs.
     pub const TRUSTING_NEW_KEY: &str = "TrustingNewKey";

@@ -183,8 +183,10 @@ pub struct KamajiControlPlaneFields {
     #[schemars(length(min = 1, max = 63), regex(pattern = validation::DATASTORE_IDENTIFIER_PATTERN))]
     pub data_store_schema: Option<String>,
 
-    /// Database user (relational DataStores). Immutable once set. Not supported by kamaji-rs
-    /// yet (etcd DataStores only): refused with `SpecValid=False`. An identifier like
+    /// Database user of this control plane on a relational (PostgreSQL, MySQL) DataStore,
+    /// created by kamaji-rs with privileges on `dataStoreSchema` only. Defaults to a name
+    /// derived like `dataStoreSchema`. Immutable once set. Refused (`SpecValid=False`) on an
+    /// etcd DataStore, and on PostgreSQL when it begins with `pg_`. An identifier like
     /// `dataStoreSchema` ([`validation::DATASTORE_IDENTIFIER_PATTERN`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), regex(pattern = validation::DATASTORE_IDENTIFIER_PATTERN))]
@@ -203,6 +205,11 @@ pub struct KamajiControlPlaneFields {
     #[schemars(length(max = 16))]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": validation::OVERRIDE_UNIQUE_RULE, "message": "dataStoreOverrides must name each resource at most once"}]))]
     pub data_store_overrides: Option<Vec<DataStoreOverride>>,
+
+    /// Encryption at rest of the tenant's objects in the DataStore (a kamaji-rs field; Kamaji
+    /// has none). The tenant's Secrets are always encrypted; `resources` adds others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_at_rest: Option<EncryptionAtRestSpec>,
 
     /// Addons installed into the tenant cluster: CoreDNS, kube-proxy, konnectivity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -238,8 +245,8 @@ pub struct KamajiControlPlaneFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler: Option<ControlPlaneComponent>,
 
-    /// kine customisation, used only with a relational or NATS DataStore. Not supported by
-    /// kamaji-rs yet: refused with `SpecValid=False`.
+    /// kine customisation, used only with a relational (PostgreSQL, MySQL) DataStore; refused
+    /// (`SpecValid=False`) on an etcd DataStore.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kine: Option<KineComponent>,
 
@@ -752,6 +759,32 @@ pub struct ControlPlaneComponent {
     /// the provider defaults, each probe on its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes: Option<ProbeSet>,
+}
+
+/// Encryption at rest of the tenant's objects: kube-apiserver's `EncryptionConfiguration`
+/// (`apiserver.config.k8s.io/v1`) with a `secretbox` key kamaji-rs keeps in
+/// `<cluster>-encryption.config` and rotates on request
+/// ([`crate::meta::ENCRYPTION_KEY_ROTATION_ANNOTATION`]).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EncryptionAtRestSpec {
+    /// Resources encrypted besides `secrets` (always encrypted), in the form of
+    /// `EncryptionConfiguration.resources[].resources`: `<resource>` for the core group
+    /// (`configmaps`), `<resource>.<group>` (`widgets.example.com`), `*.<group>` for every
+    /// resource of a group (`*.apps`), `*.` for every core resource and `*.*` for all. Each at
+    /// most once. May change after creation: an added resource is first read encrypted by every
+    /// API server, then written encrypted, then its stored objects are rewritten; a removed one
+    /// is first written as plain text everywhere, then its stored objects are rewritten, then
+    /// it is dropped from the configuration (condition `EncryptionAtRestConfigured`).
+    /// Refused at admission: what kube-apiserver refuses (capitals, `*`, `<resource>.*`,
+    /// `apiserveripinfo`, `serviceipallocations`, `servicenodeportallocations`, the
+    /// `extensions` and `events.k8s.io` groups), and entries that repeat or overlap another
+    /// (`configmaps` beside `*.`). At most 32 entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": validation::ENCRYPTED_RESOURCES_DISJOINT_RULE, "message": "encryptionAtRest.resources must name each resource once, and none that another entry covers (*.* covers all, *.<group> its group, *. the core group)"}]))]
+    #[schemars(extend("items" = {"type": "string", "maxLength": 253, "pattern": validation::ENCRYPTED_RESOURCE_PATTERN, "x-kubernetes-validations": [{"rule": validation::ENCRYPTED_RESOURCE_RULE, "message": validation::ENCRYPTED_RESOURCE_MESSAGE}]}))]
+    pub resources: Option<Vec<String>>,
 }
 
 /// Customisation of the kine container (only with a relational or NATS DataStore).

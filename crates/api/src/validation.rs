@@ -192,8 +192,8 @@ pub fn is_override_resource(resource: &str) -> bool {
         .is_some_and(|(group, name)| allowed(group) && !name.is_empty() && allowed(name))
 }
 
-/// kube-apiserver flags that wire the control plane to its PKI, DataStore and the Cluster's
-/// service network. The controller owns them; `spec.apiServer.extraArgs` may not set them
+/// kube-apiserver flags that wire the control plane to its PKI, DataStore, encryption key
+/// (`spec.encryptionAtRest`) and the Cluster's service network. The controller owns them; `spec.apiServer.extraArgs` may not set them
 /// (case B12: rejected at admission rather than silently dropped).
 pub const RESERVED_API_SERVER_FLAGS: &[&str] = &[
     "etcd-servers",
@@ -212,7 +212,97 @@ pub const RESERVED_API_SERVER_FLAGS: &[&str] = &[
     "proxy-client-key-file",
     "requestheader-client-ca-file",
     "service-cluster-ip-range",
+    "encryption-provider-config",
 ];
+
+/// One entry of `encryptionAtRest.resources`, as kube-apiserver's `EncryptionConfiguration`
+/// names resources: `<resource>` (core group), `<resource>.<group>`, `*.<group>`, `*.` (every
+/// core resource) or `*.*` (every resource); lowercase (`resource name should not contain
+/// capital letters`), never `*` alone nor `<resource>.*` (kube-apiserver refuses both).
+pub const ENCRYPTED_RESOURCE_PATTERN: &str = r"^(\*\.(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)$";
+
+/// Resources kube-apiserver's `EncryptionConfiguration` validation refuses by name: those
+/// without a REST API, the `events.k8s.io` group (stored as core `events`) and the removed
+/// `extensions` group (k8s.io/apiserver `validation_encryption.go`).
+pub const ENCRYPTED_RESOURCE_RULE: &str = r"!(self in ['apiserveripinfo', 'serviceipallocations', 'servicenodeportallocations']) && !self.matches('^[^.]*\\.(events\\.k8s\\.io|extensions)$')";
+
+/// The message of [`ENCRYPTED_RESOURCE_RULE`].
+pub const ENCRYPTED_RESOURCE_MESSAGE: &str = "encryptionAtRest.resources: kube-apiserver cannot \
+    encrypt apiserveripinfo, serviceipallocations, servicenodeportallocations, the extensions \
+    group, nor events.k8s.io (encrypt core 'events' instead)";
+
+/// `encryptionAtRest.resources` names no resource twice and none another entry covers (`*.*`
+/// covers all; `*.<group>` every resource of its group; `*.` the core group), as
+/// kube-apiserver requires of one entry's resources.
+pub const ENCRYPTED_RESOURCES_DISJOINT_RULE: &str = "self.all(r, self.exists_one(o, o == r) && !self.exists(o, o != r && (o == '*.*' || (o.startsWith('*.') && (r.contains('.') ? r.substring(r.indexOf('.') + 1) : '') == o.substring(2)))))";
+
+/// The group an `encryptionAtRest.resources` entry names (`""` for the core group, `*` for
+/// all): what follows its first `.`.
+#[must_use]
+pub fn encrypted_resource_group(resource: &str) -> &str {
+    resource.split_once('.').map_or("", |(_, group)| group)
+}
+
+/// Whether the entry `wide` covers the entry `resource` (`*.*` all, `*.<group>` its group).
+#[must_use]
+pub fn encrypted_resource_covers(wide: &str, resource: &str) -> bool {
+    wide != resource
+        && (wide == "*.*" || wide.strip_prefix("*.") == Some(encrypted_resource_group(resource)))
+}
+
+/// What the admission rules of `encryptionAtRest.resources` refuse
+/// ([`ENCRYPTED_RESOURCE_PATTERN`], [`ENCRYPTED_RESOURCE_RULE`],
+/// [`ENCRYPTED_RESOURCES_DISJOINT_RULE`]), checked again by the controller: `(index, reason)`
+/// per refused entry.
+#[must_use]
+pub fn encrypted_resource_errors(resources: &[String]) -> Vec<(usize, String)> {
+    // ENCRYPTED_RESOURCE_PATTERN: dot-separated lowercase labels, or `*.` before them, `*`
+    // or nothing.
+    let label = |l: &str| {
+        !l.is_empty()
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    let labels = |s: &str| s.split('.').all(label);
+    let well_formed = |r: &str| match r.strip_prefix("*.") {
+        Some(group) => group.is_empty() || group == "*" || labels(group),
+        None => labels(r),
+    };
+    let mut errors = Vec::new();
+    for (i, r) in resources.iter().enumerate() {
+        let group = encrypted_resource_group(r);
+        let reason = if r.len() > 253 || !well_formed(r) {
+            Some(format!(
+                "{r:?} is not a resource as EncryptionConfiguration names them (<resource>, \
+                 <resource>.<group>, *.<group>, *. or *.*, lowercase)"
+            ))
+        } else if matches!(
+            r.as_str(),
+            "apiserveripinfo" | "serviceipallocations" | "servicenodeportallocations"
+        ) {
+            Some(format!(
+                "{r:?} has no REST API: kube-apiserver cannot encrypt it"
+            ))
+        } else if group == "events.k8s.io" {
+            Some(format!(
+                "{r:?}: events are stored as core 'events'; encrypt 'events' instead"
+            ))
+        } else if group == "extensions" {
+            Some(format!("{r:?}: the extensions group has been removed"))
+        } else if resources[..i].contains(r) {
+            Some(format!("{r:?} is named twice"))
+        } else {
+            resources
+                .iter()
+                .find(|o| encrypted_resource_covers(o, r))
+                .map(|o| format!("{r:?} is covered by {o:?}: name one of them"))
+        };
+        errors.extend(reason.map(|reason| (i, reason)));
+    }
+    errors
+}
 
 /// kube-controller-manager flags owned by the controller (kubeconfigs, signing CA, service
 /// account key, service network).
@@ -923,5 +1013,55 @@ mod tests {
                 "once spec.controlPlaneEndpoint is set: Cluster API treats the control-plane endpoint as immutable"
             ));
         }
+    }
+
+    /// The controller's check of `encryptionAtRest.resources` refuses what kube-apiserver's
+    /// `EncryptionConfiguration` validation refuses, and overlaps, naming the entry.
+    #[test]
+    fn encrypted_resources_are_refused_as_kube_apiserver_refuses_them() {
+        let list = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let good = list(&[
+            "configmaps",
+            "widgets.example.com",
+            "*.apps",
+            "events",
+            "secrets",
+        ]);
+        assert!(encrypted_resource_errors(&good).is_empty());
+        assert!(encrypted_resource_errors(&list(&["*."])).is_empty());
+        assert!(encrypted_resource_errors(&list(&["*.*"])).is_empty());
+        for bad in [
+            "*",
+            "ConfigMaps",
+            "configmaps.*",
+            "",
+            ".",
+            "a..b",
+            "-a",
+            "con figmaps",
+            "configmaps;drop",
+            "apiserveripinfo",
+            "servicenodeportallocations",
+            "events.events.k8s.io",
+            "*.events.k8s.io",
+            "ingresses.extensions",
+            "é",
+        ] {
+            let errors = encrypted_resource_errors(&list(&[bad]));
+            assert_eq!(errors.len(), 1, "{bad:?} accepted");
+            assert_eq!(errors[0].0, 0);
+        }
+        let twice = encrypted_resource_errors(&list(&["configmaps", "configmaps"]));
+        assert_eq!(twice, [(1, "\"configmaps\" is named twice".to_owned())]);
+        let covered = encrypted_resource_errors(&list(&["configmaps", "*.", "deployments.apps"]));
+        assert_eq!(covered.iter().map(|e| e.0).collect::<Vec<_>>(), [0]);
+        let all = encrypted_resource_errors(&list(&["*.*", "*.apps"]));
+        assert_eq!(all.iter().map(|e| e.0).collect::<Vec<_>>(), [1]);
+        assert!(encrypted_resource_covers("*.apps", "deployments.apps"));
+        assert!(!encrypted_resource_covers(
+            "*.apps",
+            "deployments.apps.example.com"
+        ));
+        assert!(!encrypted_resource_covers("*.", "deployments.apps"));
     }
 }

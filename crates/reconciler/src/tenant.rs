@@ -197,42 +197,95 @@ pub async fn set_authentication_trust(
     Ok(true)
 }
 
-/// Rewrites every Secret of the tenant, unchanged, so that kube-apiserver stores each anew
-/// with the encryption key that now writes (a storage migration: an update of an object read
-/// with a key other than the writer is written even when nothing changed, as Kubernetes'
-/// "Rotating a decryption key" task relies on). Read in pages of 500; a Secret deleted or
-/// updated meanwhile needs nothing more (its last write used the new key). Returns how many
-/// were rewritten.
+/// Whether `pattern` (an `EncryptionConfiguration` resource: `<resource>`,
+/// `<resource>.<group>`, `*.<group>`, `*.`, `*.*`) names the resource `plural` of `group`.
+#[must_use]
+pub fn names_resource(pattern: &str, group: &str, plural: &str) -> bool {
+    pattern == "*.*"
+        || pattern.strip_prefix("*.") == Some(group)
+        || pattern.strip_prefix(plural).is_some_and(|rest| {
+            (rest.is_empty() && group.is_empty()) || rest.strip_prefix('.') == Some(group)
+        })
+}
+
+/// Rewrites every stored object of the tenant's `resources` (`EncryptionConfiguration` form,
+/// see [`names_resource`]), unchanged, so that kube-apiserver stores each anew with the
+/// encryption configuration that now writes (a storage migration: an update of an object
+/// read with a key or provider other than the writer is written even when nothing changed,
+/// as Kubernetes' "Rotating a decryption key" task relies on). Resources other than Secrets
+/// are found through the tenant's discovery; only those that can be listed and updated are
+/// rewritten. Read in pages of 500; an object deleted or updated meanwhile needs nothing more
+/// (its last write used the configuration that writes). Returns how many were rewritten.
 ///
 /// # Errors
-/// [`Error::Tenant`] when a list or an update is refused.
-pub async fn rewrite_secrets(client: &Client) -> Result<usize, Error> {
-    let api = Api::<Secret>::all(client.clone());
-    let mut rewritten = 0;
-    let mut page = ListParams::default().limit(500);
-    loop {
-        let list = api
-            .list(&page)
+/// [`Error::Tenant`] when discovery, a list or an update is refused.
+pub async fn rewrite(client: &Client, resources: &[String]) -> Result<usize, Error> {
+    use kube::core::{ApiResource, DynamicObject};
+    use kube::discovery::{Discovery, Scope, verbs};
+    let mut targets: Vec<(ApiResource, Scope)> = Vec::new();
+    if resources
+        .iter()
+        .any(|r| r != kamaji_bootstrap::encryption::SECRETS)
+    {
+        let discovery = Discovery::new(client.clone())
+            .run()
             .await
-            .map_err(|e| Error::Tenant(format!("list Secrets: {e}")))?;
-        for secret in &list.items {
-            let (Some(ns), Some(name)) = (&secret.metadata.namespace, &secret.metadata.name) else {
-                continue;
-            };
-            match Api::<Secret>::namespaced(client.clone(), ns)
-                .replace(name, &PostParams::default(), secret)
-                .await
-            {
-                Ok(_) => rewritten += 1,
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => return Err(Error::Tenant(format!("rewrite Secret {ns}/{name}: {e}"))),
+            .map_err(|e| Error::Tenant(format!("discover the tenant's resources: {e}")))?;
+        for group in discovery.groups() {
+            for (ar, caps) in group.recommended_resources() {
+                let wanted = resources
+                    .iter()
+                    .any(|r| names_resource(r, &ar.group, &ar.plural));
+                if wanted
+                    && caps.supports_operation(verbs::LIST)
+                    && caps.supports_operation(verbs::UPDATE)
+                {
+                    targets.push((ar, caps.scope));
+                }
             }
         }
-        match list.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => page = ListParams::default().limit(500).continue_token(&token),
-            None => return Ok(rewritten),
+    } else {
+        targets.push((ApiResource::erase::<Secret>(&()), Scope::Namespaced));
+    }
+    let mut rewritten = 0;
+    for (ar, scope) in &targets {
+        let what = if ar.group.is_empty() {
+            ar.plural.clone()
+        } else {
+            format!("{}.{}", ar.plural, ar.group)
+        };
+        let all = Api::<DynamicObject>::all_with(client.clone(), ar);
+        let mut page = ListParams::default().limit(500);
+        loop {
+            let list = match all.list(&page).await {
+                Ok(list) => list,
+                // Not served any more, or by an aggregated server that stores nothing here.
+                Err(kube::Error::Api(s)) if matches!(s.code, 404 | 405 | 503) => break,
+                Err(e) => return Err(Error::Tenant(format!("list {what}: {e}"))),
+            };
+            for object in &list.items {
+                let Some(name) = object.metadata.name.as_deref() else {
+                    continue;
+                };
+                let api = match (scope, object.metadata.namespace.as_deref()) {
+                    (Scope::Namespaced, Some(ns)) => {
+                        Api::<DynamicObject>::namespaced_with(client.clone(), ns, ar)
+                    }
+                    _ => all.clone(),
+                };
+                match api.replace(name, &PostParams::default(), object).await {
+                    Ok(_) => rewritten += 1,
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(e) => return Err(Error::Tenant(format!("rewrite {what} {name}: {e}"))),
+                }
+            }
+            match list.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => page = ListParams::default().limit(500).continue_token(&token),
+                None => break,
+            }
         }
     }
+    Ok(rewritten)
 }
 
 /// The tenant's `kube-public/cluster-info` `kubeconfig` value, if the ConfigMap exists.
@@ -282,4 +335,30 @@ pub async fn konnectivity_agents(
                 })
         }
     })
+}
+
+#[cfg(test)]
+mod rewrite_tests {
+    use super::names_resource;
+
+    /// The patterns name resources as kube-apiserver's `EncryptionConfiguration` does.
+    #[test]
+    fn patterns_name_resources_as_the_encryption_configuration_does() {
+        assert!(names_resource("secrets", "", "secrets"));
+        assert!(names_resource("configmaps", "", "configmaps"));
+        assert!(!names_resource("configmaps", "", "configmapsx"));
+        assert!(!names_resource("configmaps", "apps", "configmaps"));
+        assert!(names_resource("deployments.apps", "apps", "deployments"));
+        assert!(!names_resource("deployments.apps", "", "deployments"));
+        assert!(!names_resource(
+            "deployments.apps",
+            "apps.example.com",
+            "deployments"
+        ));
+        assert!(names_resource("*.apps", "apps", "daemonsets"));
+        assert!(!names_resource("*.apps", "", "pods"));
+        assert!(names_resource("*.", "", "pods"));
+        assert!(!names_resource("*.", "apps", "deployments"));
+        assert!(names_resource("*.*", "widgets.example.com", "widgets"));
+    }
 }

@@ -293,6 +293,8 @@ spec:
   dataStoreUsername: tenant_v2_demo
   dataStoreOverrides:
     - {resource: /events, dataStore: events}
+  encryptionAtRest:
+    resources: [configmaps, "*.apps", widgets.example.com, events, "*.batch"]
   addons:
     coreDNS: {imageTag: v1.12.0, dnsServiceIPs: [10.96.0.10]}
     kubeProxy: {imageRepository: registry.k8s.io}
@@ -624,6 +626,36 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
             "extra-arg-bare-word",
             json!({"apiServer": {"extraArgs": ["max-requests-inflight"]}}),
             "spec.apiServer.extraArgs",
+        ),
+        (
+            "extra-arg-encryption-config",
+            json!({"apiServer": {"extraArgs": ["--encryption-provider-config=/etc/mine.yaml"]}}),
+            "apiServer.extraArgs",
+        ),
+        (
+            "encrypted-resource-star",
+            json!({"encryptionAtRest": {"resources": ["*"]}}),
+            "encryptionAtRest.resources",
+        ),
+        (
+            "encrypted-resource-capitals",
+            json!({"encryptionAtRest": {"resources": ["ConfigMaps"]}}),
+            "encryptionAtRest.resources",
+        ),
+        (
+            "encrypted-resource-events-group",
+            json!({"encryptionAtRest": {"resources": ["events.events.k8s.io"]}}),
+            "encrypt core 'events' instead",
+        ),
+        (
+            "encrypted-resource-overlap",
+            json!({"encryptionAtRest": {"resources": ["configmaps", "*."]}}),
+            "none that another entry covers",
+        ),
+        (
+            "encrypted-resource-twice",
+            json!({"encryptionAtRest": {"resources": ["configmaps", "configmaps"]}}),
+            "encryptionAtRest.resources",
         ),
         (
             "extra-arg-reserved",

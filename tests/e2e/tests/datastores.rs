@@ -216,6 +216,11 @@ async fn sql_datastores_give_each_tenant_its_own_database_and_user_and_drop_them
         .unwrap_err()
         .to_string();
     assert!(refused.contains("permission denied"), "{refused}");
+    // PostgreSQL was told only a SCRAM verifier: its statement log holds no tenant password.
+    assert!(
+        !pg.statement_log().unwrap().contains(&password_a),
+        "tenant A's password is in PostgreSQL's statement log"
+    );
 
     // The names and the pods are stable across a manager restart.
     let generation = |d: k8s_openapi::api::apps::v1::Deployment| d.metadata.generation;

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use kamaji_api::KamajiControlPlane;
 use kamaji_e2e::{
     Env, F0, ReadyzProbe, api_server_has, authentication_and_roles, claim_on, control_plane_at,
@@ -716,6 +716,130 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
     assert_eq!(
         secret_text(&secrets.get("at-rest").await.unwrap(), "password"),
         marker
+    );
+
+    encrypted_resources_change_without_a_failed_read(&env, &pa).await;
+}
+
+/// `spec.encryptionAtRest.resources` changed after creation: ConfigMaps, stored as plain
+/// text, are added (read encrypted by every API server, then written encrypted, then every
+/// one rewritten), then removed again (written as plain text, rewritten, dropped from the
+/// configuration), while a client reads one on a new connection every 250 ms.
+async fn encrypted_resources_change_without_a_failed_read(env: &Env, prefix: &str) {
+    let marker = "configmap-text-that-must-not-stay-in-etcd";
+    let config_maps = Api::<ConfigMap>::namespaced(
+        env.tenant_client("tenant-a", "demo").await.unwrap(),
+        "default",
+    );
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "at-rest", "namespace": "default"},
+        "data": {"value": marker},
+    }))
+    .unwrap();
+    config_maps
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let admin = datastore_admin(env);
+    let key = format!("{prefix}/configmaps/default/at-rest");
+    let plain = |v: &[u8]| v.windows(marker.len()).any(|w| w == marker.as_bytes());
+    assert!(
+        plain(&raw_value(&admin, &key).await.unwrap()),
+        "ConfigMaps start as plain text"
+    );
+    let probe = ReadyzProbe::reading(
+        env.tenant_config("tenant-a", "demo").await.unwrap(),
+        "/api/v1/namespaces/default/configmaps/at-rest",
+    );
+    probe.answered(MINUTE).await.unwrap();
+    let resources = |list: serde_json::Value| serde_json::json!({"spec": {"encryptionAtRest": {"resources": list}}});
+    env.patch_kcp(
+        "tenant-a",
+        "demo",
+        resources(serde_json::json!(["configmaps"])),
+    )
+    .await
+    .unwrap();
+    env.wait_kcp_condition(
+        "tenant-a",
+        "demo",
+        "EncryptionAtRestConfigured",
+        "True",
+        5 * MINUTE,
+    )
+    .await
+    .unwrap();
+    let stored = raw_values_under(&admin, &format!("{prefix}/configmaps/")).await;
+    assert!(
+        stored.len() >= 2,
+        "the tenant's ConfigMaps: {}",
+        stored.len()
+    );
+    let plain_left: Vec<&String> = stored
+        .iter()
+        .filter(|(_, v)| !v.starts_with(b"k8s:enc:secretbox:v1:key-2:"))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        plain_left.is_empty(),
+        "ConfigMaps not rewritten encrypted: {plain_left:?}"
+    );
+    assert!(!plain(&raw_value(&admin, &key).await.unwrap()));
+
+    env.patch_kcp("tenant-a", "demo", resources(serde_json::Value::Null))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + 5 * MINUTE;
+    loop {
+        let config = env
+            .secret("tenant-a", "demo-encryption.config")
+            .await
+            .unwrap();
+        let parsed = kamaji_bootstrap::encryption::Configuration::parse(&secret_text(
+            &config,
+            kamaji_bootstrap::encryption::CONFIGURATION_KEY,
+        ))
+        .unwrap();
+        let settled = config.metadata.annotations.as_ref().is_none_or(|a| {
+            !a.keys()
+                .any(|k| k.contains("encryption-key-rotation-phase"))
+        });
+        if parsed.resources.is_empty() && settled {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "ConfigMaps still in the configuration after 300s: {:?}",
+            parsed.resources
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (ok, failed, failures) = probe.stop().await;
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} reads of the ConfigMap failed while its encryption changed: {failures:?}",
+        ok + failed
+    );
+    assert!(
+        plain(&raw_value(&admin, &key).await.unwrap()),
+        "rewritten as plain text"
+    );
+    let encrypted_left = raw_values_under(&admin, &format!("{prefix}/configmaps/"))
+        .await
+        .into_iter()
+        .filter(|(_, v)| v.starts_with(b"k8s:enc:"))
+        .count();
+    assert_eq!(
+        encrypted_left, 0,
+        "ConfigMaps left encrypted after their removal"
+    );
+    let cm = config_maps.get("at-rest").await.unwrap();
+    assert_eq!(cm.data.unwrap()["value"], marker);
+    let secret = raw_value(&admin, &format!("{prefix}/secrets/default/at-rest")).await;
+    assert!(
+        secret.unwrap().starts_with(b"k8s:enc:secretbox:v1:key-2:"),
+        "Secrets stay encrypted"
     );
 }
 

@@ -16,12 +16,16 @@
 //! claimed name, `INSERT` that keeps an existing row), and the holder's `namespace/name` is
 //! what a second one is told.
 //!
-//! **Password.** The tenant's password is derived, not stored: SHA-256 of a fixed context, the
-//! administrator's name and password, the DataStore's name, the database and the user
-//! ([`tenant_password`]). Every manager with the DataStore's administrator derives the same
-//! one (no state to lose, `clusterctl move` needs nothing), a tenant cannot derive another's,
-//! and changing the administrator's password gives every tenant a new one on the next pass,
-//! which rolls its pods (the kine Secret changes).
+//! **Password.** The tenant's password is derived: SHA-256 of a fixed context, the
+//! administrator's name and password, the DataStore's name, the database, the user and a
+//! random salt made when the control plane is created and kept in its `<cluster>-kine.config`
+//! ([`tenant_password`]). A tenant cannot derive another's; `clusterctl move` carries the salt
+//! with the Secret; a control plane deleted and created again under the same name gets a new
+//! salt, so a new password (a new identity: what leaked of the old one opens nothing);
+//! changing the administrator's password gives every tenant a new one on the next pass, which
+//! rolls its pods (the kine Secret changes). PostgreSQL is sent only its `SCRAM-SHA-256`
+//! verifier, so a server that logs statements logs no tenant password; MySQL is sent the
+//! password itself (`IDENTIFIED BY`, the form MySQL 8 and MariaDB share).
 
 use std::sync::Arc;
 
@@ -157,8 +161,14 @@ pub fn tenant_user(access: &SqlAccess, explicit: Option<&str>, derived: &str) ->
 }
 
 /// The tenant's password on the DataStore `datastore` (see the module docs): 64 hex digits.
+/// `salt` is the control plane's (empty for one created before salts, whose password stays).
 #[must_use]
-pub fn tenant_password(access: &SqlAccess, datastore: &str, tenant: &TenantDatabase) -> String {
+pub fn tenant_password(
+    access: &SqlAccess,
+    datastore: &str,
+    tenant: &TenantDatabase,
+    salt: &str,
+) -> String {
     let mut h = Sha256::new();
     for part in [
         "kamaji-rs tenant datastore password v1",
@@ -169,6 +179,10 @@ pub fn tenant_password(access: &SqlAccess, datastore: &str, tenant: &TenantDatab
         tenant.user,
     ] {
         h.update(part.as_bytes());
+        h.update([0]);
+    }
+    if !salt.is_empty() {
+        h.update(salt.as_bytes());
         h.update([0]);
     }
     hex::encode(h.finalize())
@@ -523,12 +537,25 @@ fn postgres_error(e: &tokio_postgres::Error) -> String {
     )
 }
 
-/// A password as a SQL string literal: [`tenant_password`] is hex, checked again here.
-fn password_literal(password: &str) -> Result<String, String> {
+/// What the server is told of the tenant's password, as a SQL string literal: on PostgreSQL
+/// its `SCRAM-SHA-256` verifier (the server stores that as given, and never sees the
+/// password), on MySQL the password ([`tenant_password`] is hex, checked again here).
+fn password_literal(dialect: Dialect, password: &str) -> Result<String, String> {
     if password.is_empty() || !password.chars().all(|c| c.is_ascii_alphanumeric()) {
         return Err("the tenant password is not alphanumeric".to_owned());
     }
-    Ok(format!("'{password}'"))
+    let told = match dialect {
+        Dialect::PostgreSql => postgres_protocol::password::scram_sha_256(password.as_bytes()),
+        Dialect::MySql => password.to_owned(),
+    };
+    // `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`, base64 parts.
+    if !told
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '$' | ':' | '-'))
+    {
+        return Err("the tenant password's verifier is not plain base64".to_owned());
+    }
+    Ok(format!("'{told}'"))
 }
 
 /// Claims the tenant's database and user for `tenant.holder`, then creates them if absent and
@@ -551,7 +578,7 @@ pub async fn provision(
 ) -> Result<Provisioned, String> {
     let database = identifier(access.dialect, tenant.database)?;
     let user = identifier(access.dialect, tenant.user)?;
-    let secret = password_literal(password)?;
+    let secret = password_literal(access.dialect, password)?;
     let mut admin = connect(access, endpoints).await?;
     admin.claims_table().await?;
     for (field, kind, name) in [
@@ -734,7 +761,13 @@ mod tests {
             "\"tenant_a_demo_1\""
         );
         assert_eq!(identifier(Dialect::MySql, "_x9").unwrap(), "`_x9`");
-        assert!(password_literal("ab'c").is_err());
+        assert!(password_literal(Dialect::MySql, "ab'c").is_err());
+        assert!(password_literal(Dialect::PostgreSql, "ab'c").is_err());
+        assert_eq!(password_literal(Dialect::MySql, "ab12").unwrap(), "'ab12'");
+        // PostgreSQL is told a SCRAM verifier, never the password.
+        let told = password_literal(Dialect::PostgreSql, "ab12cd34").unwrap();
+        assert!(told.starts_with("'SCRAM-SHA-256$4096:"), "{told}");
+        assert!(!told.contains("ab12cd34"));
     }
 
     fn access(dialect: Dialect) -> SqlAccess {
@@ -758,18 +791,23 @@ mod tests {
             holder: "ns/a",
         };
         let a = access(Dialect::PostgreSql);
-        let p = tenant_password(&a, "pg", &t);
+        let p = tenant_password(&a, "pg", &t, "");
         assert_eq!(p.len(), 64);
         assert!(p.chars().all(|c| c.is_ascii_hexdigit()));
         let other = TenantDatabase {
             database: "db_b",
             ..t
         };
-        assert_ne!(p, tenant_password(&a, "pg", &other));
-        assert_ne!(p, tenant_password(&a, "pg2", &t));
+        assert_ne!(p, tenant_password(&a, "pg", &other, ""));
+        assert_ne!(p, tenant_password(&a, "pg2", &t, ""));
+        // A control plane created again under the same name has a new salt: a new password.
+        let salted = tenant_password(&a, "pg", &t, "0123abcd");
+        assert_ne!(p, salted);
+        assert_ne!(salted, tenant_password(&a, "pg", &t, "0123abce"));
+        assert_eq!(salted, tenant_password(&a, "pg", &t, "0123abcd"));
         let mut rotated = a.clone();
         rotated.admin.password = "pw2".into();
-        assert_ne!(p, tenant_password(&rotated, "pg", &t));
+        assert_ne!(p, tenant_password(&rotated, "pg", &t, ""));
         assert_eq!(
             kine_endpoint(
                 &a,

@@ -223,6 +223,7 @@ pub async fn observe(
                 .internal_secret(kamaji_api::names::InternalSecret::Encryption),
         ),
         spec.encryption_key_rotation.as_deref(),
+        &spec.encrypted_resources,
     );
     let control_plane_pods = if rotating(spec, &secrets) || ca_rotating || encryption_rotating {
         Some(pod_fingerprints(spec, ctx, deployment.as_ref()).await?)

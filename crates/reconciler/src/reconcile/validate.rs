@@ -259,6 +259,8 @@ pub struct ValidSpec {
     /// The requested rotation of the encryption key
     /// ([`kamaji_api::meta::ENCRYPTION_KEY_ROTATION_ANNOTATION`]), if any.
     pub encryption_key_rotation: Option<String>,
+    /// `spec.encryptionAtRest.resources` without `secrets` (always encrypted), in order.
+    pub encrypted_resources: Vec<String>,
     /// The kubeadm artifacts' inputs, validated (the endpoint is set by the plan step).
     pub tenant: Tenant,
     /// The addons `spec.addons` declares (kube-proxy, CoreDNS); an absent one is not
@@ -333,6 +335,7 @@ pub fn validate(
         .unwrap_or_else(|| DEFAULT_REGISTRY.to_owned());
     let kubelet_address_types = kubelet_address_types(fields);
     let datastore_overrides = datastore_overrides(fields, &mut errors);
+    let encrypted_resources = encrypted_resources(fields, &mut errors);
     let (Some(version), Some(network), Some(port)) = (version, network, port) else {
         return Err(errors);
     };
@@ -391,6 +394,7 @@ pub fn validate(
         ),
         ca_rotation: request(kcp, kamaji_api::meta::CA_ROTATION_ANNOTATION),
         encryption_key_rotation: request(kcp, kamaji_api::meta::ENCRYPTION_KEY_ROTATION_ANNOTATION),
+        encrypted_resources,
         tenant,
         addons: declared_addons(fields.addons.as_ref()),
         konnectivity,
@@ -781,6 +785,29 @@ fn tenant(
     };
     spec.validate()
         .map_err(|e| SpecError::new(format!("spec.{}", e.field), e.reason))
+}
+
+/// `spec.encryptionAtRest.resources` without `secrets`, each entry checked as at admission
+/// ([`kamaji_api::validation::encrypted_resource_errors`]).
+fn encrypted_resources(
+    fields: &kamaji_api::KamajiControlPlaneFields,
+    errors: &mut Vec<SpecError>,
+) -> Vec<String> {
+    let resources = fields
+        .encryption_at_rest
+        .as_ref()
+        .and_then(|e| e.resources.clone())
+        .unwrap_or_default();
+    for (i, reason) in kamaji_api::validation::encrypted_resource_errors(&resources) {
+        errors.push(SpecError::new(
+            format!("spec.encryptionAtRest.resources[{i}]"),
+            reason,
+        ));
+    }
+    resources
+        .into_iter()
+        .filter(|r| r != kamaji_bootstrap::encryption::SECRETS)
+        .collect()
 }
 
 /// Checks of single fields the schema cannot make: the advertise address, probe thresholds,

@@ -88,7 +88,7 @@ async fn provision_sql(
         user: &claim.user,
         holder: &claim.holder,
     };
-    let password = sql::tenant_password(access, &ds.name, &tenant);
+    let password = sql::tenant_password(access, &ds.name, &tenant, &claim.password_salt);
     // The memo's DataStore part carries the password's first digits: a new password is set
     // again.
     let remembered = (

@@ -371,26 +371,30 @@ async fn roots(
     report.conditions.extend(authorities.condition.clone());
     let encryption = &plan.encryption_keys;
     // Before the previous key is dropped: every Secret is stored anew with the one that writes.
-    if encryption.migrate {
+    if !encryption.migrate.is_empty() {
         let secret = observed
             .secrets
             .get(&encryption.migrate_with)
             .ok_or_else(|| Error::Tenant(format!("Secret {} missing", encryption.migrate_with)))?;
         let client = tenant::client_from_secret(secret).await?;
-        let rewritten = tenant::rewrite_secrets(&client).await?;
+        let rewritten = tenant::rewrite(&client, &encryption.migrate).await?;
         info!(
             namespace = ns,
-            rewritten, "encryption key rotation: every Secret rewritten with the new key"
+            rewritten,
+            resources = encryption.migrate.join(","),
+            "encryption at rest: stored objects rewritten with the configuration that writes"
         );
     }
     let writes = encryption.write.clone().into_iter().collect();
-    let what = "encryption key rotation";
+    let what = "encryption configuration change";
     if let Some(stop) =
         rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await?
     {
         return Ok(Some(stop));
     }
-    report.conditions.extend(encryption.condition.clone());
+    report
+        .conditions
+        .extend(encryption.conditions.iter().cloned());
     Ok(None)
 }
 

@@ -1,22 +1,28 @@
-//! Rotation of the key the tenant's Secrets are encrypted with at rest (pure): the next step
-//! of a rotation the user requested with [`ENCRYPTION_KEY_ROTATION_ANNOTATION`], read back
-//! from `<cluster>-encryption.config`, following Kubernetes' "Rotating a decryption key" task.
+//! The tenant's encryption configuration over time (pure): the next step of a rotation of
+//! its key, requested with [`ENCRYPTION_KEY_ROTATION_ANNOTATION`] (Kubernetes' "Rotating a
+//! decryption key" task), or of a change of `spec.encryptionAtRest.resources`, read back from
+//! `<cluster>-encryption.config`. One runs at a time; the other waits.
 //!
 //! The state lives in that Secret, so a manager restart at any point resumes it:
 //!
-//! | phase | `EncryptionConfiguration` keys (writer first) | [`PHASE_ANNOTATION`] |
+//! | phase | `EncryptionConfiguration` (writer first) | [`PHASE_ANNOTATION`] |
 //! |---|---|---|
-//! | none / done | current (the request done on [`ENCRYPTION_KEY_ROTATION_ANNOTATION`]) | absent |
-//! | reading | current, next | `reading` |
-//! | writing | next, current | `writing` |
-//! | dropping | next (every Secret rewritten before) | `dropping`; once settled, removed |
+//! | none / done | current keys, every resource encrypted | absent |
+//! | rotation: reading | current, next | `reading` |
+//! | rotation: writing | next, current | `writing` |
+//! | rotation: dropping | next (every encrypted object rewritten before) | `dropping` |
+//! | resources: reading | added and removed resources written as plain text, read encrypted | `resources` |
+//! | resources: writing | removed dropped (their objects rewritten as plain text before), added encrypted | `resources-rewrite` |
 //!
 //! A phase moves on only once it is *settled*: the Deployment has rolled out and every
 //! control-plane pod, terminating ones included, carries the configuration's fingerprint
-//! ([`ENCRYPTION_KEYS_ANNOTATION`]). So no API server that cannot read the next key still
-//! runs when the next key starts writing. Once the next key writes everywhere, every Secret of
-//! the tenant is rewritten through its API (an update of an object read with a key other than
-//! the writer is stored anew), and only then is the previous key dropped.
+//! ([`ENCRYPTION_KEYS_ANNOTATION`]). So no API server that cannot read a form (the next key;
+//! an added resource encrypted) still runs when that form starts being written. Once the next
+//! key writes everywhere, every encrypted object of the tenant is rewritten through its API
+//! (an update of an object read with a key other than the writer is stored anew), and only
+//! then is the previous key dropped; a removed resource's objects are rewritten as plain text
+//! before it leaves the configuration, an added one's once it is written encrypted
+//! everywhere ([`RESOURCES_REWRITE_ANNOTATION`]).
 
 use std::time::Duration;
 
@@ -24,7 +30,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::ENCRYPTION_KEY_ROTATION_ANNOTATION;
-use kamaji_bootstrap::encryption::{self, CONFIGURATION_KEY, Key};
+use kamaji_bootstrap::encryption::{CONFIGURATION_KEY, Configuration, Key, Mode, SECRETS};
 use sha2::{Digest, Sha256};
 
 use super::sa_rotation::{SETTLE_RECHECK, annotation, text};
@@ -34,22 +40,31 @@ use crate::reconcile::status::Cond;
 /// Pod-template annotation: fingerprint of the encryption configuration the pod reads.
 pub const ENCRYPTION_KEYS_ANNOTATION: &str =
     "controlplane.cluster.x-k8s.io/kamaji-rs-encryption-keys";
-/// Annotation of `<cluster>-encryption.config` while a rotation runs: `reading` or `writing`.
+/// Annotation of `<cluster>-encryption.config` while a change runs: `reading`, `writing`,
+/// `dropping` (key rotation), `resources`, `resources-rewrite` (resources).
 pub const PHASE_ANNOTATION: &str = "controlplane.cluster.x-k8s.io/encryption-key-rotation-phase";
+/// Annotation of `<cluster>-encryption.config` in phase `resources-rewrite`: the resources
+/// whose objects are rewritten once every API server writes them encrypted (comma-separated).
+pub const RESOURCES_REWRITE_ANNOTATION: &str =
+    "controlplane.cluster.x-k8s.io/encryption-resources-rewrite";
 
-/// The encryption keys of one pass (the default: no rotation, nothing to write).
+const RESOURCES_READING: &str = "resources";
+const RESOURCES_WRITING: &str = "resources-rewrite";
+
+/// The encryption configuration of one pass (the default: nothing changes).
 #[derive(Debug, Clone, Default)]
 pub struct EncryptionKeys {
     /// `<cluster>-encryption.config` as this pass leaves it, when it changes.
     pub write: Option<Secret>,
-    /// Every Secret of the tenant must be rewritten before [`EncryptionKeys::write`] (which
-    /// drops the previous key).
-    pub migrate: bool,
+    /// Resources (`EncryptionConfiguration` form) whose stored objects must be rewritten
+    /// through the tenant's API before [`EncryptionKeys::write`].
+    pub migrate: Vec<String>,
     /// The Secret of the kubeconfig the rewrite uses (the provider's `system:masters` one).
     pub migrate_with: String,
-    /// `EncryptionKeyRotated`, once a rotation was requested.
-    pub condition: Option<Cond>,
-    /// When to look again for this rotation (none when nothing waits).
+    /// `EncryptionKeyRotated`, once a rotation was requested, and
+    /// `EncryptionAtRestConfigured`, while resources besides the Secrets are involved.
+    pub conditions: Vec<Cond>,
+    /// When to look again (none when nothing waits).
     pub due: Option<Duration>,
 }
 
@@ -60,6 +75,8 @@ pub struct Inputs<'a> {
     pub stored: &'a Secret,
     /// The request: the KamajiControlPlane's annotation value.
     pub request: Option<&'a str>,
+    /// The resources to encrypt besides the Secrets (`spec.encryptionAtRest.resources`).
+    pub resources: &'a [String],
     /// Fingerprints of the control-plane pods (terminating included), when listed, and
     /// whether the Deployment has rolled out.
     pub pods: Option<(&'a [Option<String>], bool)>,
@@ -74,31 +91,42 @@ pub fn fingerprint(configuration: &str) -> String {
     )
 }
 
-/// The configuration stored in `secret`.
+/// The configuration stored in `secret`: its text and what it says.
 ///
 /// # Errors
 /// [`Error::Pki`] when it is missing or does not parse.
-pub fn configuration_of(secret: &Secret) -> Result<(String, Vec<Key>), Error> {
+pub fn configuration_of(secret: &Secret) -> Result<(String, Configuration), Error> {
     let unusable = |reason: String| {
         Error::Pki(crate::error::PkiError::UnusableRoot {
             name: secret.metadata.name.clone().unwrap_or_default(),
             reason,
         })
     };
-    let config = text(secret, CONFIGURATION_KEY)
+    let text = text(secret, CONFIGURATION_KEY)
         .ok_or_else(|| unusable(format!("{CONFIGURATION_KEY} missing")))?;
-    let keys = encryption::keys_of(&config).map_err(|e| unusable(e.to_string()))?;
-    Ok((config, keys))
+    let config = Configuration::parse(&text).map_err(|e| unusable(e.to_string()))?;
+    Ok((text, config))
 }
 
-/// Whether a rotation is under way (the observe step then lists the pods).
+/// Whether `config` writes exactly `resources` encrypted (besides the Secrets).
+fn matches(config: &Configuration, resources: &[String]) -> bool {
+    config.resources.len() == resources.len()
+        && config
+            .resources
+            .iter()
+            .all(|(r, m)| *m == Mode::Encrypted && resources.contains(r))
+}
+
+/// Whether a rotation or a change of resources is under way or asked for (the observe step
+/// then lists the pods).
 #[must_use]
-pub fn under_way(stored: Option<&Secret>, request: Option<&str>) -> bool {
+pub fn under_way(stored: Option<&Secret>, request: Option<&str>, resources: &[String]) -> bool {
     stored.is_some_and(|s| {
         annotation(s, PHASE_ANNOTATION).is_some()
             || request.is_some_and(|r| {
                 annotation(s, ENCRYPTION_KEY_ROTATION_ANNOTATION).as_deref() != Some(r)
             })
+            || configuration_of(s).is_ok_and(|(_, c)| !matches(&c, resources))
     })
 }
 
@@ -112,65 +140,133 @@ fn next_name(keys: &[Key]) -> String {
     format!("key-{}", n + 1)
 }
 
-/// `stored` with `keys` (writer first) and the phase annotation set (or removed).
-fn with(stored: &Secret, keys: &[Key], request: &str, phase: Option<&str>) -> Secret {
+/// `stored` with `config` and the annotations `set` (a `None` value removes one).
+fn with(stored: &Secret, config: &Configuration, set: &[(&str, Option<&str>)]) -> Secret {
     let mut s = stored.clone();
     s.data.get_or_insert_default().insert(
         CONFIGURATION_KEY.into(),
-        ByteString(encryption::configuration(keys).into_bytes()),
+        ByteString(config.render().into_bytes()),
     );
     let annotations = s.metadata.annotations.get_or_insert_default();
-    annotations.insert(ENCRYPTION_KEY_ROTATION_ANNOTATION.into(), request.into());
-    match phase {
-        Some(p) => annotations.insert(PHASE_ANNOTATION.into(), p.into()),
-        None => annotations.remove(PHASE_ANNOTATION),
-    };
+    for (k, v) in set {
+        match v {
+            Some(v) => annotations.insert((*k).to_owned(), (*v).to_owned()),
+            None => annotations.remove(*k),
+        };
+    }
     s.metadata.managed_fields = None;
     s.metadata.resource_version = None;
     s
+}
+
+/// `config` with other keys.
+fn rekeyed(config: &Configuration, keys: &[Key]) -> Configuration {
+    Configuration {
+        keys: keys.to_vec(),
+        resources: config.resources.clone(),
+    }
 }
 
 fn running(reason: &'static str, message: String) -> Cond {
     Cond::no(types::ENCRYPTION_KEY_ROTATED, reason, message)
 }
 
-/// The next step of a requested rotation of the encryption key.
+/// Everything the configuration encrypts: the Secrets, then its other resources.
+fn encrypted(config: &Configuration) -> Vec<String> {
+    std::iter::once(SECRETS.to_owned())
+        .chain(
+            config
+                .resources
+                .iter()
+                .filter(|(_, m)| *m == Mode::Encrypted)
+                .map(|(r, _)| r.clone()),
+        )
+        .collect()
+}
+
+/// The next step of a requested rotation of the encryption key or of a change of the
+/// encrypted resources.
 ///
 /// # Errors
 /// [`Error::Pki`] when the stored configuration is unusable or no key can be generated.
 pub fn plan(inputs: &Inputs<'_>) -> Result<EncryptionKeys, Error> {
-    let stored = inputs.stored;
-    let (config, keys) = configuration_of(stored)?;
-    let fp = fingerprint(&config);
+    let (text, config) = configuration_of(inputs.stored)?;
+    let fp = fingerprint(&text);
     let settled = inputs.pods.is_some_and(|(pods, rolled_out)| {
         rolled_out && pods.iter().all(|p| p.as_deref() == Some(fp.as_str()))
     });
+    let phase = annotation(inputs.stored, PHASE_ANNOTATION);
+    let resources_phase = matches!(
+        phase.as_deref(),
+        Some(RESOURCES_READING | RESOURCES_WRITING)
+    );
+    let mut out = EncryptionKeys::default();
+    if !resources_phase {
+        rotation(inputs, &config, settled, &mut out)?;
+    } else if inputs.request.is_some_and(|r| {
+        annotation(inputs.stored, ENCRYPTION_KEY_ROTATION_ANNOTATION).as_deref() != Some(r)
+    }) {
+        out.conditions.push(running(
+            reasons::WAITING_FOR_ENCRYPTION_CHANGE,
+            "a change of the encrypted resources runs first".into(),
+        ));
+    }
+    let rotating = out.write.is_some() || (phase.is_some() && !resources_phase);
+    if rotating {
+        if !matches(&config, inputs.resources) {
+            out.conditions.push(Cond::no(
+                types::ENCRYPTION_AT_REST_CONFIGURED,
+                reasons::WAITING_FOR_ENCRYPTION_CHANGE,
+                "a rotation of the encryption key runs first",
+            ));
+        }
+        return Ok(out);
+    }
+    resources(inputs, &config, settled, &mut out);
+    Ok(out)
+}
+
+/// The rotation's step, into `out` (nothing when none was asked for; waits while a change of
+/// resources runs).
+fn rotation(
+    inputs: &Inputs<'_>,
+    config: &Configuration,
+    settled: bool,
+    out: &mut EncryptionKeys,
+) -> Result<(), Error> {
+    let stored = inputs.stored;
+    let keys = &config.keys;
     let wait = if settled { None } else { Some(SETTLE_RECHECK) };
     let recorded = annotation(stored, ENCRYPTION_KEY_ROTATION_ANNOTATION);
     let phase = annotation(stored, PHASE_ANNOTATION);
-    let mut out = EncryptionKeys::default();
     // A rotation under way finishes even when the annotation is removed meanwhile.
     let Some(request) = inputs.request.or(phase.as_ref().and(recorded.as_deref())) else {
-        return Ok(out);
+        return Ok(());
     };
+    let mut condition;
     let rolling = |reason, message: String| {
         (
             Some(running(reason, message)),
             wait.or(Some(Duration::from_secs(1))),
         )
     };
+    let step = |keys: &[Key], phase: Option<&str>| {
+        with(
+            stored,
+            &rekeyed(config, keys),
+            &[
+                (ENCRYPTION_KEY_ROTATION_ANNOTATION, Some(request)),
+                (PHASE_ANNOTATION, phase),
+            ],
+        )
+    };
     match (phase.as_deref(), keys.as_slice()) {
         (Some("reading"), [current, next, ..]) => {
             let message = format!("the API servers roll to read {} as well", next.name);
-            (out.condition, out.due) = rolling(reasons::READING_NEW_KEY, message);
+            (condition, out.due) = rolling(reasons::READING_NEW_KEY, message);
             if settled {
-                out.write = Some(with(
-                    stored,
-                    &[next.clone(), current.clone()],
-                    request,
-                    Some("writing"),
-                ));
-                out.condition = Some(running(
+                out.write = Some(step(&[next.clone(), current.clone()], Some("writing")));
+                condition = Some(running(
                     reasons::WRITING_WITH_NEW_KEY,
                     format!("the API servers roll to write with {}", next.name),
                 ));
@@ -178,20 +274,15 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<EncryptionKeys, Error> {
         }
         (Some("writing"), [next, ..]) => {
             let message = format!("the API servers roll to write with {}", next.name);
-            (out.condition, out.due) = rolling(reasons::WRITING_WITH_NEW_KEY, message);
+            (condition, out.due) = rolling(reasons::WRITING_WITH_NEW_KEY, message);
             if settled {
-                out.migrate = true;
-                out.write = Some(with(
-                    stored,
-                    std::slice::from_ref(next),
-                    request,
-                    Some("dropping"),
-                ));
-                out.condition = Some(running(
+                out.migrate = encrypted(config);
+                out.write = Some(step(std::slice::from_ref(next), Some("dropping")));
+                condition = Some(running(
                     reasons::DROPPING_PREVIOUS_KEY,
                     format!(
-                        "every Secret is rewritten with {}; the API servers roll without the \
-                         previous key",
+                        "every encrypted object is rewritten with {}; the API servers roll \
+                         without the previous key",
                         next.name
                     ),
                 ));
@@ -199,33 +290,42 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<EncryptionKeys, Error> {
         }
         (Some("dropping"), [next]) => {
             let message = format!(
-                "every Secret is rewritten with {}; the API servers roll without the previous key",
+                "every encrypted object is rewritten with {}; the API servers roll without the \
+                 previous key",
                 next.name
             );
-            (out.condition, out.due) = rolling(reasons::DROPPING_PREVIOUS_KEY, message);
+            (condition, out.due) = rolling(reasons::DROPPING_PREVIOUS_KEY, message);
             if settled {
-                out.write = Some(with(stored, std::slice::from_ref(next), request, None));
-                out.condition = Some(rotated(request, &next.name));
+                out.write = Some(step(std::slice::from_ref(next), None));
+                condition = Some(rotated(request, &next.name));
                 out.due = None;
             }
         }
         (None, [current]) if recorded.as_deref() == Some(request) => {
-            out.condition = Some(rotated(request, &current.name));
+            condition = Some(rotated(request, &current.name));
+        }
+        (None, _) if config.resources.iter().any(|(_, m)| *m == Mode::Plaintext) => {
+            // Left over from an interrupted change of resources: that finishes first.
+            condition = Some(running(
+                reasons::WAITING_FOR_ENCRYPTION_CHANGE,
+                "a change of the encrypted resources runs first".into(),
+            ));
         }
         _ => {
             // A new request (or a phase that does not match its keys: start again from the
             // key that writes).
             let current = keys[0].clone();
-            let next = Key::generate(&next_name(&keys))?;
-            out.condition = Some(running(
+            let next = Key::generate(&next_name(keys))?;
+            condition = Some(running(
                 reasons::READING_NEW_KEY,
                 format!("the API servers roll to read {} as well", next.name),
             ));
-            out.write = Some(with(stored, &[current, next], request, Some("reading")));
+            out.write = Some(step(&[current, next], Some("reading")));
             out.due = Some(SETTLE_RECHECK);
         }
     }
-    Ok(out)
+    out.conditions.extend(condition);
+    Ok(())
 }
 
 fn rotated(request: &str, key: &str) -> Cond {
@@ -233,10 +333,210 @@ fn rotated(request: &str, key: &str) -> Cond {
         types::ENCRYPTION_KEY_ROTATED,
         reasons::ROTATED,
         format!(
-            "rotation {request} done: every Secret is encrypted with {key}, the previous key is \
-             dropped"
+            "rotation {request} done: every encrypted object is encrypted with {key}, the \
+             previous key is dropped"
         ),
     )
+}
+
+fn list(resources: &[String]) -> String {
+    if resources.is_empty() {
+        "nothing".into()
+    } else {
+        resources.join(", ")
+    }
+}
+
+fn configured(config: &Configuration) -> Cond {
+    Cond::yes(
+        types::ENCRYPTION_AT_REST_CONFIGURED,
+        reasons::CONFIGURED,
+        format!(
+            "the API servers write {} encrypted with {}",
+            list(&encrypted(config)),
+            config.keys[0].name
+        ),
+    )
+}
+
+/// The change of resources' step, into `out` (no rotation runs).
+fn resources(inputs: &Inputs<'_>, config: &Configuration, settled: bool, out: &mut EncryptionKeys) {
+    let stored = inputs.stored;
+    let desired = inputs.resources;
+    let wait = if settled { None } else { Some(SETTLE_RECHECK) };
+    match annotation(stored, PHASE_ANNOTATION).as_deref() {
+        Some(RESOURCES_READING) => {
+            out.due = wait.or(Some(Duration::from_secs(1)));
+            resources_reading(stored, config, desired, settled, out);
+        }
+        Some(RESOURCES_WRITING) => {
+            let rewrite: Vec<String> = annotation(stored, RESOURCES_REWRITE_ANNOTATION)
+                .unwrap_or_default()
+                .split(',')
+                .filter(|r| !r.is_empty())
+                .map(str::to_owned)
+                .collect();
+            out.due = wait.or(Some(Duration::from_secs(1)));
+            out.conditions.push(Cond::no(
+                types::ENCRYPTION_AT_REST_CONFIGURED,
+                reasons::WRITING_ENCRYPTED_RESOURCES,
+                format!(
+                    "the API servers roll to write {} encrypted, then its objects are rewritten",
+                    list(&rewrite)
+                ),
+            ));
+            if settled {
+                out.migrate = rewrite;
+                out.write = Some(with(
+                    stored,
+                    config,
+                    &[
+                        (PHASE_ANNOTATION, None),
+                        (RESOURCES_REWRITE_ANNOTATION, None),
+                    ],
+                ));
+                out.due = None;
+                out.conditions = vec![configured(config)];
+                if config.resources.is_empty() && desired.is_empty() {
+                    out.conditions.clear();
+                }
+            }
+        }
+        _ if matches(config, desired) => {
+            if !desired.is_empty() {
+                out.conditions.push(configured(config));
+            }
+        }
+        _ => resources_start(stored, config, desired, out),
+    }
+}
+
+/// The first step of a change: every resource that changes is written as plain text and read
+/// encrypted.
+fn resources_start(
+    stored: &Secret,
+    config: &Configuration,
+    desired: &[String],
+    out: &mut EncryptionKeys,
+) {
+    let mut next: Vec<(String, Mode)> = config
+        .resources
+        .iter()
+        .map(|(r, m)| {
+            let keep = *m == Mode::Encrypted && desired.contains(r);
+            (
+                r.clone(),
+                if keep {
+                    Mode::Encrypted
+                } else {
+                    Mode::Plaintext
+                },
+            )
+        })
+        .collect();
+    for r in desired {
+        if !next.iter().any(|(n, _)| n == r) {
+            next.push((r.clone(), Mode::Plaintext));
+        }
+    }
+    let changing: Vec<String> = next
+        .iter()
+        .filter(|(_, m)| *m == Mode::Plaintext)
+        .map(|(r, _)| r.clone())
+        .collect();
+    out.write = Some(with(
+        stored,
+        &Configuration {
+            keys: config.keys.clone(),
+            resources: next,
+        },
+        &[(PHASE_ANNOTATION, Some(RESOURCES_READING))],
+    ));
+    out.due = Some(SETTLE_RECHECK);
+    out.conditions.push(Cond::no(
+        types::ENCRYPTION_AT_REST_CONFIGURED,
+        reasons::READING_ENCRYPTED_RESOURCES,
+        format!(
+            "the API servers roll to read {} encrypted before anything changes how it is \
+             written",
+            list(&changing)
+        ),
+    ));
+}
+
+/// Phase `resources`: once settled, the removed resources' objects are rewritten as plain
+/// text and they leave the configuration, and the added ones are written encrypted.
+fn resources_reading(
+    stored: &Secret,
+    config: &Configuration,
+    desired: &[String],
+    settled: bool,
+    out: &mut EncryptionKeys,
+) {
+    let (added, removed): (Vec<String>, Vec<String>) = config
+        .resources
+        .iter()
+        .filter(|(_, m)| *m == Mode::Plaintext)
+        .map(|(r, _)| r.clone())
+        .partition(|r| desired.contains(r));
+    if !settled {
+        out.conditions.push(Cond::no(
+            types::ENCRYPTION_AT_REST_CONFIGURED,
+            reasons::READING_ENCRYPTED_RESOURCES,
+            format!(
+                "the API servers roll to read {} encrypted and to write {} as plain text",
+                list(&added),
+                list(&removed)
+            ),
+        ));
+        return;
+    }
+    let next = Configuration {
+        keys: config.keys.clone(),
+        resources: config
+            .resources
+            .iter()
+            .filter(|(r, _)| !removed.contains(r))
+            .map(|(r, m)| {
+                let mode = if added.contains(r) {
+                    Mode::Encrypted
+                } else {
+                    *m
+                };
+                (r.clone(), mode)
+            })
+            .collect(),
+    };
+    // A removed resource another entry still encrypts is rewritten with it.
+    let rewrite: Vec<String> = added
+        .iter()
+        .chain(removed.iter().filter(|r| {
+            next.resources.iter().any(|(w, m)| {
+                *m == Mode::Encrypted && kamaji_api::validation::encrypted_resource_covers(w, r)
+            })
+        }))
+        .cloned()
+        .collect();
+    out.migrate.clone_from(&removed);
+    let joined = rewrite.join(",");
+    out.write = Some(with(
+        stored,
+        &next,
+        &[
+            (PHASE_ANNOTATION, Some(RESOURCES_WRITING)),
+            (RESOURCES_REWRITE_ANNOTATION, Some(&joined)),
+        ],
+    ));
+    out.conditions.push(Cond::no(
+        types::ENCRYPTION_AT_REST_CONFIGURED,
+        reasons::WRITING_ENCRYPTED_RESOURCES,
+        format!(
+            "{} rewritten as plain text; the API servers roll to write {} encrypted, then its \
+             objects are rewritten",
+            list(&removed),
+            list(&added)
+        ),
+    ));
 }
 
 #[cfg(test)]
@@ -245,7 +545,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn stored() -> Secret {
-        let config = encryption::configuration(&[Key::generate("key-1").unwrap()]);
+        let config =
+            kamaji_bootstrap::encryption::configuration(&[Key::generate("key-1").unwrap()]);
         Secret {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 name: Some("demo-encryption.config".into()),
@@ -263,6 +564,7 @@ mod tests {
         configuration_of(s)
             .unwrap()
             .1
+            .keys
             .into_iter()
             .map(|k| k.name)
             .collect()
@@ -282,15 +584,17 @@ mod tests {
         let idle = plan(&Inputs {
             stored: &s0,
             request: None,
+            resources: &[],
             pods: None,
         })
         .unwrap();
-        assert!(idle.write.is_none() && idle.condition.is_none());
+        assert!(idle.write.is_none() && idle.conditions.is_empty());
 
         let step = |s: &Secret, pods: &[Option<String>]| {
             plan(&Inputs {
                 stored: s,
                 request: Some("r1"),
+                resources: &[],
                 pods: Some((pods, true)),
             })
             .unwrap()
@@ -298,36 +602,34 @@ mod tests {
         let start = step(&s0, &settled(&s0));
         let s1 = start.write.unwrap();
         assert_eq!(names(&s1), ["key-1", "key-2"], "the old key still writes");
-        assert!(!start.migrate);
+        assert!(start.migrate.is_empty());
         // Pods of the old configuration: nothing moves.
         let waiting = step(&s1, &settled(&s0));
         assert!(waiting.write.is_none());
         assert_eq!(waiting.due, Some(SETTLE_RECHECK));
-        assert_eq!(waiting.condition.unwrap().reason, reasons::READING_NEW_KEY);
+        assert_eq!(waiting.conditions[0].reason, reasons::READING_NEW_KEY);
         let s2 = step(&s1, &settled(&s1)).write.unwrap();
         assert_eq!(names(&s2), ["key-2", "key-1"], "the new key writes");
         assert!(step(&s2, &settled(&s1)).write.is_none());
         let dropping = step(&s2, &settled(&s2));
-        assert!(
+        assert_eq!(
             dropping.migrate,
+            ["secrets"],
             "every Secret is rewritten before the old key goes"
         );
         let s3 = dropping.write.unwrap();
         assert_eq!(names(&s3), ["key-2"]);
         assert_eq!(
-            configuration_of(&s3).unwrap().1[0].secret,
-            configuration_of(&s1).unwrap().1[1].secret,
+            configuration_of(&s3).unwrap().1.keys[0].secret,
+            configuration_of(&s1).unwrap().1.keys[1].secret,
             "the new key is the one generated at the start"
         );
         let rolling = step(&s3, &settled(&s2));
         assert!(rolling.write.is_none());
-        assert_eq!(
-            rolling.condition.unwrap().reason,
-            reasons::DROPPING_PREVIOUS_KEY
-        );
+        assert_eq!(rolling.conditions[0].reason, reasons::DROPPING_PREVIOUS_KEY);
         let finishing = step(&s3, &settled(&s3));
-        assert!(!finishing.migrate && finishing.due.is_none());
-        assert_eq!(finishing.condition.unwrap().reason, reasons::ROTATED);
+        assert!(finishing.migrate.is_empty() && finishing.due.is_none());
+        assert_eq!(finishing.conditions[0].reason, reasons::ROTATED);
         let s4 = finishing.write.unwrap();
         assert_eq!(names(&s4), ["key-2"]);
         assert_eq!(
@@ -339,20 +641,163 @@ mod tests {
         let done = plan(&Inputs {
             stored: &s4,
             request: Some("r1"),
+            resources: &[],
             pods: None,
         })
         .unwrap();
-        assert!(done.write.is_none() && !done.migrate && done.due.is_none());
-        assert_eq!(done.condition.unwrap().reason, reasons::ROTATED);
-        assert!(!under_way(Some(&s4), Some("r1")));
-        assert!(under_way(Some(&s4), Some("r2")));
+        assert!(done.write.is_none() && done.migrate.is_empty() && done.due.is_none());
+        assert_eq!(done.conditions[0].reason, reasons::ROTATED);
+        assert!(!under_way(Some(&s4), Some("r1"), &[]));
+        assert!(under_way(Some(&s4), Some("r2"), &[]));
         // A later request starts again from key-2.
         let again = plan(&Inputs {
             stored: &s4,
             request: Some("r2"),
+            resources: &[],
             pods: Some((&settled(&s4), true)),
         })
         .unwrap();
         assert_eq!(names(&again.write.unwrap()), ["key-2", "key-3"]);
+    }
+
+    fn modes(s: &Secret) -> Vec<(String, Mode)> {
+        configuration_of(s).unwrap().1.resources
+    }
+
+    fn phase(s: &Secret) -> Option<String> {
+        annotation(s, PHASE_ANNOTATION)
+    }
+
+    /// Adding `configmaps` and removing `*.apps`: both are first written as plain text and read
+    /// encrypted everywhere; then `*.apps` is rewritten as plain text and dropped while
+    /// `configmaps` is written encrypted; then `configmaps` is rewritten. Each step waits for
+    /// every pod of the previous configuration. A rotation asked for meanwhile waits.
+    #[test]
+    fn a_change_of_resources_reads_then_writes_then_rewrites() {
+        let start = Configuration {
+            keys: vec![Key::generate("key-1").unwrap()],
+            resources: vec![("*.apps".into(), Mode::Encrypted)],
+        };
+        let mut s0 = stored();
+        s0.data.as_mut().unwrap().insert(
+            CONFIGURATION_KEY.into(),
+            ByteString(start.render().into_bytes()),
+        );
+        let desired = vec!["configmaps".to_owned()];
+        let step = |s: &Secret, pods: &[Option<String>], request: Option<&str>| {
+            plan(&Inputs {
+                stored: s,
+                request,
+                resources: &desired,
+                pods: Some((pods, true)),
+            })
+            .unwrap()
+        };
+        assert!(under_way(Some(&s0), None, &desired));
+        assert!(!under_way(Some(&s0), None, &["*.apps".to_owned()]));
+        let reading = step(&s0, &settled(&s0), None);
+        assert!(reading.migrate.is_empty());
+        let s1 = reading.write.unwrap();
+        assert_eq!(phase(&s1).as_deref(), Some("resources"));
+        assert_eq!(
+            modes(&s1),
+            [
+                ("configmaps".to_owned(), Mode::Plaintext),
+                ("*.apps".to_owned(), Mode::Plaintext)
+            ]
+        );
+        assert_eq!(
+            reading.conditions[0].reason,
+            reasons::READING_ENCRYPTED_RESOURCES
+        );
+        // Pods of the old configuration: nothing moves; a rotation asked for waits.
+        let held = step(&s1, &settled(&s0), Some("r1"));
+        assert!(held.write.is_none() && held.migrate.is_empty());
+        assert_eq!(held.due, Some(SETTLE_RECHECK));
+        assert!(
+            held.conditions
+                .iter()
+                .any(|c| c.type_ == types::ENCRYPTION_KEY_ROTATED
+                    && c.reason == reasons::WAITING_FOR_ENCRYPTION_CHANGE)
+        );
+        let writing = step(&s1, &settled(&s1), None);
+        assert_eq!(
+            writing.migrate,
+            ["*.apps"],
+            "rewritten as plain text before it goes"
+        );
+        let s2 = writing.write.unwrap();
+        assert_eq!(modes(&s2), [("configmaps".to_owned(), Mode::Encrypted)]);
+        assert_eq!(phase(&s2).as_deref(), Some("resources-rewrite"));
+        assert!(step(&s2, &settled(&s1), None).write.is_none());
+        let rewriting = step(&s2, &settled(&s2), None);
+        assert_eq!(rewriting.migrate, ["configmaps"]);
+        let s3 = rewriting.write.unwrap();
+        assert_eq!(phase(&s3), None);
+        assert_eq!(rewriting.conditions[0].reason, reasons::CONFIGURED);
+        assert_eq!(
+            fingerprint(&configuration_of(&s3).unwrap().0),
+            fingerprint(&configuration_of(&s2).unwrap().0),
+            "finishing rolls nothing"
+        );
+        // Done: nothing more; the rotation may start now.
+        let done = step(&s3, &settled(&s3), None);
+        assert!(done.write.is_none() && done.migrate.is_empty());
+        assert!(!under_way(Some(&s3), None, &desired));
+        let rotating = step(&s3, &settled(&s3), Some("r1")).write.unwrap();
+        assert_eq!(phase(&rotating).as_deref(), Some("reading"));
+        assert_eq!(
+            modes(&rotating),
+            modes(&s3),
+            "a rotation keeps the resources"
+        );
+        // A change asked for while the rotation runs waits for it.
+        let other = vec!["*.".to_owned()];
+        let waits = plan(&Inputs {
+            stored: &rotating,
+            request: Some("r1"),
+            resources: &other,
+            pods: Some((&settled(&s3), true)),
+        })
+        .unwrap();
+        assert!(waits.write.is_none());
+        assert!(
+            waits
+                .conditions
+                .iter()
+                .any(|c| c.type_ == types::ENCRYPTION_AT_REST_CONFIGURED
+                    && c.reason == reasons::WAITING_FOR_ENCRYPTION_CHANGE)
+        );
+    }
+
+    /// Removing a resource a wildcard added at the same time covers: it is rewritten with the
+    /// wildcard once that writes encrypted, not left as plain text.
+    #[test]
+    fn a_resource_replaced_by_its_wildcard_is_rewritten_encrypted() {
+        let start = Configuration {
+            keys: vec![Key::generate("key-1").unwrap()],
+            resources: vec![("configmaps".into(), Mode::Encrypted)],
+        };
+        let mut s0 = stored();
+        s0.data.as_mut().unwrap().insert(
+            CONFIGURATION_KEY.into(),
+            ByteString(start.render().into_bytes()),
+        );
+        let desired = vec!["*.".to_owned()];
+        let step = |s: &Secret| {
+            plan(&Inputs {
+                stored: s,
+                request: None,
+                resources: &desired,
+                pods: Some((&settled(s), true)),
+            })
+            .unwrap()
+        };
+        let s1 = step(&s0).write.unwrap();
+        let writing = step(&s1);
+        assert_eq!(writing.migrate, ["configmaps"]);
+        let s2 = writing.write.unwrap();
+        assert_eq!(modes(&s2), [("*.".to_owned(), Mode::Encrypted)]);
+        assert_eq!(step(&s2).migrate, ["*.", "configmaps"]);
     }
 }

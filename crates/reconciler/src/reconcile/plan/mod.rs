@@ -333,6 +333,7 @@ pub fn plan(
         pki::Root::Stored(stored) => encryption_rotation::plan(&encryption_rotation::Inputs {
             stored,
             request: spec.encryption_key_rotation.as_deref(),
+            resources: &spec.encrypted_resources,
             pods: observed
                 .control_plane_pods
                 .as_ref()
@@ -350,11 +351,22 @@ pub fn plan(
         }
         encryption_keys.write = Some(owned(write, &owner));
     }
+    let kine_name = spec
+        .names
+        .internal_secret(kamaji_api::names::InternalSecret::Kine);
+    let password_salt = match &datastore.sql {
+        Some(_) => pki::password_salt(observed.secrets.get(&kine_name))?,
+        None => String::new(),
+    };
     let datastore_client = owned(
         match &datastore.sql {
-            Some(access) => {
-                pki::kine_secret(spec, datastore, access, &datastore_user(spec, datastore))
-            }
+            Some(access) => pki::kine_secret(
+                spec,
+                datastore,
+                access,
+                &datastore_user(spec, datastore),
+                &password_salt,
+            ),
             None => pki::datastore_client(
                 spec,
                 datastore,
@@ -393,7 +405,7 @@ pub fn plan(
             endpoint::waiting_message(spec),
         )),
     };
-    let schema_claim = schema_claim(spec, datastore);
+    let schema_claim = schema_claim(spec, datastore, password_salt);
     Ok(Ok(Plan {
         owner,
         roots,
@@ -423,6 +435,8 @@ pub struct SchemaClaim {
     pub datastores: Vec<Resolved>,
     /// The tenant's etcd user: its datastore client certificate's common name.
     pub user: String,
+    /// The salt of the tenant's SQL password ([`pki::password_salt`]; empty on etcd).
+    pub password_salt: String,
 }
 
 /// The tenant's user on `datastore`: on etcd its client certificate's common name (derived from
@@ -440,7 +454,7 @@ pub fn datastore_user(spec: &ValidSpec, datastore: &Resolved) -> String {
 }
 
 /// The [`SchemaClaim`] of `spec` on `datastore` and its overrides.
-fn schema_claim(spec: &ValidSpec, datastore: &Resolved) -> SchemaClaim {
+fn schema_claim(spec: &ValidSpec, datastore: &Resolved, password_salt: String) -> SchemaClaim {
     let mut datastores = vec![datastore.clone()];
     for o in &datastore.overrides {
         if datastores.iter().all(|d| d.name != o.datastore) {
@@ -458,6 +472,7 @@ fn schema_claim(spec: &ValidSpec, datastore: &Resolved) -> SchemaClaim {
         holder: format!("{}/{}", spec.namespace, spec.names.kcp()),
         datastores,
         user: datastore_user(spec, datastore),
+        password_salt,
     }
 }
 
@@ -870,7 +885,7 @@ pub(crate) mod tests {
             servers: ds.server_urls(),
             basic_auth: None,
         });
-        let claim = schema_claim(&spec, &ds);
+        let claim = schema_claim(&spec, &ds, String::new());
         assert_eq!(claim.schema, "custom_schema");
         assert_eq!(claim.holder, format!("{}/demo", spec.namespace));
         let at: Vec<(&str, Vec<String>)> = claim
@@ -1522,6 +1537,7 @@ pub(crate) mod tests {
         )
         .unwrap()
         .unwrap();
+        assert_eq!(second.datastore_client.data, kine.data, "kept");
         let d = serde_json::to_value(&second.control_plane.unwrap().deployment).unwrap();
         let containers = d["spec"]["template"]["spec"]["containers"]
             .as_array()
@@ -1571,6 +1587,67 @@ pub(crate) mod tests {
 
     /// `spec.dataStoreUsername` and `spec.kine` on etcd, and overrides on PostgreSQL, are
     /// refused by name.
+    /// The SQL password's salt is made once and kept; the same control plane created again
+    /// (no kine Secret) gets a new one, so a new password; one from before salts keeps its
+    /// password.
+    #[test]
+    fn the_sql_password_salt_is_made_once_and_new_for_a_control_plane_created_again() {
+        let spec = valid(&fixture(serde_json::json!({})));
+        let ds = postgres_datastore();
+        let first = plan(
+            &spec,
+            &observed(BTreeMap::new(), None),
+            &ds,
+            owner(),
+            &settings(),
+        )
+        .unwrap()
+        .unwrap();
+        let kine = &first.datastore_client;
+        let mut stored = BTreeMap::from([(kine.name_any(), kine.clone())]);
+        let second = plan(
+            &spec,
+            &observed(stored.clone(), None),
+            &ds,
+            owner(),
+            &settings(),
+        )
+        .unwrap()
+        .unwrap();
+        let salt = |s: &Secret| {
+            s.data
+                .as_ref()
+                .unwrap()
+                .get(pki::PASSWORD_SALT_KEY)
+                .cloned()
+        };
+        assert_eq!(salt(kine).unwrap().0.len(), 32);
+        assert_eq!(second.datastore_client.data, kine.data, "kept");
+        assert_eq!(second.schema_claim.password_salt.len(), 32);
+        let again = plan(
+            &spec,
+            &observed(BTreeMap::new(), None),
+            &ds,
+            owner(),
+            &settings(),
+        )
+        .unwrap()
+        .unwrap();
+        assert_ne!(salt(&again.datastore_client), salt(kine));
+        assert_ne!(
+            again.datastore_client.data.as_ref().unwrap()["endpoint"],
+            kine.data.as_ref().unwrap()["endpoint"]
+        );
+        let mut legacy = kine.clone();
+        legacy.data.as_mut().unwrap().remove(pki::PASSWORD_SALT_KEY);
+        stored.insert(kine.name_any(), legacy);
+        let old = plan(&spec, &observed(stored, None), &ds, owner(), &settings())
+            .unwrap()
+            .unwrap();
+        assert!(salt(&old.datastore_client).is_none());
+        assert_eq!(old.schema_claim.password_salt, "");
+    }
+
     #[test]
     fn what_the_datastore_driver_cannot_do_is_refused_by_name() {
         let spec = valid(&fixture(serde_json::json!({
@@ -1638,6 +1715,48 @@ pub(crate) mod tests {
     /// Without the Service's ClusterIP the plan holds only roots, the datastore client and the
     /// Service; with it, everything; planned again from what the first plan stored, nothing
     /// changes (no key is regenerated, the Deployment's hash is the same).
+    /// A new control plane's encryption configuration writes `encryptionAtRest.resources`
+    /// encrypted from the start (nothing is stored yet), beside the Secrets; with them
+    /// unchanged the next pass plans no change of the configuration.
+    #[test]
+    fn a_new_control_plane_encrypts_the_resources_asked_for_from_the_start() {
+        use kamaji_bootstrap::encryption::{CONFIGURATION_KEY, Configuration, Mode};
+        let spec = valid(&fixture(serde_json::json!({
+            "encryptionAtRest": {"resources": ["configmaps", "secrets", "*.apps"]}
+        })));
+        assert_eq!(spec.encrypted_resources, ["configmaps", "*.apps"]);
+        let ds = datastore();
+        let first = plan(
+            &spec,
+            &observed(BTreeMap::new(), None),
+            &ds,
+            owner(),
+            &settings(),
+        )
+        .unwrap()
+        .unwrap();
+        let secret = first.roots.encryption.secret().clone();
+        let text =
+            String::from_utf8(secret.data.as_ref().unwrap()[CONFIGURATION_KEY].0.clone()).unwrap();
+        let config = Configuration::parse(&text).unwrap();
+        assert_eq!(
+            config.resources,
+            [
+                ("configmaps".to_owned(), Mode::Encrypted),
+                ("*.apps".to_owned(), Mode::Encrypted)
+            ]
+        );
+        let stored = BTreeMap::from([(secret.name_any(), secret)]);
+        let second = plan(&spec, &observed(stored, None), &ds, owner(), &settings())
+            .unwrap()
+            .unwrap();
+        assert!(second.encryption_keys.write.is_none());
+        assert_eq!(
+            second.encryption_keys.conditions[0].reason,
+            reasons::CONFIGURED
+        );
+    }
+
     #[test]
     fn a_plan_over_its_own_result_changes_nothing() {
         let spec = valid(&fixture(serde_json::json!({})));

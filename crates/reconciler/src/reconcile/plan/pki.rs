@@ -149,7 +149,8 @@ pub const FIRST_ENCRYPTION_KEY: &str = "key-1";
 
 /// The tenant's encryption Secret `<cluster>-encryption.config` (key
 /// [`kamaji_bootstrap::encryption::CONFIGURATION_KEY`]): read back, or made once with a new
-/// key. Once an API server has run with it (`encryption_in_use`: the Deployment passes
+/// key, encrypting the Secrets and `spec.encryptionAtRest.resources` (nothing is stored yet,
+/// so they need no change in steps). Once an API server has run with it (`encryption_in_use`: the Deployment passes
 /// `--encryption-provider-config`) a missing one is never made again, since no other key
 /// decrypts what is stored: `Err` carries `CertificatesAvailable=False` saying how to restore
 /// it.
@@ -161,7 +162,7 @@ pub fn encryption(
     stored: &BTreeMap<String, Secret>,
     encryption_in_use: bool,
 ) -> Result<Result<Root, Cond>, Error> {
-    use kamaji_bootstrap::encryption::{self, CONFIGURATION_KEY, Key};
+    use kamaji_bootstrap::encryption::{self, CONFIGURATION_KEY, Configuration, Key, Mode};
     let name = spec
         .names
         .internal_secret(kamaji_api::names::InternalSecret::Encryption);
@@ -180,12 +181,24 @@ pub fn encryption(
             types::CERTIFICATES_AVAILABLE,
             reasons::ENCRYPTION_KEY_MISSING,
             format!(
-                "Secret {}/{name} (the key the tenant's Secrets are encrypted with at rest) is                  missing, and the API servers have run with it: kamaji-rs does not generate a                  new one, because no other key decrypts the stored Secrets. Restore it from a                  backup (`kubectl apply` of the saved Secret, key {CONFIGURATION_KEY}); nothing                  is rolled until then.",
+                "Secret {}/{name} (the key the tenant's Secrets are encrypted with at rest) is \
+                 missing, and the API servers have run with it: kamaji-rs does not generate a \
+                 new one, because no other key decrypts the stored Secrets. Restore it from a \
+                 backup (`kubectl apply` of the saved Secret, key {CONFIGURATION_KEY}); nothing \
+                 is rolled until then.",
                 spec.namespace
             ),
         )));
     }
-    let config = encryption::configuration(&[Key::generate(FIRST_ENCRYPTION_KEY)?]);
+    let config = Configuration {
+        keys: vec![Key::generate(FIRST_ENCRYPTION_KEY)?],
+        resources: spec
+            .encrypted_resources
+            .iter()
+            .map(|r| (r.clone(), Mode::Encrypted))
+            .collect(),
+    }
+    .render();
     Ok(Ok(Root::New(secrets::data_secret(
         SecretTarget {
             name: &name,
@@ -261,16 +274,46 @@ pub fn datastore_client(
 /// The key of kine's `--endpoint` (`KINE_ENDPOINT`) in `<cluster>-kine.config`.
 pub const KINE_ENDPOINT_KEY: &str = "endpoint";
 
+/// The key of the salt of the tenant's SQL password in `<cluster>-kine.config`
+/// ([`crate::datastore::sql::tenant_password`]): 32 hex digits made when the Secret is first
+/// made, so a control plane created again under the same name gets a new password.
+pub const PASSWORD_SALT_KEY: &str = "password-salt";
+
+/// The salt of the tenant's SQL password: the stored `<cluster>-kine.config`'s; empty when
+/// that Secret predates salts (its password stays); a new random one when there is none.
+///
+/// # Errors
+/// [`Error::Pki`] when no randomness is available.
+pub fn password_salt(stored: Option<&Secret>) -> Result<String, Error> {
+    if let Some(s) = stored {
+        return Ok(s
+            .data
+            .as_ref()
+            .and_then(|d| d.get(PASSWORD_SALT_KEY))
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            .unwrap_or_default());
+    }
+    let mut salt = [0u8; 16];
+    getrandom::fill(&mut salt).map_err(|e| {
+        Error::Pki(crate::error::PkiError::UnusableRoot {
+            name: PASSWORD_SALT_KEY.into(),
+            reason: format!("no randomness: {e}"),
+        })
+    })?;
+    Ok(hex::encode(salt))
+}
+
 /// `<cluster>-kine.config` for a PostgreSQL or MySQL DataStore: kine's `--endpoint` with the
-/// tenant's database, user and derived password ([`crate::datastore::sql`]) under
-/// [`KINE_ENDPOINT_KEY`], the DataStore's CA as `ca.crt` and its client certificate as
-/// `tls.crt`/`tls.key` when set.
+/// tenant's database, user and derived password ([`crate::datastore::sql`], salted with
+/// `salt`, kept under [`PASSWORD_SALT_KEY`]) under [`KINE_ENDPOINT_KEY`], the DataStore's CA
+/// as `ca.crt` and its client certificate as `tls.crt`/`tls.key` when set.
 #[must_use]
 pub fn kine_secret(
     spec: &ValidSpec,
     ds: &crate::datastore::Resolved,
     access: &crate::datastore::sql::SqlAccess,
     user: &str,
+    salt: &str,
 ) -> Secret {
     use crate::datastore::sql;
     let holder = format!("{}/{}", spec.namespace, spec.names.kcp());
@@ -279,11 +322,17 @@ pub fn kine_secret(
         user,
         holder: &holder,
     };
-    let password = sql::tenant_password(access, &ds.name, &tenant);
+    let password = sql::tenant_password(access, &ds.name, &tenant, salt);
     let mut data = BTreeMap::from([(
         KINE_ENDPOINT_KEY.to_owned(),
         ByteString(sql::kine_endpoint(access, &ds.endpoints, &tenant, &password).into_bytes()),
     )]);
+    if !salt.is_empty() {
+        data.insert(
+            PASSWORD_SALT_KEY.into(),
+            ByteString(salt.as_bytes().to_vec()),
+        );
+    }
     if let Some(ca) = &access.ca_cert {
         data.insert("ca.crt".into(), ByteString(ca.clone().into_bytes()));
     }
