@@ -53,9 +53,10 @@ pub mod types {
     /// requested): `False` while it runs, with the phase as the reason, `True` once every
     /// Secret is rewritten with the new key and the old one is dropped.
     pub const ENCRYPTION_KEY_ROTATED: &str = "EncryptionKeyRotated";
-    /// The resources `spec.encryptionAtRest.resources` adds to the Secrets (reported while any
-    /// are set or stored encrypted): `True` once every API server writes exactly those
-    /// encrypted and their stored objects were rewritten; `False` while a change rolls out.
+    /// What the API servers encrypt at rest: the Secrets and the resources
+    /// `spec.encryptionAtRest.resources` adds. `True` once every API server writes exactly
+    /// those encrypted and their stored objects were rewritten (the message names them and
+    /// the key that writes); `False` while a change rolls out.
     pub const ENCRYPTION_AT_REST_CONFIGURED: &str = "EncryptionAtRestConfigured";
     /// The spec passed the controller's own validation (checks CEL cannot express, such as
     /// the DNS Service IP lying inside the Cluster's service CIDR).

@@ -721,6 +721,19 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
     encrypted_resources_change_without_a_failed_read(&env, &pa).await;
 }
 
+/// The message of tenant A's `EncryptionAtRestConfigured`, when `True`.
+async fn configured_message(env: &Env) -> Option<String> {
+    Api::<KamajiControlPlane>::namespaced(env.client(), "tenant-a")
+        .get("demo")
+        .await
+        .ok()?
+        .status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "EncryptionAtRestConfigured" && c.status == "True")
+        .map(|c| c.message)
+}
+
 /// `spec.encryptionAtRest.resources` changed after creation: ConfigMaps, stored as plain
 /// text, are added (read encrypted by every API server, then written encrypted, then every
 /// one rewritten), then removed again (written as plain text, rewritten, dropped from the
@@ -753,6 +766,12 @@ async fn encrypted_resources_change_without_a_failed_read(env: &Env, prefix: &st
     );
     probe.answered(MINUTE).await.unwrap();
     let resources = |list: serde_json::Value| serde_json::json!({"spec": {"encryptionAtRest": {"resources": list}}});
+    assert!(
+        configured_message(env)
+            .await
+            .is_some_and(|m| m.contains("secrets") && !m.contains("configmaps")),
+        "EncryptionAtRestConfigured names what is encrypted (the Secrets) from the start"
+    );
     env.patch_kcp(
         "tenant-a",
         "demo",
@@ -760,12 +779,22 @@ async fn encrypted_resources_change_without_a_failed_read(env: &Env, prefix: &st
     )
     .await
     .unwrap();
-    env.wait_kcp_condition(
+    env.wait_kcp(
         "tenant-a",
         "demo",
-        "EncryptionAtRestConfigured",
-        "True",
+        "EncryptionAtRestConfigured=True for secrets, configmaps",
         5 * MINUTE,
+        |k| {
+            k.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "EncryptionAtRestConfigured"))
+                .is_some_and(|c| {
+                    c.status == "True"
+                        && c.message.contains("secrets, configmaps")
+                        && c.observed_generation == k.metadata.generation
+                })
+        },
     )
     .await
     .unwrap();
@@ -789,31 +818,44 @@ async fn encrypted_resources_change_without_a_failed_read(env: &Env, prefix: &st
     env.patch_kcp("tenant-a", "demo", resources(serde_json::Value::Null))
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + 5 * MINUTE;
-    loop {
-        let config = env
-            .secret("tenant-a", "demo-encryption.config")
-            .await
-            .unwrap();
-        let parsed = kamaji_bootstrap::encryption::Configuration::parse(&secret_text(
-            &config,
-            kamaji_bootstrap::encryption::CONFIGURATION_KEY,
-        ))
+    env.wait_kcp(
+        "tenant-a",
+        "demo",
+        "EncryptionAtRestConfigured=True for the Secrets alone",
+        5 * MINUTE,
+        |k| {
+            k.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "EncryptionAtRestConfigured"))
+                .is_some_and(|c| {
+                    c.status == "True"
+                        && !c.message.contains("configmaps")
+                        && c.observed_generation == k.metadata.generation
+                })
+        },
+    )
+    .await
+    .unwrap();
+    let config = env
+        .secret("tenant-a", "demo-encryption.config")
+        .await
         .unwrap();
-        let settled = config.metadata.annotations.as_ref().is_none_or(|a| {
-            !a.keys()
-                .any(|k| k.contains("encryption-key-rotation-phase"))
-        });
-        if parsed.resources.is_empty() && settled {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "ConfigMaps still in the configuration after 300s: {:?}",
-            parsed.resources
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let parsed = kamaji_bootstrap::encryption::Configuration::parse(&secret_text(
+        &config,
+        kamaji_bootstrap::encryption::CONFIGURATION_KEY,
+    ))
+    .unwrap();
+    assert!(parsed.resources.is_empty(), "{:?}", parsed.resources);
+    assert!(
+        config
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .keys()
+            .all(|k| !k.contains("encryption-key-rotation-phase")),
+        "the change is over"
+    );
     let (ok, failed, failures) = probe.stop().await;
     assert_eq!(
         failed,
@@ -825,6 +867,7 @@ async fn encrypted_resources_change_without_a_failed_read(env: &Env, prefix: &st
         plain(&raw_value(&admin, &key).await.unwrap()),
         "rewritten as plain text"
     );
+
     let encrypted_left = raw_values_under(&admin, &format!("{prefix}/configmaps/"))
         .await
         .into_iter()

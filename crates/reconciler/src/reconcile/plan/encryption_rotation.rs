@@ -213,13 +213,15 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<EncryptionKeys, Error> {
     }
     let rotating = out.write.is_some() || (phase.is_some() && !resources_phase);
     if rotating {
-        if !matches(&config, inputs.resources) {
-            out.conditions.push(Cond::no(
+        out.conditions.push(if matches(&config, inputs.resources) {
+            configured(&config)
+        } else {
+            Cond::no(
                 types::ENCRYPTION_AT_REST_CONFIGURED,
                 reasons::WAITING_FOR_ENCRYPTION_CHANGE,
                 "a rotation of the encryption key runs first",
-            ));
-        }
+            )
+        });
         return Ok(out);
     }
     resources(inputs, &config, settled, &mut out);
@@ -397,16 +399,9 @@ fn resources(inputs: &Inputs<'_>, config: &Configuration, settled: bool, out: &m
                 ));
                 out.due = None;
                 out.conditions = vec![configured(config)];
-                if config.resources.is_empty() && desired.is_empty() {
-                    out.conditions.clear();
-                }
             }
         }
-        _ if matches(config, desired) => {
-            if !desired.is_empty() {
-                out.conditions.push(configured(config));
-            }
-        }
+        _ if matches(config, desired) => out.conditions.push(configured(config)),
         _ => resources_start(stored, config, desired, out),
     }
 }
@@ -588,7 +583,9 @@ mod tests {
             pods: None,
         })
         .unwrap();
-        assert!(idle.write.is_none() && idle.conditions.is_empty());
+        assert!(idle.write.is_none());
+        assert_eq!(idle.conditions.len(), 1);
+        assert_eq!(idle.conditions[0].reason, reasons::CONFIGURED);
 
         let step = |s: &Secret, pods: &[Option<String>]| {
             plan(&Inputs {
