@@ -787,7 +787,8 @@ pub struct EncryptionAtRestSpec {
     pub resources: Option<Vec<String>>,
 }
 
-/// Customisation of the kine container (only with a relational or NATS DataStore).
+/// Customisation of the kine container (only with a PostgreSQL or MySQL DataStore; NATS is
+/// refused as a DataStore driver).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KineComponent {
