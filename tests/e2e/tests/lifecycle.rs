@@ -721,6 +721,30 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
     encrypted_resources_change_without_a_failed_read(&env, &pa).await;
 }
 
+/// Waits until tenant A's `EncryptionAtRestConfigured` is `True` for its current generation
+/// with a message `wanted` accepts (`what` names it in the timeout).
+async fn wait_configured(env: &Env, what: &str, wanted: fn(&str) -> bool) {
+    env.wait_kcp(
+        "tenant-a",
+        "demo",
+        &format!("EncryptionAtRestConfigured=True for {what}"),
+        5 * MINUTE,
+        move |k| {
+            k.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "EncryptionAtRestConfigured"))
+                .is_some_and(|c| {
+                    c.status == "True"
+                        && wanted(&c.message)
+                        && c.observed_generation == k.metadata.generation
+                })
+        },
+    )
+    .await
+    .unwrap();
+}
+
 /// The message of tenant A's `EncryptionAtRestConfigured`, when `True`.
 async fn configured_message(env: &Env) -> Option<String> {
     Api::<KamajiControlPlane>::namespaced(env.client(), "tenant-a")
@@ -779,25 +803,10 @@ async fn encrypted_resources_change_without_a_failed_read(env: &Env, prefix: &st
     )
     .await
     .unwrap();
-    env.wait_kcp(
-        "tenant-a",
-        "demo",
-        "EncryptionAtRestConfigured=True for secrets, configmaps",
-        5 * MINUTE,
-        |k| {
-            k.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == "EncryptionAtRestConfigured"))
-                .is_some_and(|c| {
-                    c.status == "True"
-                        && c.message.contains("secrets, configmaps")
-                        && c.observed_generation == k.metadata.generation
-                })
-        },
-    )
-    .await
-    .unwrap();
+    wait_configured(env, "secrets, configmaps", |m| {
+        m.contains("secrets, configmaps")
+    })
+    .await;
     let stored = raw_values_under(&admin, &format!("{prefix}/configmaps/")).await;
     assert!(
         stored.len() >= 2,
@@ -818,25 +827,7 @@ async fn encrypted_resources_change_without_a_failed_read(env: &Env, prefix: &st
     env.patch_kcp("tenant-a", "demo", resources(serde_json::Value::Null))
         .await
         .unwrap();
-    env.wait_kcp(
-        "tenant-a",
-        "demo",
-        "EncryptionAtRestConfigured=True for the Secrets alone",
-        5 * MINUTE,
-        |k| {
-            k.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == "EncryptionAtRestConfigured"))
-                .is_some_and(|c| {
-                    c.status == "True"
-                        && !c.message.contains("configmaps")
-                        && c.observed_generation == k.metadata.generation
-                })
-        },
-    )
-    .await
-    .unwrap();
+    wait_configured(env, "the Secrets alone", |m| !m.contains("configmaps")).await;
     let config = env
         .secret("tenant-a", "demo-encryption.config")
         .await

@@ -657,6 +657,20 @@ mod tests {
         assert_eq!(names(&again.write.unwrap()), ["key-2", "key-3"]);
     }
 
+    /// [`stored`] with `resource` encrypted too.
+    fn stored_encrypting(resource: &str) -> Secret {
+        let config = Configuration {
+            keys: vec![Key::generate("key-1").unwrap()],
+            resources: vec![(resource.to_owned(), Mode::Encrypted)],
+        };
+        let mut s = stored();
+        s.data.as_mut().unwrap().insert(
+            CONFIGURATION_KEY.into(),
+            ByteString(config.render().into_bytes()),
+        );
+        s
+    }
+
     fn modes(s: &Secret) -> Vec<(String, Mode)> {
         configuration_of(s).unwrap().1.resources
     }
@@ -671,15 +685,7 @@ mod tests {
     /// every pod of the previous configuration. A rotation asked for meanwhile waits.
     #[test]
     fn a_change_of_resources_reads_then_writes_then_rewrites() {
-        let start = Configuration {
-            keys: vec![Key::generate("key-1").unwrap()],
-            resources: vec![("*.apps".into(), Mode::Encrypted)],
-        };
-        let mut s0 = stored();
-        s0.data.as_mut().unwrap().insert(
-            CONFIGURATION_KEY.into(),
-            ByteString(start.render().into_bytes()),
-        );
+        let s0 = stored_encrypting("*.apps");
         let desired = vec!["configmaps".to_owned()];
         let step = |s: &Secret, pods: &[Option<String>], request: Option<&str>| {
             plan(&Inputs {
@@ -771,15 +777,7 @@ mod tests {
     /// wildcard once that writes encrypted, not left as plain text.
     #[test]
     fn a_resource_replaced_by_its_wildcard_is_rewritten_encrypted() {
-        let start = Configuration {
-            keys: vec![Key::generate("key-1").unwrap()],
-            resources: vec![("configmaps".into(), Mode::Encrypted)],
-        };
-        let mut s0 = stored();
-        s0.data.as_mut().unwrap().insert(
-            CONFIGURATION_KEY.into(),
-            ByteString(start.render().into_bytes()),
-        );
+        let s0 = stored_encrypting("configmaps");
         let desired = vec!["*.".to_owned()];
         let step = |s: &Secret| {
             plan(&Inputs {
