@@ -48,6 +48,9 @@ use crate::validation;
     doc = "A Kubernetes control plane (kube-apiserver, kube-controller-manager, kube-scheduler) run by kamaji-rs as pods of a Deployment in the management cluster, for the Cluster API Cluster that references it in spec.controlPlaneRef.",
     validation = validation::version_downgrade_rule(),
     validation = validation::version_skip_from_status_rule(),
+    validation = validation::data_store_in_use_rule("dataStoreName", "name"),
+    validation = validation::data_store_in_use_rule("dataStoreSchema", "schema"),
+    validation = validation::data_store_in_use_rule("dataStoreUsername", "username"),
     scale(
         spec_replicas_path = ".spec.replicas",
         status_replicas_path = ".status.replicas",
@@ -1362,7 +1365,8 @@ pub struct StatusDataStore {
     pub name: String,
     /// The schema: `spec.dataStoreSchema`, or the one derived from namespace and name.
     pub schema: String,
-    /// The datastore user: the common name of `<cluster>-apiserver-etcd-client`.
+    /// The datastore user: on etcd the common name of `<cluster>-apiserver-etcd-client`, on
+    /// PostgreSQL and MySQL the tenant's SQL user.
     pub username: String,
 }
 

@@ -451,6 +451,30 @@ pub fn version_downgrade_rule() -> kube::core::Rule {
         .field_path(".spec.version")
 }
 
+/// Root rule of `KamajiControlPlane`: `spec.<field>` (`dataStoreName`, `dataStoreSchema` or
+/// `dataStoreUsername`) left empty at creation may be set later only to the name
+/// `status.dataStore.<key>` shows in use (what the empty field was derived to). Another name
+/// would move the control plane to an empty DataStore, prefix, database or user with nothing
+/// stored moved along; a change of a set field is refused by the spec's `is immutable once
+/// set` rule. At the root because `status` is not visible from `spec`; a transition rule, so it
+/// runs on update only.
+#[must_use]
+pub fn data_store_in_use_rule(field: &str, key: &str) -> kube::core::Rule {
+    let rule = format!(
+        "has(oldSelf.spec.{field}) || !has(self.spec.{field}) || !has(self.status) || \
+         !has(self.status.dataStore) || self.spec.{field} == self.status.dataStore.{key}"
+    );
+    kube::core::Rule::new(rule)
+        .message(
+            format!(
+                "spec.{field} may only be set to status.dataStore.{key}, the name in use: another \
+             name would leave everything stored under the one in use behind"
+            )
+            .as_str(),
+        )
+        .field_path(format!(".spec.{field}"))
+}
+
 /// Root rule of `KamajiControlPlane`: `spec.version` may be at most one minor above
 /// `status.version` (the last fully rolled-out version), so an upgrade that is stuck (or not
 /// finished) cannot be pushed on past the next minor; the spec-level rule compares with the old

@@ -513,6 +513,20 @@ async fn set_status_version(kcps: &Api<DynamicObject>, name: &str, version: &Val
     Ok(())
 }
 
+/// Merge-patches `spec` of the KamajiControlPlane `name` with `patch`.
+async fn patch_spec(
+    kcps: &Api<DynamicObject>,
+    name: &str,
+    patch: &Value,
+) -> kube::Result<DynamicObject> {
+    kcps.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": patch })),
+    )
+    .await
+}
+
 fn rejection(err: &kube::Error) -> Option<String> {
     match err {
         kube::Error::Api(status) if status.code == 422 => Some(status.message.clone()),
@@ -833,12 +847,7 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
             .await?;
         // As the controller reports it once every replica runs spec.version.
         set_status_version(&kcps, &name, &spec["version"]).await?;
-        let err = kcps
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": patch})),
-            )
+        let err = patch_spec(&kcps, &name, patch)
             .await
             .err()
             .with_context(|| format!("{case}: update accepted"))?;
@@ -865,13 +874,50 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
         json!({"version": "1.31.0"}),
         json!({"dataStoreSchema": "s"}),
     ] {
-        kcps.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": patch.clone()})),
-        )
-        .await
-        .with_context(|| format!("allowed update {patch} rejected"))?;
+        patch_spec(&kcps, name, &patch)
+            .await
+            .with_context(|| format!("allowed update {patch} rejected"))?;
+    }
+
+    // A datastore field left empty may be set later only to the name in use
+    // (status.dataStore), never to another: nothing stored would move.
+    let name = "update-datastore-in-use";
+    let mut spec = base_spec();
+    merge(&mut spec, &json!({"dataStoreName": null}));
+    kcps.create(&PostParams::default(), &kcp_object(name, &spec)?)
+        .await?;
+    kcps.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"dataStore": {
+            "name": "default", "schema": "in_use", "username": "in_use"}}})),
+    )
+    .await
+    .context("set status.dataStore")?;
+    for (field, key) in [
+        ("dataStoreName", "name"),
+        ("dataStoreSchema", "schema"),
+        ("dataStoreUsername", "username"),
+    ] {
+        let err = patch_spec(&kcps, name, &json!({ field: "other" }))
+            .await
+            .err()
+            .with_context(|| format!("{field} set to a name not in use accepted"))?;
+        let message = rejection(&err).with_context(|| format!("{field}: not a 422: {err}"))?;
+        let text = format!("spec.{field} may only be set to status.dataStore.{key}");
+        ensure!(
+            message.contains(&text),
+            "{field}: message does not say {text}: {message}"
+        );
+        checked += 1;
+    }
+    for patch in [
+        json!({"dataStoreName": "default"}),
+        json!({"dataStoreSchema": "in_use", "dataStoreUsername": "in_use"}),
+    ] {
+        patch_spec(&kcps, name, &patch)
+            .await
+            .with_context(|| format!("setting the names in use {patch} rejected"))?;
     }
 
     // The template rejects reserved flags too; DataStore rules.
