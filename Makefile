@@ -7,11 +7,15 @@ OUT ?= out
 
 .PHONY: tools host-limits check test fmt-check clippy crds crds-check demo release components bench
 
-## tools: build the real programs the tests run (etcd; kube-apiserver, -controller-manager,
-## -scheduler, kubeadm, kubectl, kubelet, kube-proxy, and the previous patch release's control
-## plane; the CAPI core manager, CABPK and clusterctl; containerd, runc, the CNI plugins,
-## CoreDNS, pause, netcheck; nft from Debian packages) from Go modules into
-## ${XDG_CACHE_HOME:-~/.cache}/kamaji-rs/tools (once; README, "Tests").
+## tools: build the real programs the tests run (etcd, etcdctl; kube-apiserver,
+## -controller-manager, -scheduler, kubeadm, kubectl, kubelet, kube-proxy, and the previous
+## minor release's kube-apiserver, -controller-manager, -scheduler, kubeadm, kubelet and
+## kube-proxy; the CAPI core manager, CABPK and clusterctl; containerd, runc, the CNI plugins,
+## CoreDNS, the konnectivity server and agent, kine, pause, netcheck; nft from Debian packages;
+## the Gateway API's TLSRoute CRD) from Go modules into
+## ${KAMAJI_TOOLS_CACHE:-${XDG_CACHE_HOME:-~/.cache}/kamaji-rs/tools} (once), and install
+## PostgreSQL 15 and MariaDB 10.11 when absent (tests/tools/sql-servers.sh, as root; README,
+## "The test environment").
 tools:
 	@tests/tools/build.sh >/dev/null
 
@@ -29,10 +33,10 @@ check: fmt-check clippy crds-check
 	$(CARGO) test --workspace --doc --locked
 
 ## test: what CI runs (tests/run.sh): the programs (make tools, built while cargo compiles the
-## dependencies), the format, clippy and CRD drift checks, then every test, the real-program
-## suites included, the end-to-end suites in two lanes side by side (end-to-end tests of one
-## binary run one at a time). Not built on `check`, so the two share no build with the
-## real-program cfg flipped.
+## tests), the format and CRD drift checks, clippy at the lowest CPU priority beside everything
+## else, then every test, the real-program suites included, the end-to-end suites in two
+## lanes side by side (end-to-end tests of one binary run one at a time). Not built on
+## `check`, so the two share no build with the real-program cfg flipped.
 test: host-limits
 	CARGO=$(CARGO) tests/run.sh
 

@@ -2,16 +2,20 @@
 # `make test`, what CI runs: the tools, the format, clippy and CRD drift checks, and every
 # test of the workspace with the real-program suites compiled in.
 #
-# Arranged for 2 cores (README, "Tests"):
-#   1. The Go tools build (tests/tools/build.sh --defer-previous) runs in the background while
-#      cargo checks the format, runs clippy -D warnings and the CRD drift check, and builds
-#      every test, the suites gated on the programs included (KAMAJI_ASSUME_REAL_PROGRAMS=1).
-#   2. The end-to-end suites that start a management cluster on real machines run in two
+# Arranged for 2 cores, where the run is bound by CPU (README, "Tests"):
+#   1. The Go tools build (tests/tools/build.sh --defer-previous) runs in the background at
+#      nice 10 while cargo checks the format and the CRD drift and builds every test, the
+#      suites gated on the programs included (KAMAJI_ASSUME_REAL_PROGRAMS=1).
+#   2. clippy -D warnings runs from the start at the lowest CPU priority (nice 19, its own
+#      target directory, so it never holds the lock of target/): it takes only what the builds
+#      and the suites leave idle, and the run waits for it at the end.
+#   3. The end-to-end suites that start a management cluster on real machines run in two
 #      lanes side by side (the tests of one suite still one at a time); every other test
-#      target, the unit tests and the doc tests run in the second lane after its suites.
-#      The previous minor release's programs (upgrade tests) build meanwhile, on a cold cache
-#      about half of the Go build: the suites that run that version (NEEDS_MINOR) come late
-#      in their lanes and wait for it.
+#      target, the unit tests and the doc tests run in the second lane after its suites. Two
+#      lanes fill the 2 cores: a third (tried on 2026-12-04) made every suite slower and a
+#      rotation test time out. The previous minor release's programs (upgrade tests) build
+#      meanwhile: the suites that run that version (NEEDS_MINOR) come late in their lanes and
+#      wait for it.
 # A suite's output is printed whole when it ends; the run fails if any suite failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,8 +26,8 @@ export RUST_TEST_THREADS=${RUST_TEST_THREADS:-2}
 export KAMAJI_ASSUME_REAL_PROGRAMS=1
 
 # The heavy suites, balanced by their run times on 2 cores (README).
-LANE_A=(fields datastores cases lifecycle clusterctl ca_rotation upgrades)
-LANE_B=(e2e_main workers konnectivity rotation field_reports robustness)
+LANE_A=(fields datastores cases ca_rotation lifecycle clusterctl)
+LANE_B=(e2e_main workers konnectivity rotation field_reports upgrades robustness)
 # The suites with tests that run PREVIOUS_MINOR_KUBERNETES_VERSION (tests/testenv), and
 # `robustness`, whose ten control planes must not start beside that Go build.
 NEEDS_MINOR=(lifecycle clusterctl field_reports upgrades robustness)
@@ -33,20 +37,33 @@ fail() { echo "make test: $*" >&2; exit 1; }
 mkdir -p target
 logs=$(mktemp -d)
 phase() { echo "make test: $* at $((SECONDS / 60)) min $((SECONDS % 60)) s"; }
-tests/tools/build.sh --defer-previous >/dev/null &
+# At nice 10: cargo's build, whose tail runs one crate at a time, goes first, and the Go
+# builds, which keep every core busy, fill what it leaves.
+nice -n 10 tests/tools/build.sh --defer-previous >/dev/null &
 tools=$!
 $cargo fmt --all -- --check || { kill "$tools" 2>/dev/null; fail "cargo fmt --check failed: run cargo fmt"; }
-# clippy, the CRD drift check and the test build run while Go builds: they need the programs'
-# presence, not the programs.
-$cargo clippy --workspace --all-targets --locked -- -D warnings || { kill "$tools" 2>/dev/null; fail "clippy failed"; }
-phase "clippy passed"
-make -s crds-check || { kill "$tools" 2>/dev/null; fail "the committed CRDs differ from the generated ones: run make crds"; }
-$cargo test --workspace --all-targets --locked --no-run || { kill "$tools" 2>/dev/null; fail "the tests do not build"; }
+# clippy needs the programs' presence, not the programs; at nice 19 in target/clippy it uses
+# only idle CPU and shares no lock with the builds and suites below.
+(
+    if CARGO_TARGET_DIR=target/clippy nice -n 19 $cargo clippy --workspace --all-targets --locked -- -D warnings >"$logs/clippy.log" 2>&1; then
+        touch "$logs/clippy.ok"
+    fi
+    phase "clippy ended" >"$logs/clippy.done"
+) &
+clippy=$!
+# On an early failure: the tools build and clippy stop with the run.
+stop_background() {
+    kill "$tools" 2>/dev/null
+    pkill -P "$clippy" 2>/dev/null
+    kill "$clippy" 2>/dev/null
+}
+make -s crds-check || { stop_background; fail "the committed CRDs differ from the generated ones: run make crds"; }
+$cargo test --workspace --all-targets --locked --no-run || { stop_background; fail "the tests do not build"; }
 # The manager the end-to-end suites run (they bring it up to date first; this makes that a
 # no-op instead of a build racing the first suites).
-$cargo build -q --locked -p kamaji-reconciler --bin manager || { kill "$tools" 2>/dev/null; fail "the manager does not build"; }
+$cargo build -q --locked -p kamaji-reconciler --bin manager || { stop_background; fail "the manager does not build"; }
 phase "the tests are built"
-wait "$tools" || fail "building the tools failed (see the line above)"
+wait "$tools" || { stop_background; fail "building the tools failed (see the line above)"; }
 phase "the tools are built (the previous minor's programs next)"
 # The previous minor's programs, while the first suites run (a no-op once built).
 (
@@ -105,6 +122,13 @@ lane_b &
 b=$!
 wait "$a" "$b"
 cat "$logs/minor.done" 2>/dev/null
+wait "$clippy"
+cat "$logs/clippy.done"
+if [ ! -f "$logs/clippy.ok" ]; then
+    echo "=== clippy: FAILED"
+    cat "$logs/clippy.log"
+    touch "$logs/clippy.failed"
+fi
 failed=$(cd "$logs" && ls -- *.failed 2>/dev/null | sed 's/\.failed$//' | tr '\n' ' ')
 rm -rf "$logs"
 [ -z "$failed" ] || fail "failed suites: $failed"

@@ -16,5 +16,9 @@ fn main() {
         ("kamaji-e2e/workers", Needs::ProgramsAndRoot),
         ("kamaji-e2e/konnectivity", Needs::ProgramsAndRoot),
         ("kamaji-e2e/clusterctl", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/datastores", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/rotation", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/ca_rotation", Needs::ProgramsAndRoot),
+        ("kamaji-e2e/upgrades", Needs::ProgramsAndRoot),
     ]);
 }

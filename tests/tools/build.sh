@@ -74,8 +74,10 @@ build() {
     local start=$SECONDS pair pkgs=() names=()
     for pair in "$@"; do pkgs+=("${pair#*=}"); names+=("${pair%%=*}"); done
     : >"$log"
-    # One `go build` for the whole group: its programs compile and link side by side.
-    if ! (cd "$here/$group" && CGO_ENABLED=${TOOL_CGO:-0} go build -tags "${TOOL_TAGS:-}" -ldflags "$ldflags" -o "$dir/out/" "${pkgs[@]}") >>"$log" 2>&1; then
+    # One `go build` for the whole group: its programs compile and link side by side. The
+    # linker drops DWARF (-w in every group's ldflags), so the compiler does not make it
+    # either (-dwarf=false: about 15 % less CPU on a cold Go build cache).
+    if ! (cd "$here/$group" && CGO_ENABLED=${TOOL_CGO:-0} go build -gcflags "all=-dwarf=false" -tags "${TOOL_TAGS:-}" -ldflags "$ldflags" -o "$dir/out/" "${pkgs[@]}") >>"$log" 2>&1; then
         local cause
         # The first line that states a cause (not go's progress lines), else the last line.
         cause=$(grep -v -E '^go: (downloading|finding|extracting)' "$log" | grep -m1 -E 'disabled|cannot find|not found|no such host|connection refused|dial tcp|: 4[0-9][0-9] |error|failed|invalid' \
@@ -149,6 +151,9 @@ chain_kubernetes() {
         kubectl=k8s.io/kubernetes/cmd/kubectl \
         kubelet=k8s.io/kubernetes/cmd/kubelet \
         kube-proxy=k8s.io/kubernetes/cmd/kube-proxy >"$results/k8s" || exit 1
+    # kine here, not in chain_others: the two chains then take about as long.
+    build kine "$KINE_VERSION" "-s -w -X github.com/k3s-io/kine/pkg/version.Version=$KINE_VERSION" \
+        kine=github.com/k3s-io/kine >"$results/kine" || exit 1
     if $defer_previous; then
         dir_of k8s-minor "$K8S_MINOR_VERSION" >"$results/minor"
         return 0
@@ -199,8 +204,6 @@ chain_others() {
         proxy-agent=sigs.k8s.io/apiserver-network-proxy/cmd/agent >"$results/konnectivity" || exit 1
     # A static client for test pods: resolve a name, GET a URL (tests/tools/netcheck).
     build netcheck v0 "-s -w" netcheck=kamaji-rs.test/tools/netcheck >"$results/netcheck" || exit 1
-    build kine "$KINE_VERSION" "-s -w -X github.com/k3s-io/kine/pkg/version.Version=$KINE_VERSION" \
-        kine=github.com/k3s-io/kine >"$results/kine" || exit 1
     # nft and its libraries for the kube-proxy image (nftables mode; real-machines.md §2, §5.4).
     debs nft nftables libnftables1 libmnl0 libnftnl11 libjansson4 libxtables12 libgmp10 libedit2 libbsd0 libmd0 libtinfo6 >"$results/nft" || exit 1
 }

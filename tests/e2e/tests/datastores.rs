@@ -1,6 +1,7 @@
 //! Issue 17: PostgreSQL and MySQL DataStores through kine, on real servers (PostgreSQL 15 and
 //! MariaDB 10.11 as local processes with TLS, `kamaji_testenv::sql`), checked with the servers'
 //! own clients.
+#![cfg(real_programs_as_root)]
 
 use std::time::Duration;
 
