@@ -6,7 +6,7 @@
 #   1. The Go tools build (tests/tools/build.sh --defer-previous) runs in the background at
 #      nice 10 while cargo checks the format and the CRD drift and builds every test, the
 #      suites gated on the programs included (KAMAJI_ASSUME_REAL_PROGRAMS=1).
-#   2. clippy -D warnings runs from the start at the lowest CPU priority (nice 19, its own
+#   2. clippy -D warnings runs from the start as an idle session (idle_session below; its own
 #      target directory, so it never holds the lock of target/): it takes only what the builds
 #      and the suites leave idle, and the run waits for it at the end.
 #   3. The end-to-end suites that start a management cluster on real machines run in two
@@ -14,7 +14,7 @@
 #      target, the unit tests and the doc tests run in the second lane after its suites. Two
 #      lanes fill the 2 cores: a third (tried on 2026-12-04) made every suite slower and a
 #      rotation test time out. The previous minor release's programs (upgrade tests) build
-#      meanwhile: the suites that run that version (NEEDS_MINOR) come late in their lanes and
+#      meanwhile, as an idle session too: the suites that run that version (NEEDS_MINOR) come late in their lanes and
 #      wait for it.
 # A suite's output is printed whole when it ends; the run fails if any suite failed.
 set -uo pipefail
@@ -42,10 +42,29 @@ phase() { echo "make test: $* at $((SECONDS / 60)) min $((SECONDS % 60)) s"; }
 nice -n 10 tests/tools/build.sh --defer-previous >/dev/null &
 tools=$!
 $cargo fmt --all -- --check || { kill "$tools" 2>/dev/null; fail "cargo fmt --check failed: run cargo fmt"; }
-# clippy needs the programs' presence, not the programs; at nice 19 in target/clippy it uses
-# only idle CPU and shares no lock with the builds and suites below.
+# idle_session SIDFILE CMD...: runs CMD in a session of its own (setsid) whose scheduler
+# autogroup has nice 19 (sched(7), "The autogroup feature"; /proc/PID/autogroup), writing its
+# session id to SIDFILE. The kernel here groups tasks by session and shares the CPU equally
+# between busy groups, so a plain `nice` orders only the tasks of one session, while the
+# management programs and every container the suites start run in sessions of their own. At
+# autogroup nice 19 (weight 15 against 1024) CMD gets what the suites leave idle and never
+# slows them: on 2026-12-04 clippy and the previous minor's Go build at plain nice beside the
+# first suites made three tenants miss their 4-minute Available deadline.
+idle_session() {
+    local sidfile=$1
+    shift
+    setsid -w bash -c 'echo $$ >"$0"; echo 19 >/proc/self/autogroup 2>/dev/null; exec "$@"' "$sidfile" "$@"
+}
+# stop_session SIDFILE: stops every process of a session idle_session started.
+stop_session() {
+    [ -f "$1" ] && pkill -s "$(cat "$1")" 2>/dev/null
+    return 0
+}
+# clippy needs the programs' presence, not the programs; in target/clippy it shares no lock
+# with the builds and suites below, and as an idle session it takes only spare CPU, first
+# while cargo and Go build, then while the suites run; the run waits for it at the end.
 (
-    if CARGO_TARGET_DIR=target/clippy nice -n 19 $cargo clippy --workspace --all-targets --locked -- -D warnings >"$logs/clippy.log" 2>&1; then
+    if CARGO_TARGET_DIR=target/clippy idle_session "$logs/clippy.sid" $cargo clippy --workspace --all-targets --locked -- -D warnings >"$logs/clippy.log" 2>&1; then
         touch "$logs/clippy.ok"
     fi
     phase "clippy ended" >"$logs/clippy.done"
@@ -54,7 +73,7 @@ clippy=$!
 # On an early failure: the tools build and clippy stop with the run.
 stop_background() {
     kill "$tools" 2>/dev/null
-    pkill -P "$clippy" 2>/dev/null
+    stop_session "$logs/clippy.sid"
     kill "$clippy" 2>/dev/null
 }
 make -s crds-check || { stop_background; fail "the committed CRDs differ from the generated ones: run make crds"; }
@@ -65,9 +84,10 @@ $cargo build -q --locked -p kamaji-reconciler --bin manager || { stop_background
 phase "the tests are built"
 wait "$tools" || { stop_background; fail "building the tools failed (see the line above)"; }
 phase "the tools are built (the previous minor's programs next)"
-# The previous minor's programs, while the first suites run (a no-op once built).
+# The previous minor's programs, as an idle session while the first suites run (a no-op once
+# built); the suites that need them wait, and while both lanes wait it gets every core.
 (
-    if tests/tools/build.sh >"$logs/minor.log" 2>&1; then touch "$logs/minor.ok"; fi
+    if idle_session "$logs/minor.sid" tests/tools/build.sh >"$logs/minor.log" 2>&1; then touch "$logs/minor.ok"; fi
     phase "the previous minor's programs are built" >"$logs/minor.done"
 ) &
 # wait_built NAME: returns once the deferred build NAME (minor) has ended; fails if
