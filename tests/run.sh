@@ -6,16 +6,15 @@
 #   1. The Go tools build (tests/tools/build.sh --defer-previous) runs in the background at
 #      nice 10 while cargo checks the format and the CRD drift and builds every test, the
 #      suites gated on the programs included (KAMAJI_ASSUME_REAL_PROGRAMS=1).
-#   2. clippy -D warnings runs from the start as an idle session (idle_session below; its own
-#      target directory, so it never holds the lock of target/): it takes only what the builds
-#      and the suites leave idle, and the run waits for it at the end.
+#   2. clippy -D warnings lints the workspace crates as they build (clippy-driver as the
+#      workspace's rustc wrapper), not in a second build of every dependency.
 #   3. The end-to-end suites that start a management cluster on real machines run in two
 #      lanes side by side (the tests of one suite still one at a time); every other test
 #      target, the unit tests and the doc tests run in the second lane after its suites. Two
 #      lanes fill the 2 cores: a third (tried on 2026-12-04) made every suite slower and a
 #      rotation test time out. The previous minor release's programs (upgrade tests) build
-#      meanwhile, as an idle session too: the suites that run that version (NEEDS_MINOR) come late in their lanes and
-#      wait for it.
+#      meanwhile as an idle session (idle_session below), on CPU the suites leave: the suites
+#      that run that version (NEEDS_MINOR) come late in their lanes and wait for it.
 # A suite's output is printed whole when it ends; the run fails if any suite failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -42,46 +41,41 @@ phase() { echo "make test: $* at $((SECONDS / 60)) min $((SECONDS % 60)) s"; }
 nice -n 10 tests/tools/build.sh --defer-previous >/dev/null &
 tools=$!
 $cargo fmt --all -- --check || { kill "$tools" 2>/dev/null; fail "cargo fmt --check failed: run cargo fmt"; }
+# clippy -D warnings lints the workspace while its tests build, instead of a second build of
+# every dependency in check mode (about 400 CPU-seconds): clippy-driver as the workspace's
+# rustc wrapper with `-D warnings` is what `cargo clippy` sets up around `cargo check`
+# (RUSTC_WORKSPACE_WRAPPER, CLIPPY_ARGS split on __CLIPPY_HACKERY__); the driver lints and then
+# compiles like rustc. Exported for every cargo of the run, so the suites' `cargo test` finds
+# the same fingerprints; dependencies are built by plain rustc as always. (A plain `cargo test`
+# afterwards rebuilds the workspace crates, not their dependencies.)
+RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
+[ -x "$RUSTC_WORKSPACE_WRAPPER" ] || fail "no clippy-driver in the toolchain (rustup component add clippy)"
+export RUSTC_WORKSPACE_WRAPPER
+export CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 # idle_session SIDFILE CMD...: runs CMD in a session of its own (setsid) whose scheduler
 # autogroup has nice 19 (sched(7), "The autogroup feature"; /proc/PID/autogroup), writing its
-# session id to SIDFILE. The kernel here groups tasks by session and shares the CPU equally
+# session id to SIDFILE (`pkill -s` stops it all). The kernel here groups tasks by session and shares the CPU equally
 # between busy groups, so a plain `nice` orders only the tasks of one session, while the
 # management programs and every container the suites start run in sessions of their own. At
 # autogroup nice 19 (weight 15 against 1024) CMD gets what the suites leave idle and never
-# slows them: on 2026-12-04 clippy and the previous minor's Go build at plain nice beside the
-# first suites made three tenants miss their 4-minute Available deadline.
+# slows them: on 2026-12-04 the previous minor's Go build and a separate clippy run at plain
+# nice took about 1,600 of the first 2,600 CPU-seconds of the suites (process accounting) and
+# four tenants missed their Available deadline.
 idle_session() {
     local sidfile=$1
     shift
     setsid -w bash -c 'echo $$ >"$0"; echo 19 >/proc/self/autogroup 2>/dev/null; exec "$@"' "$sidfile" "$@"
 }
-# stop_session SIDFILE: stops every process of a session idle_session started.
-stop_session() {
-    [ -f "$1" ] && pkill -s "$(cat "$1")" 2>/dev/null
-    return 0
-}
-# clippy needs the programs' presence, not the programs; in target/clippy it shares no lock
-# with the builds and suites below, and as an idle session it takes only spare CPU, first
-# while cargo and Go build, then while the suites run; the run waits for it at the end.
-(
-    if CARGO_TARGET_DIR=target/clippy idle_session "$logs/clippy.sid" $cargo clippy --workspace --all-targets --locked -- -D warnings >"$logs/clippy.log" 2>&1; then
-        touch "$logs/clippy.ok"
-    fi
-    phase "clippy ended" >"$logs/clippy.done"
-) &
-clippy=$!
-# On an early failure: the tools build and clippy stop with the run.
+# On an early failure: the tools build stops with the run.
 stop_background() {
     kill "$tools" 2>/dev/null
-    stop_session "$logs/clippy.sid"
-    kill "$clippy" 2>/dev/null
 }
 make -s crds-check || { stop_background; fail "the committed CRDs differ from the generated ones: run make crds"; }
-$cargo test --workspace --all-targets --locked --no-run || { stop_background; fail "the tests do not build"; }
+$cargo test --workspace --all-targets --locked --no-run || { stop_background; fail "the tests do not build, or clippy -D warnings failed (see above)"; }
 # The manager the end-to-end suites run (they bring it up to date first; this makes that a
 # no-op instead of a build racing the first suites).
 $cargo build -q --locked -p kamaji-reconciler --bin manager || { stop_background; fail "the manager does not build"; }
-phase "the tests are built"
+phase "the tests are built and clippy passed"
 wait "$tools" || { stop_background; fail "building the tools failed (see the line above)"; }
 phase "the tools are built (the previous minor's programs next)"
 # The previous minor's programs, as an idle session while the first suites run (a no-op once
@@ -142,13 +136,6 @@ lane_b &
 b=$!
 wait "$a" "$b"
 cat "$logs/minor.done" 2>/dev/null
-wait "$clippy"
-cat "$logs/clippy.done"
-if [ ! -f "$logs/clippy.ok" ]; then
-    echo "=== clippy: FAILED"
-    cat "$logs/clippy.log"
-    touch "$logs/clippy.failed"
-fi
 failed=$(cd "$logs" && ls -- *.failed 2>/dev/null | sed 's/\.failed$//' | tr '\n' ' ')
 rm -rf "$logs"
 [ -z "$failed" ] || fail "failed suites: $failed"
