@@ -34,9 +34,10 @@ check: fmt-check clippy crds-check
 
 ## test: what CI runs (tests/run.sh): the programs (make tools, built while cargo compiles the
 ## tests), the format and CRD drift checks, clippy -D warnings on the workspace crates as the
-## tests build (clippy-driver as the workspace's rustc wrapper), then every test, the real-program suites included, the end-to-end suites in two
-## lanes side by side (end-to-end tests of one binary run one at a time). Not built on
-## `check`, so the two share no build with the real-program cfg flipped.
+## tests build (clippy-driver as the workspace's rustc wrapper), then every test, the
+## real-program suites included, the end-to-end suites in two lanes side by side (end-to-end
+## tests of one binary run one at a time). Not built on `check`, so the two share no build
+## with the real-program cfg flipped.
 test: host-limits
 	CARGO=$(CARGO) tests/run.sh
 

@@ -52,19 +52,16 @@ RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
 [ -x "$RUSTC_WORKSPACE_WRAPPER" ] || fail "no clippy-driver in the toolchain (rustup component add clippy)"
 export RUSTC_WORKSPACE_WRAPPER
 export CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
-# idle_session SIDFILE CMD...: runs CMD in a session of its own (setsid) whose scheduler
-# autogroup has nice 19 (sched(7), "The autogroup feature"; /proc/PID/autogroup), writing its
-# session id to SIDFILE (`pkill -s` stops it all). The kernel here groups tasks by session and shares the CPU equally
-# between busy groups, so a plain `nice` orders only the tasks of one session, while the
-# management programs and every container the suites start run in sessions of their own. At
-# autogroup nice 19 (weight 15 against 1024) CMD gets what the suites leave idle and never
-# slows them: on 2026-12-04 the previous minor's Go build and a separate clippy run at plain
-# nice took about 1,600 of the first 2,600 CPU-seconds of the suites (process accounting) and
-# four tenants missed their Available deadline.
+# idle_session CMD...: runs CMD in a session of its own (setsid) whose scheduler autogroup has
+# nice 19 (sched(7), "The autogroup feature"; /proc/PID/autogroup). The kernel here groups
+# tasks by session and shares the CPU equally between busy groups, so a plain `nice` orders
+# only the tasks of one session, while the management programs and every container the suites
+# start run in sessions of their own. At autogroup nice 19 (weight 15 against 1024) CMD gets
+# what the suites leave idle and never slows them: on 2026-12-04 the previous minor's Go build
+# and a separate clippy run at plain nice took about 1,600 of the first 2,600 CPU-seconds of
+# the suites (process accounting) and four tenants missed their Available deadline.
 idle_session() {
-    local sidfile=$1
-    shift
-    setsid -w bash -c 'echo $$ >"$0"; echo 19 >/proc/self/autogroup 2>/dev/null; exec "$@"' "$sidfile" "$@"
+    setsid -w bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec "$@"' idle_session "$@"
 }
 # On an early failure: the tools build stops with the run.
 stop_background() {
@@ -81,7 +78,7 @@ phase "the tools are built (the previous minor's programs next)"
 # The previous minor's programs, as an idle session while the first suites run (a no-op once
 # built); the suites that need them wait, and while both lanes wait it gets every core.
 (
-    if idle_session "$logs/minor.sid" tests/tools/build.sh >"$logs/minor.log" 2>&1; then touch "$logs/minor.ok"; fi
+    if idle_session tests/tools/build.sh >"$logs/minor.log" 2>&1; then touch "$logs/minor.ok"; fi
     phase "the previous minor's programs are built" >"$logs/minor.done"
 ) &
 # wait_built NAME: returns once the deferred build NAME (minor) has ended; fails if
