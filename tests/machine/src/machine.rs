@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use kamaji_testenv::Tools;
+use kamaji_testenv::process::GOGC;
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 
@@ -376,6 +377,10 @@ impl Machine {
             .args(["-m", "-n", "-u", "--", "env", "-i"])
             .arg(format!("PATH={}", self.path))
             .arg("HOME=/root")
+            // The machine's Go daemons (containerd, the kubelet) collect garbage as the test
+            // environment's programs do (kamaji_testenv's GOGC); containers get their own
+            // environment from their image and pod, not this one.
+            .arg(format!("GOGC={GOGC}"))
             .args(argv)
             .stdin(Stdio::null())
             .kill_on_drop(true);

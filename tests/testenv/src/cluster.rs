@@ -326,7 +326,7 @@ impl LocalCluster {
 
     async fn install_crds(&mut self, opts: &Builder) -> Result<()> {
         let mut crds = if opts.capi_crds || opts.capi {
-            capi::read_crds(&self.tools.capi_core_crds())?
+            capi::read_crds_without_descriptions(&self.tools.capi_core_crds())?
         } else {
             Vec::new()
         };
@@ -338,7 +338,8 @@ impl LocalCluster {
         }
         let bootstrap_port = free_port()?;
         if opts.capi && opts.kubeadm_bootstrap {
-            let mut bootstrap = capi::read_crds(&self.tools.capi_bootstrap_crds())?;
+            let mut bootstrap =
+                capi::read_crds_without_descriptions(&self.tools.capi_bootstrap_crds())?;
             for crd in &mut bootstrap {
                 capi::set_conversion_webhook(crd, bootstrap_port, &self.ca.cert_pem())?;
                 // The contract labels CABPK's kustomization (config/crd) adds.
