@@ -34,7 +34,7 @@ impl Supervised {
     /// # Errors
     /// When the log file cannot be created or the program cannot be started.
     ///
-    /// Go programs run with `GOGC=400` ([`GOGC`]) unless `cmd` sets it.
+    /// `cmd` gets `GOGC` ([`GOGC`]) unless it sets its own; programs not written in Go ignore it.
     pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Self> {
         if !cmd.get_envs().any(|(k, _)| k == "GOGC") {
             cmd.env("GOGC", GOGC);
