@@ -171,3 +171,71 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
     ];
     assert_eq!(passes, expected);
 }
+
+/// Many control planes created at once on a fresh etcd DataStore (the simulated scale bench,
+/// issue 16): the first one granted turns etcd authentication on while the passes of the
+/// others are under way with sessions opened before, without token, which etcd then answers
+/// `user name is empty`. Such a pass opens its session again and claims and grants all the
+/// same, instead of failing and waiting out an error backoff. Real etcd; the stale session's
+/// own failure is the negative control.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datastore_session_opened_before_authentication_went_on_still_claims_and_grants() {
+    use kamaji_reconciler::datastore::{self, Resolved, auth};
+    let tools = kamaji_testenv::Tools::locate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = kamaji_testenv::pki::TestCa::new("datastore-ca").unwrap();
+    let serving = ca
+        .serving(
+            "etcd",
+            &["localhost"],
+            &[std::net::IpAddr::from([127, 0, 0, 1])],
+        )
+        .unwrap();
+    let etcd = kamaji_testenv::Etcd::start_tls(
+        &tools,
+        dir.path(),
+        &serving.cert_pem,
+        &serving.key_pem,
+        &ca.cert_pem(),
+    )
+    .await
+    .unwrap();
+    let pair = ca.pair();
+    let ds = Resolved {
+        name: "default".into(),
+        driver: kamaji_api::datastore::Driver::Etcd,
+        sql: None,
+        endpoints: vec![etcd.url().to_owned()],
+        ca_cert: pair.cert_pem,
+        ca_key: pair.key_pem,
+        overrides: Vec::new(),
+        basic_auth: None,
+    };
+    let mut first = auth::session(&ds).await.unwrap();
+    // The second pass opened its session while authentication was still off.
+    let mut second = auth::session(&ds).await.unwrap();
+    assert_eq!(
+        auth::claim_and_grant(&ds, &mut first, "sim_0_demo", "sim-0/demo", "sim-0-demo")
+            .await
+            .unwrap(),
+        "sim-0/demo"
+    );
+    assert!(matches!(
+        auth::enable(&ds, &first).await.unwrap(),
+        auth::Enablement::Enabled
+    ));
+    let stale = datastore::claim_schema(&ds, &second, "sim_1_demo", "sim-1/demo")
+        .await
+        .unwrap_err();
+    assert!(auth::enabled_since_session(&stale), "{stale}");
+    assert_eq!(
+        auth::claim_and_grant(&ds, &mut second, "sim_1_demo", "sim-1/demo", "sim-1-demo")
+            .await
+            .unwrap(),
+        "sim-1/demo"
+    );
+    assert!(second.token.is_some(), "the session was not opened again");
+    let fresh = auth::session(&ds).await.unwrap();
+    let roles = auth::roles(&ds, &fresh).await.unwrap();
+    assert!(roles.contains(&"sim_1_demo".to_owned()), "{roles:?}");
+}

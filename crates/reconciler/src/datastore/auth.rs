@@ -184,6 +184,52 @@ pub async fn grant_tenant(
     .map(|_| ())
 }
 
+/// Whether `err` is etcd's answer to a request without token once authentication is on
+/// (`user name is empty`): another pass turned authentication on after the session was
+/// opened.
+#[must_use]
+pub fn enabled_since_session(err: &str) -> bool {
+    says(err, "user name is empty")
+}
+
+/// Claims `schema` for `holder` ([`super::claim_schema`]) and, when `holder` holds it, gives
+/// it its role and user `user` ([`grant_tenant`]). Returns the schema's holder. When another
+/// pass turned authentication on after `session` was opened ([`enabled_since_session`]: with
+/// many control planes created at once, the first one granted enables it while the others'
+/// passes are under way), `session` is opened again, now with a token, and the work done
+/// once more, instead of failing the pass.
+///
+/// # Errors
+/// A message when etcd refuses a request or no endpoint answers.
+pub async fn claim_and_grant(
+    ds: &Resolved,
+    session: &mut Session,
+    schema: &str,
+    holder: &str,
+    user: &str,
+) -> Result<String, String> {
+    async fn once(
+        ds: &Resolved,
+        session: &Session,
+        schema: &str,
+        holder: &str,
+        user: &str,
+    ) -> Result<String, String> {
+        let claimed = super::claim_schema(ds, session, schema, holder).await?;
+        if claimed == holder {
+            grant_tenant(ds, session, schema, user).await?;
+        }
+        Ok(claimed)
+    }
+    match once(ds, session, schema, holder, user).await {
+        Err(e) if session.token.is_none() && enabled_since_session(&e) => {
+            *session = self::session(ds).await?;
+            once(ds, session, schema, holder, user).await
+        }
+        done => done,
+    }
+}
+
 /// Whether the role `schema` has both permissions and `user` holds it.
 async fn granted(
     ds: &Resolved,

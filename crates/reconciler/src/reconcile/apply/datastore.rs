@@ -46,10 +46,11 @@ pub async fn claim_and_grant(
             }
             continue;
         }
-        let session = auth::session(ds).await.map_err(Error::Datastore)?;
-        let holder = datastore::claim_schema(ds, &session, &claim.schema, &claim.holder)
-            .await
-            .map_err(Error::Datastore)?;
+        let mut session = auth::session(ds).await.map_err(Error::Datastore)?;
+        let holder =
+            auth::claim_and_grant(ds, &mut session, &claim.schema, &claim.holder, &claim.user)
+                .await
+                .map_err(Error::Datastore)?;
         if holder != claim.holder {
             let msg = format!(
                 "spec.dataStoreSchema: {} on DataStore {} belongs to KamajiControlPlane {holder}, \
@@ -59,9 +60,6 @@ pub async fn claim_and_grant(
             );
             return Ok(Some(refuse_schema(report, msg)));
         }
-        auth::grant_tenant(ds, &session, &claim.schema, &claim.user)
-            .await
-            .map_err(Error::Datastore)?;
         info!(holder = %claim.holder, datastore = %ds.name, schema = %claim.schema, user = %claim.user, "datastore schema claimed, etcd user and role granted");
         if let Ok(mut c) = ctx.schema_claims.lock() {
             c.insert(remembered);
