@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             eprintln!("crdgen: writing {}: {err}", path.display());
             return ExitCode::FAILURE;
         }
-        println!("{}", path.display());
+        println!("crdgen: wrote {}", path.display());
     }
     ExitCode::SUCCESS
 }
