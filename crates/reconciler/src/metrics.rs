@@ -60,6 +60,9 @@ pub struct Metrics {
     /// Passes whose status was held back as a transient setback within its grace
     /// (`kamaji_status_setbacks_held_total`).
     pub setbacks_held: Counter,
+    /// Status writes refused because the pass had read a version since replaced
+    /// (`kamaji_status_writes_stale_total`).
+    pub stale_status_writes: Counter,
     tenant_conditions: Mutex<HashMap<String, Vec<(String, String)>>>,
 }
 
@@ -75,6 +78,7 @@ impl Default for Metrics {
         let ssa_conflicts = Counter::default();
         let drift_corrections = Counter::default();
         let setbacks_held = Counter::default();
+        let stale_status_writes = Counter::default();
         registry.register("reconcile", "Reconcile passes", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -112,6 +116,11 @@ impl Default for Metrics {
             "Passes whose status was held back: a passing failure of an available control plane, within its grace",
             setbacks_held.clone(),
         );
+        registry.register(
+            "status_writes_stale",
+            "Status writes refused (409) because the pass had read a version since replaced",
+            stale_status_writes.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -123,6 +132,7 @@ impl Default for Metrics {
             ssa_conflicts,
             drift_corrections,
             setbacks_held,
+            stale_status_writes,
             tenant_conditions: Mutex::new(HashMap::new()),
         }
     }

@@ -128,6 +128,8 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
     let kcps: Api<KamajiControlPlane> = Api::namespaced(cluster.client(), "tenant-a");
     let mut mark = 0;
     let mut passes = Vec::new();
+    // The object before any pass, for a pass that reads a version since replaced (below).
+    let stale = Arc::new(kcps.get("demo").await.unwrap());
     for _ in 0..4 {
         let kcp = Arc::new(kcps.get("demo").await.unwrap());
         kamaji_reconciler::reconcile::reconcile(kcp, ctx.clone())
@@ -170,6 +172,16 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
         vec![],
     ];
     assert_eq!(passes, expected);
+
+    // A pass that read the object as it was before the first pass (a watch not caught up yet)
+    // computes its status from that empty one; its write, with that version as precondition,
+    // is refused, and the status stays as the passes above wrote it.
+    let before = kcps.get("demo").await.unwrap().status;
+    kamaji_reconciler::reconcile::reconcile(stale, ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(kcps.get("demo").await.unwrap().status, before);
+    assert_eq!(ctx.metrics.stale_status_writes.get(), 1);
 }
 
 /// Many control planes created at once on a fresh etcd DataStore (the simulated scale bench,

@@ -6,7 +6,7 @@ use kamaji_api::cluster::{ClusterView, v1beta2};
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::{DELETE_FOR_MOVE_ANNOTATION, FINALIZER, PAUSED_ANNOTATION};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use tracing::info;
 
@@ -82,17 +82,10 @@ pub async fn check(
     if !deleting && !kcp.finalizers().iter().any(|f| f == FINALIZER) {
         let mut finalizers = kcp.finalizers().to_vec();
         finalizers.push(FINALIZER.to_owned());
-        Api::<KamajiControlPlane>::namespaced(
-            ctx.client.clone(),
-            &kcp.namespace().unwrap_or_default(),
-        )
-        .patch(
-            &kcp.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})),
-        )
-        .await
-        .ctx(|| "add finalizer".into())?;
+        let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
+        if !super::patch_kcp(kcp, ctx, report, patch, "add finalizer").await? {
+            return Ok(Gate::Stop(Action::await_change()));
+        }
     }
 
     // Gate 4: deletion.

@@ -48,6 +48,10 @@ pub struct Report {
     events: Vec<(EventType, &'static str, String)>,
     /// Desired replicas, version and the Deployment, once the spec is valid.
     facts: Option<Facts>,
+    /// The KamajiControlPlane's `resourceVersion` after the pass's own writes to it (the
+    /// finalizer, the endpoint), when it made any: the status write's precondition
+    /// ([`write_status`]).
+    resource_version: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +100,12 @@ impl Facts {
 }
 
 impl Report {
+    /// Records the `resourceVersion` the pass's own write to the KamajiControlPlane returned.
+    fn wrote_kcp(&mut self, written: &KamajiControlPlane) {
+        self.resource_version
+            .clone_from(&written.metadata.resource_version);
+    }
+
     /// Reports a condition; a later report of the same type replaces the earlier one (the
     /// observe step's `DataStoreReady=True`, say, by apply's finding that the schema is held by
     /// another control plane), so the status never carries a type twice.
@@ -371,19 +381,84 @@ async fn finish(
             ),
         );
     }
-    write_status(kcp, ctx, &prev, &next)
+    let version = report
+        .resource_version
+        .as_ref()
+        .or(kcp.metadata.resource_version.as_ref());
+    write_status(kcp, version, ctx, &prev, &next)
         .await
         .map(|()| Written::Done)
 }
 
+/// Merge-patches the KamajiControlPlane the pass reads with `patch` (`what` names it in an
+/// error), with the version the pass knows as precondition: the one it read, or the one its
+/// own last write to it returned ([`Report::wrote_kcp`], recorded here). `Ok(false)` when the
+/// version has been replaced since (`409 Conflict`): the pass acted on a stale copy, writes no
+/// more and leaves the work to the pass the newer version's watch event brings (its status
+/// write fails the same precondition, [`write_status`]).
+///
+/// # Errors
+/// [`Error::Kube`] when the API server refuses the patch otherwise.
+pub(crate) async fn patch_kcp(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    report: &mut Report,
+    mut patch: serde_json::Value,
+    what: &str,
+) -> Result<bool, Error> {
+    if let Some(rv) = report
+        .resource_version
+        .as_ref()
+        .or(kcp.metadata.resource_version.as_ref())
+    {
+        patch["metadata"]["resourceVersion"] = rv.as_str().into();
+    }
+    match Api::<KamajiControlPlane>::namespaced(
+        ctx.client.clone(),
+        &kcp.namespace().unwrap_or_default(),
+    )
+    .patch(
+        &kcp.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    {
+        Ok(written) => {
+            report.wrote_kcp(&written);
+            Ok(true)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            debug!(kcp = %object_key(kcp), "{what}: the pass read a replaced version; stopping");
+            Ok(false)
+        }
+        Err(source) => Err(Error::Kube {
+            action: what.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Writes `next` as the status when it differs from `prev`, the status of the object the pass
+/// read, with `version` as precondition: that object's `resourceVersion`, or the one the pass's
+/// own writes to it left. A pass that read a version the watch had not yet replaced (a previous
+/// pass's status write not back yet, say) computed `next` from an older status, and writing it
+/// would undo the newer one (conditions' transition times moved back, a write for nothing).
+/// Such a write gets `409 Conflict` and is dropped: the newer version's watch event brings a
+/// pass of its own.
 async fn write_status(
     kcp: &KamajiControlPlane,
+    version: Option<&String>,
     ctx: &Context,
     prev: &KamajiControlPlaneStatus,
     next: &KamajiControlPlaneStatus,
 ) -> Result<(), Error> {
     if prev == next {
         return Ok(());
+    }
+    let mut patch = serde_json::json!({"status": next});
+    if let Some(rv) = version {
+        patch["metadata"] = serde_json::json!({"resourceVersion": rv});
     }
     match Api::<KamajiControlPlane>::namespaced(
         ctx.client.clone(),
@@ -392,12 +467,17 @@ async fn write_status(
     .patch_status(
         &kcp.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"status": next})),
+        &Patch::Merge(patch),
     )
     .await
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            debug!(kcp = %object_key(kcp), "status computed from a replaced version: not written");
+            ctx.metrics.stale_status_writes.inc();
+            Ok(())
+        }
         Err(source) => Err(Error::Kube {
             action: "write status".into(),
             source,

@@ -107,7 +107,9 @@ pub async fn apply(
         reasons::READY,
         format!("{}:{}", cp.endpoint.host, cp.endpoint.port),
     ));
-    set_kcp_endpoint(kcp, ctx, &cp.endpoint).await?;
+    if !set_kcp_endpoint(kcp, ctx, &cp.endpoint, report).await? {
+        return Ok(Flow::Stop(Action::await_change()));
+    }
     let mut super_admin = None;
     for leaf in cp.leaves {
         let role = leaf.role;
@@ -684,27 +686,22 @@ async fn remove_legacy_secrets(
     Ok(())
 }
 
-/// Writes the endpoint into `spec.controlPlaneEndpoint` when it differs.
+/// Writes the endpoint into `spec.controlPlaneEndpoint` when it differs ([`super::patch_kcp`]:
+/// `Ok(false)` when the pass read a replaced version).
 async fn set_kcp_endpoint(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     endpoint: &Endpoint,
-) -> Result<(), Error> {
+    report: &mut Report,
+) -> Result<bool, Error> {
     let current = kcp.spec.control_plane_endpoint.as_ref();
     if current.and_then(|e| e.host.as_deref()) == Some(endpoint.host.as_str())
         && current.and_then(|e| e.port) == Some(i32::from(endpoint.port))
     {
-        return Ok(());
+        return Ok(true);
     }
-    Api::<KamajiControlPlane>::namespaced(ctx.client.clone(), &kcp.namespace().unwrap_or_default())
-        .patch(
-            &kcp.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"controlPlaneEndpoint": {"host": endpoint.host, "port": endpoint.port}}})),
-        )
-        .await
-        .ctx(|| "set spec.controlPlaneEndpoint".into())?;
-    Ok(())
+    let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": {"host": endpoint.host, "port": endpoint.port}}});
+    super::patch_kcp(kcp, ctx, report, patch, "set spec.controlPlaneEndpoint").await
 }
 
 /// Writes the endpoint into the Cluster when it has none, together with initialization
