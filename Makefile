@@ -5,7 +5,7 @@ CARGO ?= cargo
 VERSION ?= v0.1.0
 OUT ?= out
 
-.PHONY: tools host-limits check test fmt-check clippy crds crds-check demo release components bench
+.PHONY: tools host-limits check test fmt-check clippy crds crds-check demo release components bench bench-sim
 
 ## tools: build the real programs the tests run (etcd, etcdctl; kube-apiserver,
 ## -controller-manager, -scheduler, kubeadm, kubectl, kubelet, kube-proxy, and the previous
@@ -87,3 +87,10 @@ components:
 bench: tools host-limits
 	$(CARGO) build -q --release --locked -p kamaji-reconciler --bin manager
 	$(CARGO) run -q --release --locked -p kamaji-e2e --example scale
+
+## bench-sim: the simulated scale benchmark (TENANTS=100 at once, their pods on kwok's fake
+## Nodes): provisioning time, the manager's CPU, requests and memory per tenant, idle CPU,
+## restart. TENANTS, REPLICAS, NODES, IDLE_SECONDS (default 300).
+bench-sim: tools
+	$(CARGO) build -q --release --locked -p kamaji-reconciler --bin manager
+	$(CARGO) run -q --release --locked -p kamaji-e2e --example scale_sim

@@ -44,6 +44,10 @@ GATEWAY_API_VERSION=v1.6.3
 # kine, the etcd API over SQL beside the tenants' kube-apiservers on PostgreSQL and MySQL
 # DataStores (its image: kamaji-machine's KINE_IMAGE).
 KINE_VERSION=v0.17.5
+# kwok, the kubelets of the simulated scale benchmark's fake Nodes (make bench-sim and its
+# smoke run in the lifecycle suite): pods bound to them become Running and Ready without
+# processes.
+KWOK_VERSION=v0.8.0
 
 die() { echo "make tools: $*" >&2; exit 1; }
 
@@ -204,6 +208,8 @@ chain_others() {
         proxy-agent=sigs.k8s.io/apiserver-network-proxy/cmd/agent >"$results/konnectivity" || exit 1
     # A static client for test pods: resolve a name, GET a URL (tests/tools/netcheck).
     build netcheck v0 "-s -w" netcheck=kamaji-rs.test/tools/netcheck >"$results/netcheck" || exit 1
+    build kwok "$KWOK_VERSION" "-s -w" \
+        kwok=sigs.k8s.io/kwok/cmd/kwok >"$results/kwok" || exit 1
     # nft and its libraries for the kube-proxy image (nftables mode; real-machines.md §2, §5.4).
     debs nft nftables libnftables1 libmnl0 libnftnl11 libjansson4 libxtables12 libgmp10 libedit2 libbsd0 libmd0 libtinfo6 >"$results/nft" || exit 1
 }
@@ -219,7 +225,7 @@ for _ in 1 2; do
         exit 1
     fi
 done
-for group in etcd k8s minor capi containerd runc cni coredns konnectivity netcheck kine nft; do
+for group in etcd k8s minor capi containerd runc cni coredns konnectivity netcheck kine kwok nft; do
     printf -v "${group}_dir" '%s' "$(cat "$results/$group")"
 done
 
@@ -243,7 +249,7 @@ gateway_src=$(cd "$cache" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io
 [ -n "$gateway_src" ] && [ -d "$gateway_src" ] \
     || die "cannot download sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION: $(head -n1 "$cache/gateway-api.log") (full log: $cache/gateway-api.log)"
 
-all_dirs="$gateway_src $etcd_dir $k8s_dir $minor_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $konnectivity_dir $pause_dir $nft_dir $netcheck_dir $kine_dir"
+all_dirs="$gateway_src $etcd_dir $k8s_dir $minor_dir $capi_dir $containerd_dir $runc_dir $cni_dir $coredns_dir $konnectivity_dir $pause_dir $nft_dir $netcheck_dir $kine_dir $kwok_dir"
 # Keyed by the groups' directories and this script (which decides the layout): a finished bin
 # directory is kept as it is, since tests may be running programs from it (a deferred run's
 # previous-release links start to resolve when a later run has built their groups).
@@ -255,7 +261,7 @@ if [ -d "$bin" ]; then
     exit 0
 fi
 rm -rf "$bin.tmp" && mkdir -p "$bin.tmp/crds/capi-core" "$bin.tmp/crds/capi-kubeadm-bootstrap" "$bin.tmp/webhooks"
-for d in "$etcd_dir" "$k8s_dir" "$capi_dir" "$containerd_dir" "$runc_dir" "$coredns_dir" "$konnectivity_dir" "$pause_dir" "$netcheck_dir" "$kine_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
+for d in "$etcd_dir" "$k8s_dir" "$capi_dir" "$containerd_dir" "$runc_dir" "$coredns_dir" "$konnectivity_dir" "$pause_dir" "$netcheck_dir" "$kine_dir" "$kwok_dir"; do ln -sf "$d"/bin/* "$bin.tmp/"; done
 # CNI plugins in their own directory (containerd's cni bin_dirs); nft's unpacked root.
 mkdir -p "$bin.tmp/cni" && ln -sf "$cni_dir"/bin/* "$bin.tmp/cni/"
 ln -sfn "$nft_dir/root" "$bin.tmp/nft-root"

@@ -14,26 +14,24 @@ use kamaji_testenv::{Etcd, LocalCluster};
 
 use crate::Env;
 
-/// Starts the TLS etcd that plays the shared datastore, serving on loopback and on
-/// `host_ip` (where the machines' pods reach it); returns it with its CA and an admin client
-/// certificate.
+/// Starts the TLS etcd that plays the shared datastore, serving on loopback and, when given,
+/// on `host_ip` (where the machines' pods reach it); returns it with its CA and an admin
+/// client certificate.
 pub(crate) async fn start_datastore(
     cluster: &LocalCluster,
-    host_ip: Ipv4Addr,
+    host_ip: Option<Ipv4Addr>,
 ) -> Result<(Etcd, CertPair, CertPair)> {
     let ca = TestCa::new("datastore-ca")?;
-    let server = ca.serving(
-        "etcd",
-        &["localhost"],
-        &[IpAddr::from([127, 0, 0, 1]), IpAddr::V4(host_ip)],
-    )?;
+    let mut ips = vec![IpAddr::from([127, 0, 0, 1])];
+    ips.extend(host_ip.map(IpAddr::V4));
+    let server = ca.serving("etcd", &["localhost"], &ips)?;
     let etcd = Etcd::start_tls_also_on(
         cluster.tools(),
         &cluster.dir().join("datastore"),
         &server.cert_pem,
         &server.key_pem,
         &ca.cert_pem(),
-        Some(IpAddr::V4(host_ip)),
+        host_ip.map(IpAddr::V4),
     )
     .await?;
     let client = ca.client("datastore-admin", &[])?;
@@ -57,26 +55,8 @@ impl Env {
         ca: &CertPair,
         client: &CertPair,
     ) -> Result<()> {
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let ds = serde_json::json!({
-            "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore",
-            "metadata": {"name": name},
-            "spec": {
-                "driver": "etcd",
-                "endpoints": [endpoint.to_string()],
-                "tlsConfig": {
-                    "certificateAuthority": {
-                        "certificate": {"content": b64(&ca.cert_pem)},
-                        "privateKey": {"content": b64(&ca.key_pem)},
-                    },
-                    "clientCertificate": {
-                        "certificate": {"content": b64(&client.cert_pem)},
-                        "privateKey": {"content": b64(&client.key_pem)},
-                    },
-                },
-            },
-        });
-        self.apply_value(&ds).await
+        self.apply_value(&etcd_datastore(name, endpoint, ca, client))
+            .await
     }
 
     /// Starts a second TLS etcd (data under the cluster's `dir_name`) whose server certificate
@@ -204,4 +184,33 @@ pub async fn recorded_datastore(env: &Env, ns: &str) -> kamaji_api::StatusDataSt
         .status
         .and_then(|s| s.data_store)
         .unwrap_or_else(|| panic!("{ns}: no status.dataStore"))
+}
+
+/// A Kamaji etcd `DataStore` named `name` at `endpoint` with the CA `ca` (certificate and
+/// key) and the client certificate `client`, inline.
+pub(crate) fn etcd_datastore(
+    name: &str,
+    endpoint: SocketAddr,
+    ca: &CertPair,
+    client: &CertPair,
+) -> serde_json::Value {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    serde_json::json!({
+        "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": "etcd",
+            "endpoints": [endpoint.to_string()],
+            "tlsConfig": {
+                "certificateAuthority": {
+                    "certificate": {"content": b64(&ca.cert_pem)},
+                    "privateKey": {"content": b64(&ca.key_pem)},
+                },
+                "clientCertificate": {
+                    "certificate": {"content": b64(&client.cert_pem)},
+                    "privateKey": {"content": b64(&client.key_pem)},
+                },
+            },
+        },
+    })
 }

@@ -199,7 +199,7 @@ impl Env {
                 source.datastore_for_pods,
             )
         } else {
-            let (etcd, ca, client) = start_datastore(&cluster, UNDERLAY_GATEWAY).await?;
+            let (etcd, ca, client) = start_datastore(&cluster, Some(UNDERLAY_GATEWAY)).await?;
             // On the underlay gateway, where every machine's pods reach it.
             let for_pods = SocketAddr::new(UNDERLAY_GATEWAY.into(), etcd.port());
             (Arc::new(etcd), ca, client, for_pods)

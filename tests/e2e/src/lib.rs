@@ -33,6 +33,7 @@ pub mod fixtures;
 pub mod machines;
 pub mod manager;
 pub mod probes;
+pub mod sim;
 pub mod sql;
 pub mod standins;
 

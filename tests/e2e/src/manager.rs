@@ -119,34 +119,24 @@ impl Manager {
             hosts: Vec::new(),
         }
     }
-}
 
-impl Env {
-    /// The identity the manager runs as (namespace, ServiceAccount, audit user name).
-    #[must_use]
-    pub fn manager_identity(&self) -> &Identity {
-        &self.manager.identity
-    }
-
-    /// Starts (or restarts) the manager process.
-    pub fn start_manager(&mut self) -> Result<()> {
-        self.manager.metrics_port = free_port()?;
-        self.manager.process = Some(self.spawn_manager(self.manager.metrics_port, &[])?);
-        Ok(())
-    }
-
-    /// Spawns one more manager process with `extra` flags, metrics on `metrics_port`; the
-    /// caller owns it (it is stopped when dropped).
-    pub fn spawn_manager(&mut self, metrics_port: u16, extra: &[&str]) -> Result<Supervised> {
-        self.manager.starts += 1;
-        let mut cmd = if self.manager.hosts.is_empty() {
+    /// Spawns a manager process with `extra` flags, metrics on `metrics_port`, its log in
+    /// `dir`; the caller owns it (it is stopped when dropped).
+    pub(crate) fn spawn(
+        &mut self,
+        dir: &std::path::Path,
+        metrics_port: u16,
+        extra: &[&str],
+    ) -> Result<Supervised> {
+        self.starts += 1;
+        let mut cmd = if self.hosts.is_empty() {
             Command::new(manager_binary()?)
         } else {
             // A private mount namespace whose /etc/hosts resolves the test's host names, so
             // no name lookup ever leaves the machine.
-            let hosts = self.cluster.dir().join("manager-hosts");
+            let hosts = dir.join("manager-hosts");
             let mut text = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-            for (name, ip) in &self.manager.hosts {
+            for (name, ip) in &self.hosts {
                 let _ = writeln!(text, "{ip} {name}");
             }
             std::fs::write(&hosts, text)?;
@@ -163,24 +153,54 @@ impl Env {
             .arg(manager_binary()?);
             c
         };
-        cmd.env("KUBECONFIG", &self.manager.identity.kubeconfig)
+        cmd.env("KUBECONFIG", &self.identity.kubeconfig)
             // In a pod the Lease namespace is the pod's own (the ServiceAccount mount).
-            .env(
-                "LEADER_ELECTION_NAMESPACE",
-                &self.manager.identity.namespace,
-            )
+            .env("LEADER_ELECTION_NAMESPACE", &self.identity.namespace)
             .env("RUST_LOG", "info,kamaji_reconciler=debug,kube=warn")
             .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
             .arg(format!(
                 "--health-probe-bind-address=127.0.0.1:{}",
                 free_port()?
             ));
-        let log = self
-            .cluster
-            .dir()
-            .join(format!("manager-{}.log", self.manager.starts));
+        let log = dir.join(format!("manager-{}.log", self.starts));
         cmd.args(extra);
         Supervised::spawn("manager", cmd, &log)
+    }
+
+    /// Starts (or restarts) the manager process, its log in `dir`.
+    pub(crate) fn start(&mut self, dir: &std::path::Path) -> Result<()> {
+        self.metrics_port = free_port()?;
+        self.process = Some(self.spawn(dir, self.metrics_port, &[])?);
+        Ok(())
+    }
+
+    /// A counter or gauge of the running manager's `/metrics` (sum over label sets), 0 if
+    /// unreachable.
+    pub(crate) async fn metric(&self, name: &str) -> f64 {
+        metric_at(
+            &format!("http://127.0.0.1:{}/metrics", self.metrics_port),
+            name,
+        )
+        .await
+    }
+}
+
+impl Env {
+    /// The identity the manager runs as (namespace, ServiceAccount, audit user name).
+    #[must_use]
+    pub fn manager_identity(&self) -> &Identity {
+        &self.manager.identity
+    }
+
+    /// Starts (or restarts) the manager process.
+    pub fn start_manager(&mut self) -> Result<()> {
+        self.manager.start(self.cluster.dir())
+    }
+
+    /// Spawns one more manager process with `extra` flags, metrics on `metrics_port`; the
+    /// caller owns it (it is stopped when dropped).
+    pub fn spawn_manager(&mut self, metrics_port: u16, extra: &[&str]) -> Result<Supervised> {
+        self.manager.spawn(self.cluster.dir(), metrics_port, extra)
     }
 
     /// Restarts the manager so that it resolves `name` to `ip` (a private `/etc/hosts`).
@@ -205,11 +225,7 @@ impl Env {
 
     /// A counter or gauge of the manager's `/metrics` (sum over label sets), 0 if unreachable.
     pub async fn manager_metric(&self, name: &str) -> f64 {
-        metric_at(
-            &format!("http://127.0.0.1:{}/metrics", self.manager.metrics_port),
-            name,
-        )
-        .await
+        self.manager.metric(name).await
     }
 
     /// Kills the manager with SIGKILL (a crash).

@@ -29,6 +29,7 @@ mod cluster;
 mod etcd;
 pub mod kubeadm;
 pub mod kubeconfig;
+pub mod kwok;
 pub mod pki;
 pub mod process;
 pub mod sql;

@@ -1,0 +1,589 @@
+//! The simulated environment of the scale benchmark (`make bench-sim`) and its smoke run: a
+//! real management cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+//! the CAPI core manager), the shared TLS etcd registered as the `default` DataStore, and the
+//! kamaji-rs `manager` under the shipped RBAC as in [`crate::Env`]; but the control-plane pods
+//! land on fake Nodes that [`kwok`](kamaji_testenv::kwok) plays, so they become `Running` and
+//! `Ready` without processes, and nothing answers on a tenant's endpoint. A tenant therefore
+//! gets everything the provider makes (certificates, Secrets, Service, endpoint, Deployment,
+//! `ControlPlaneDeploymentReady`) but never `Available`. No machine, network namespace or root
+//! is needed, so many hundreds of tenants fit on two cores.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kamaji_api::KamajiControlPlane;
+use kamaji_testenv::kwok::Kwok;
+use kamaji_testenv::{AuditEvent, Etcd, LocalCluster, Supervised};
+use kube::Client;
+use kube::api::{Api, ListParams};
+use kube::runtime::watcher;
+
+use crate::datastore::{etcd_datastore, start_datastore};
+use crate::manager::{Identity, Manager};
+
+/// The simulated cluster's service network: room for a Service per tenant at 1,000 tenants.
+pub const SIM_SERVICE_CIDR: &str = "10.0.0.0/20";
+
+/// A running simulated environment. Drop order: manager, kwok, datastore, cluster.
+pub struct SimEnv {
+    manager: Manager,
+    /// kwok and its fake Nodes.
+    pub kwok: Kwok,
+    /// The datastore etcd (loopback only).
+    pub datastore: Etcd,
+    /// The management cluster.
+    pub cluster: LocalCluster,
+}
+
+impl SimEnv {
+    /// Starts the management cluster, `nodes` fake Nodes under kwok, the datastore and the
+    /// manager (its binary as [`crate::manager_binary`] finds it, `extra` flags).
+    ///
+    /// # Errors
+    /// When a program is missing (`make tools`) or does not become ready.
+    pub async fn start(nodes: usize) -> Result<Self> {
+        let cluster = LocalCluster::builder()
+            .controllers(true)
+            .service_cidr(SIM_SERVICE_CIDR)
+            .start()
+            .await?;
+        let kwok = Kwok::start(&cluster, nodes).await?;
+        let (datastore, ca, client) = start_datastore(&cluster, None).await?;
+        let endpoint = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), datastore.port());
+        cluster
+            .apply_value(&etcd_datastore("default", endpoint, &ca, &client))
+            .await?;
+        let identity = Identity::install(&cluster).await?;
+        let mut env = Self {
+            manager: Manager::new(identity),
+            kwok,
+            datastore,
+            cluster,
+        };
+        env.start_manager()?;
+        Ok(env)
+    }
+
+    /// An administrator's client of the management cluster.
+    #[must_use]
+    pub fn client(&self) -> Client {
+        self.cluster.client()
+    }
+
+    /// Starts (or restarts) the manager process.
+    ///
+    /// # Errors
+    /// When it cannot be built or started.
+    pub fn start_manager(&mut self) -> Result<()> {
+        self.manager.start(self.cluster.dir())
+    }
+
+    /// Kills the manager with SIGKILL.
+    pub fn kill_manager(&mut self) {
+        if let Some(mut m) = self.manager.process.take() {
+            m.kill();
+        }
+    }
+
+    /// The manager's process id.
+    #[must_use]
+    pub fn manager_pid(&self) -> Option<u32> {
+        self.manager.process.as_ref().map(Supervised::pid)
+    }
+
+    /// The running manager's log so far.
+    #[must_use]
+    pub fn manager_full_log(&self) -> String {
+        self.manager
+            .process
+            .as_ref()
+            .and_then(|m| std::fs::read_to_string(m.log_path()).ok())
+            .unwrap_or_default()
+    }
+
+    /// A counter or gauge of the manager's `/metrics` (sum over label sets), 0 if unreachable.
+    pub async fn manager_metric(&self, name: &str) -> f64 {
+        self.manager.metric(name).await
+    }
+
+    /// The manager's requests in the audit log, oldest first.
+    ///
+    /// # Errors
+    /// When the audit log cannot be read.
+    pub fn manager_requests(&self) -> Result<Vec<AuditEvent>> {
+        Ok(self
+            .cluster
+            .audit_events()?
+            .into_iter()
+            .filter(|e| e.user.username == self.manager.identity.user)
+            .collect())
+    }
+}
+
+/// The unit of `/proc`'s CPU times: `USER_HZ`, 100 per second on every Linux architecture
+/// (`sysconf(_SC_CLK_TCK)`, part of the kernel's user-space ABI; proc_pid_stat(5)).
+const USER_HZ: u64 = 100;
+
+/// CPU time (user + system) and peak resident memory of process `pid`, from `/proc`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessUsage {
+    /// User plus system CPU time.
+    pub cpu: Duration,
+    /// Peak resident set size (`VmHWM`), bytes.
+    pub peak_rss: u64,
+}
+
+impl ProcessUsage {
+    /// Reads `/proc/<pid>/stat` and `/proc/<pid>/status`.
+    ///
+    /// # Errors
+    /// When the process does not exist.
+    pub fn of(pid: u32) -> Result<Self> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .with_context(|| format!("no process {pid}"))?;
+        // Fields after the command's closing parenthesis; utime and stime are the 14th and
+        // 15th fields of the line (proc_pid_stat(5)), in clock ticks.
+        let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let cpu_ticks = ticks(11) + ticks(12);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let peak_kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        Ok(Self {
+            cpu: Duration::from_millis(cpu_ticks * 1000 / USER_HZ),
+            peak_rss: peak_kib * 1024,
+        })
+    }
+}
+
+/// Requests counted by verb and resource (`verb resource[/subresource]`), e.g.
+/// `patch kamajicontrolplanes/status`.
+#[must_use]
+pub fn requests_by_verb_and_resource(events: &[AuditEvent]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for e in events {
+        let resource = e.object_ref.as_ref().map_or_else(
+            || e.request_u_r_i.clone(),
+            |o| match &o.subresource {
+                Some(s) if !s.is_empty() => format!("{}/{s}", o.resource),
+                _ => o.resource.clone(),
+            },
+        );
+        *out.entry(format!("{} {resource}", e.verb)).or_insert(0) += 1;
+    }
+    out
+}
+
+/// What [`bench`] does: `tenants` tenants of `replicas` pods on `nodes` fake Nodes, created
+/// at once, then `idle` idle, then a manager restart.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchOptions {
+    /// Tenants created at once (at least 2).
+    pub tenants: usize,
+    /// `spec.replicas` of each.
+    pub replicas: i32,
+    /// Fake Nodes.
+    pub nodes: usize,
+    /// How long the manager is watched idle once every tenant is provisioned.
+    pub idle: Duration,
+}
+
+/// The provisioning conditions: all `True`, with `status.availableReplicas` at
+/// `spec.replicas`, once the provider has made everything it makes for a tenant whose API is
+/// not reachable (the simulated ones never are).
+pub const PROVISIONED: [&str; 4] = [
+    "CertificatesAvailable",
+    "KubeconfigAvailable",
+    "DataStoreReady",
+    "ControlPlaneEndpointReady",
+];
+
+/// The figures of one [`bench`] run. Durations are wall-clock unless named CPU; request
+/// counts are the manager's, from the management API server's audit log, keyed as
+/// [`requests_by_verb_and_resource`] keys them.
+#[derive(Debug, Clone)]
+pub struct Figures {
+    /// The options of the run.
+    pub options: BenchOptions,
+    /// From the first creation until the last tenant's objects were created.
+    pub created: Duration,
+    /// From the first creation until every tenant read provisioned.
+    pub all_provisioned: Duration,
+    /// Per tenant, from the first creation until it read provisioned: median and maximum.
+    pub provisioned_median: Duration,
+    /// See [`Figures::provisioned_median`].
+    pub provisioned_max: Duration,
+    /// The manager's CPU from the first creation until every tenant read provisioned.
+    pub provisioning_cpu: Duration,
+    /// The manager's requests until every tenant read provisioned.
+    pub provisioning_requests: BTreeMap<String, usize>,
+    /// The manager's peak RSS once every tenant read provisioned, bytes.
+    pub provisioned_peak_rss: u64,
+    /// The manager's CPU over [`BenchOptions::idle`].
+    pub idle_cpu: Duration,
+    /// Its requests meanwhile.
+    pub idle_requests: BTreeMap<String, usize>,
+    /// Its peak RSS at the end of the idle time, bytes.
+    pub idle_peak_rss: u64,
+    /// Its writes meanwhile, one line each with the object and, where the audit policy logs
+    /// it, the request body (for diagnosis).
+    pub idle_writes: Vec<String>,
+    /// From the restart until every tenant had been reconciled again.
+    pub reverified: Duration,
+    /// The restarted manager's requests until then plus 5 s.
+    pub restart_requests: BTreeMap<String, usize>,
+    /// The restarted manager's writes other than Leases, as [`Figures::idle_writes`].
+    pub restart_writes: Vec<String>,
+    /// The restarted manager's CPU until then.
+    pub restart_cpu: Duration,
+    /// The restarted manager's peak RSS, bytes.
+    pub restart_peak_rss: u64,
+}
+
+/// The write requests of `requests` (keys starting with a write verb), optionally without
+/// the leader-election Leases.
+#[must_use]
+pub fn writes(requests: &BTreeMap<String, usize>, leases: bool) -> BTreeMap<String, usize> {
+    requests
+        .iter()
+        .filter(|(k, _)| {
+            let verb = k.split(' ').next().unwrap_or_default();
+            matches!(
+                verb,
+                "create" | "update" | "patch" | "delete" | "deletecollection"
+            ) && (leases || !k.ends_with(" leases"))
+        })
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
+}
+
+/// The writes of `events` other than leader-election Leases, one line each: verb, resource,
+/// object and, where the audit policy logs it, the request body (at most 600 characters).
+fn write_lines(events: &[AuditEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.is_write())
+        .filter(|e| e.object_ref.as_ref().is_none_or(|o| o.resource != "leases"))
+        .map(|e| {
+            let body = e
+                .request_object
+                .as_ref()
+                .map(|b| b.to_string().chars().take(600).collect::<String>())
+                .unwrap_or_default();
+            format!("{} {} {body}", e.verb, e.request_u_r_i)
+        })
+        .collect()
+}
+
+fn total(requests: &BTreeMap<String, usize>) -> usize {
+    requests.values().sum()
+}
+
+fn listed(requests: &BTreeMap<String, usize>) -> String {
+    if requests.is_empty() {
+        return "none".into();
+    }
+    requests
+        .iter()
+        .map(|(k, c)| format!("{k} {c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / 1_048_576.0
+}
+
+impl std::fmt::Display for Figures {
+    #[allow(clippy::cast_precision_loss)]
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let o = &self.options;
+        let n = o.tenants as f64;
+        writeln!(
+            f,
+            "simulated: {} tenants x {} replicas on {} kwok Nodes (no tenant API: none becomes Available)",
+            o.tenants, o.replicas, o.nodes
+        )?;
+        writeln!(f, "created in {:.1} s", self.created.as_secs_f64())?;
+        writeln!(
+            f,
+            "all provisioned after {:.1} s (per tenant from the first creation: median {:.1} s, max {:.1} s)",
+            self.all_provisioned.as_secs_f64(),
+            self.provisioned_median.as_secs_f64(),
+            self.provisioned_max.as_secs_f64()
+        )?;
+        writeln!(
+            f,
+            "manager CPU until then: {:.2} s ({:.1} ms per tenant)",
+            self.provisioning_cpu.as_secs_f64(),
+            self.provisioning_cpu.as_secs_f64() * 1000.0 / n
+        )?;
+        let w = total(&writes(&self.provisioning_requests, true));
+        let all = total(&self.provisioning_requests);
+        writeln!(
+            f,
+            "manager API requests: {all} ({:.1} per tenant), writes {w} ({:.1} per tenant)",
+            all as f64 / n,
+            w as f64 / n
+        )?;
+        for (key, count) in &self.provisioning_requests {
+            writeln!(f, "  {key}: {count} ({:.2} per tenant)", *count as f64 / n)?;
+        }
+        writeln!(
+            f,
+            "manager peak RSS: {:.1} MiB",
+            mib(self.provisioned_peak_rss)
+        )?;
+        writeln!(
+            f,
+            "idle {} s: manager CPU {:.2} s ({:.2} % of a core), requests {}, writes: {}; peak RSS {:.1} MiB",
+            o.idle.as_secs(),
+            self.idle_cpu.as_secs_f64(),
+            self.idle_cpu.as_secs_f64() * 100.0 / o.idle.as_secs_f64().max(1.0),
+            total(&self.idle_requests),
+            listed(&writes(&self.idle_requests, true)),
+            mib(self.idle_peak_rss)
+        )?;
+        for w in &self.idle_writes {
+            writeln!(f, "  {w}")?;
+        }
+        writeln!(
+            f,
+            "restart: every tenant reconciled again after {:.1} s; requests {}, writes without Leases: {}, Lease writes {}; CPU {:.2} s, peak RSS {:.1} MiB",
+            self.reverified.as_secs_f64(),
+            total(&self.restart_requests),
+            listed(&writes(&self.restart_requests, false)),
+            total(&writes(&self.restart_requests, true))
+                - total(&writes(&self.restart_requests, false)),
+            self.restart_cpu.as_secs_f64(),
+            mib(self.restart_peak_rss)
+        )?;
+        for w in &self.restart_writes {
+            writeln!(f, "  {w}")?;
+        }
+        Ok(())
+    }
+}
+
+fn provisioned(k: &KamajiControlPlane) -> bool {
+    let conds = k.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let available = k.status.as_ref().and_then(|s| s.available_replicas);
+    available.is_some()
+        && available == k.spec.replicas
+        && PROVISIONED
+            .iter()
+            .all(|t| conds.is_some_and(|c| c.iter().any(|c| c.type_ == *t && c.status == "True")))
+}
+
+/// Runs the simulated scale benchmark on a fresh [`SimEnv`]: creates the tenants (a Cluster
+/// and a KamajiControlPlane each, F0 with `serviceType: ClusterIP`, in namespaces `sim-<i>`)
+/// 16 at a time, waits until every one reads provisioned ([`PROVISIONED`], every replica
+/// available) and checks that
+/// its Deployment and its `-kubeconfig`, `-ca`, `-sa` and `-proxy` Secrets exist, watches the
+/// manager idle, then kills it, starts it again and waits until its log shows every tenant
+/// reconciled.
+///
+/// # Errors
+/// When the environment does not start, a tenant is not provisioned within 30 minutes (or
+/// lacks an object it reads as made), or the restarted manager does not reconcile every
+/// tenant within 10 minutes.
+#[allow(clippy::too_many_lines)]
+pub async fn bench(options: BenchOptions) -> Result<Figures> {
+    let BenchOptions {
+        tenants,
+        replicas,
+        nodes,
+        idle,
+    } = options;
+    let mut env = SimEnv::start(nodes).await?;
+    let client = env.client();
+    let names: Vec<String> = (0..tenants).map(|i| format!("sim-{i}")).collect();
+    futures::stream::iter(names.iter().map(|ns| {
+        let cluster = &env.cluster;
+        async move {
+            cluster
+                .apply_value(&serde_json::json!({
+                    "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns},
+                }))
+                .await
+        }
+    }))
+    .buffer_unordered(16)
+    .try_collect::<Vec<()>>()
+    .await?;
+    // The manager has started and listed the empty cluster: what follows is the tenants' cost.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pid = env.manager_pid().context("no manager")?;
+    let before = ProcessUsage::of(pid)?;
+    let mark = env.manager_requests()?.len();
+
+    // The first time each tenant is seen provisioned.
+    let seen: Arc<Mutex<HashMap<String, Duration>>> = Arc::default();
+    let start = Instant::now();
+    let watch = {
+        let seen = Arc::clone(&seen);
+        let api = Api::<KamajiControlPlane>::all(client.clone());
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
+            while let Some(Ok(event)) = events.next().await {
+                let (watcher::Event::Apply(k) | watcher::Event::InitApply(k)) = event else {
+                    continue;
+                };
+                if provisioned(&k) {
+                    let key = format!(
+                        "{}/{}",
+                        k.metadata.namespace.unwrap_or_default(),
+                        k.metadata.name.unwrap_or_default()
+                    );
+                    seen.lock()
+                        .expect("lock")
+                        .entry(key)
+                        .or_insert_with(|| start.elapsed());
+                }
+            }
+        })
+    };
+    futures::stream::iter(names.iter().map(|ns| {
+        let f0 = crate::F0::new(ns, "demo")
+            .replicas(replicas)
+            .network("serviceType: ClusterIP");
+        let cluster = &env.cluster;
+        async move { cluster.apply_yaml(&f0.yaml()).await }
+    }))
+    .buffer_unordered(16)
+    .try_collect::<Vec<()>>()
+    .await?;
+    let created = start.elapsed();
+    let deadline = Instant::now() + Duration::from_mins(30);
+    loop {
+        let n = seen.lock().expect("lock").len();
+        if n == tenants {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "only {n} of {tenants} tenants provisioned in 30 min; manager log:\n{}",
+                env.manager
+                    .process
+                    .as_ref()
+                    .map(|m| m.log_tail(40))
+                    .unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let all_provisioned = start.elapsed();
+    watch.abort();
+    let after = ProcessUsage::of(pid)?;
+    let requests = env.manager_requests()?;
+    let provisioning_requests = requests_by_verb_and_resource(&requests[mark..]);
+
+    // What the conditions claim, checked: a Deployment and the four Secrets per tenant.
+    let deployments = Api::<Deployment>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await?;
+    let secrets = Api::<Secret>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await?;
+    let key = |m: &kube::core::ObjectMeta| {
+        (
+            m.namespace.clone().unwrap_or_default(),
+            m.name.clone().unwrap_or_default(),
+        )
+    };
+    let secrets: std::collections::HashSet<_> =
+        secrets.items.iter().map(|s| key(&s.metadata)).collect();
+    let deployed: std::collections::HashSet<_> = deployments
+        .items
+        .iter()
+        .map(|d| key(&d.metadata).0)
+        .collect();
+    for ns in &names {
+        for secret in ["demo-kubeconfig", "demo-ca", "demo-sa", "demo-proxy"] {
+            if !secrets.contains(&(ns.clone(), secret.to_owned())) {
+                bail!("{ns}: Secret {secret} missing although the tenant reads provisioned");
+            }
+        }
+        if !deployed.contains(ns) {
+            bail!("{ns}: no Deployment although the tenant reads provisioned");
+        }
+    }
+    let mut per_tenant: Vec<Duration> = seen.lock().expect("lock").values().copied().collect();
+    per_tenant.sort();
+
+    // Idle.
+    let idle_before = ProcessUsage::of(pid)?;
+    let idle_mark = env.manager_requests()?.len();
+    tokio::time::sleep(idle).await;
+    let idle_after = ProcessUsage::of(pid)?;
+    let idle_events = env.manager_requests()?.split_off(idle_mark);
+    let idle_requests = requests_by_verb_and_resource(&idle_events);
+
+    // Restart: SIGKILL, start again, wait until the log shows every tenant reconciled.
+    env.kill_manager();
+    let restart_mark = env.manager_requests()?.len();
+    let restarted = Instant::now();
+    env.start_manager()?;
+    let deadline = Instant::now() + Duration::from_mins(10);
+    let reverified = loop {
+        let log = env.manager_full_log();
+        // `… reconciled kcp=KamajiControlPlane.<version>.<group>/<name>.<namespace>`: the
+        // object reference ends the line (between colour codes: the last word).
+        let keys: std::collections::HashSet<&str> = log
+            .lines()
+            .filter(|l| l.contains(" reconciled "))
+            .filter_map(|l| l.split_whitespace().last())
+            .collect();
+        if keys.len() >= tenants {
+            break restarted.elapsed();
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "after the restart only {} of {tenants} tenants were reconciled in 10 min",
+                keys.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let pid = env.manager_pid().context("no manager")?;
+    let restart_usage = ProcessUsage::of(pid)?;
+    // A write a pass of the restart makes reaches the audit log within this margin.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let restart_events = env.manager_requests()?.split_off(restart_mark);
+    let restart_requests = requests_by_verb_and_resource(&restart_events);
+    Ok(Figures {
+        options,
+        created,
+        all_provisioned,
+        provisioned_median: per_tenant[tenants / 2],
+        provisioned_max: per_tenant[tenants - 1],
+        provisioning_cpu: after.cpu.saturating_sub(before.cpu),
+        provisioning_requests,
+        provisioned_peak_rss: after.peak_rss,
+        idle_cpu: idle_after.cpu.saturating_sub(idle_before.cpu),
+        idle_requests,
+        idle_peak_rss: idle_after.peak_rss,
+        idle_writes: write_lines(&idle_events),
+        reverified,
+        restart_requests,
+        restart_writes: write_lines(&restart_events),
+        restart_cpu: restart_usage.cpu,
+        restart_peak_rss: restart_usage.peak_rss,
+    })
+}
