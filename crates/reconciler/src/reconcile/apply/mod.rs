@@ -102,11 +102,6 @@ pub async fn apply(
             return Ok(Flow::Stop(Action::await_change()));
         }
     };
-    report.push(Cond::yes(
-        types::ENDPOINT_READY,
-        reasons::READY,
-        format!("{}:{}", cp.endpoint.host, cp.endpoint.port),
-    ));
     if !set_kcp_endpoint(kcp, ctx, &cp.endpoint, report).await? {
         return Ok(Flow::Stop(Action::await_change()));
     }
@@ -686,14 +681,19 @@ async fn remove_legacy_secrets(
     Ok(())
 }
 
-/// Writes the endpoint into `spec.controlPlaneEndpoint` when it differs ([`super::patch_kcp`]:
-/// `Ok(false)` when the pass read a replaced version).
+/// Reports the endpoint ready and writes it into `spec.controlPlaneEndpoint` when it differs
+/// ([`super::patch_kcp`]: `Ok(false)` when the pass read a replaced version).
 async fn set_kcp_endpoint(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     endpoint: &Endpoint,
     report: &mut Report,
 ) -> Result<bool, Error> {
+    report.push(Cond::yes(
+        types::ENDPOINT_READY,
+        reasons::READY,
+        format!("{}:{}", endpoint.host, endpoint.port),
+    ));
     let current = kcp.spec.control_plane_endpoint.as_ref();
     if current.and_then(|e| e.host.as_deref()) == Some(endpoint.host.as_str())
         && current.and_then(|e| e.port) == Some(i32::from(endpoint.port))
