@@ -96,15 +96,10 @@ async fn run(tenants: usize, replicas: usize) -> Result<()> {
     seconds.sort_by(f64::total_cmp);
     let median = f64::midpoint(seconds[tenants / 2 - 1], seconds[tenants / 2]);
     let max = seconds[tenants - 1];
-    let hwm = env
+    let peak_rss = env
         .manager_pid()
-        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .map(str::to_owned)
-        })
-        .unwrap_or_default();
+        .and_then(|pid| kamaji_e2e::sim::ProcessUsage::of(pid).ok())
+        .map_or(0, |u| u.peak_rss);
     let all: Vec<_> = Api::<KamajiControlPlane>::all(env.client())
         .list(&kube::api::ListParams::default())
         .await?
@@ -114,10 +109,7 @@ async fn run(tenants: usize, replicas: usize) -> Result<()> {
         all.len()
     );
     println!("creation -> Available: median {median:.1} s, max {max:.1} s");
-    println!(
-        "manager peak RSS: {}",
-        hwm.trim_start_matches("VmHWM:").trim()
-    );
+    println!("manager peak RSS: {} kB", peak_rss / 1024);
     println!(
         "reconciles: {}",
         env.manager_metric("kamaji_reconcile_total").await

@@ -183,6 +183,34 @@ impl Manager {
         )
         .await
     }
+
+    /// The running manager's process id.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(Supervised::pid)
+    }
+
+    /// Kills the running manager with SIGKILL (a crash).
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut m) = self.process.take() {
+            m.kill();
+        }
+    }
+
+    /// The last `lines` lines of the running manager's log (for failure messages).
+    pub(crate) fn log_tail(&self, lines: usize) -> String {
+        self.process
+            .as_ref()
+            .map(|m| m.log_tail(lines))
+            .unwrap_or_default()
+    }
+
+    /// The whole log of the running manager process.
+    pub(crate) fn full_log(&self) -> String {
+        self.process
+            .as_ref()
+            .and_then(|m| std::fs::read_to_string(m.log_path()).ok())
+            .unwrap_or_default()
+    }
 }
 
 impl Env {
@@ -219,8 +247,9 @@ impl Env {
     }
 
     /// The manager's process id.
+    #[must_use]
     pub fn manager_pid(&self) -> Option<u32> {
-        self.manager.process.as_ref().map(Supervised::pid)
+        self.manager.pid()
     }
 
     /// A counter or gauge of the manager's `/metrics` (sum over label sets), 0 if unreachable.
@@ -230,29 +259,19 @@ impl Env {
 
     /// Kills the manager with SIGKILL (a crash).
     pub fn kill_manager(&mut self) {
-        if let Some(mut m) = self.manager.process.take() {
-            m.kill();
-        }
+        self.manager.kill();
     }
 
     /// The whole log of the running manager process.
     #[must_use]
     pub fn manager_full_log(&self) -> String {
-        self.manager
-            .process
-            .as_ref()
-            .and_then(|m| std::fs::read_to_string(m.log_path()).ok())
-            .unwrap_or_default()
+        self.manager.full_log()
     }
 
     /// The manager's log so far (for failure messages).
     #[must_use]
     pub fn manager_log(&self) -> String {
-        self.manager
-            .process
-            .as_ref()
-            .map(|m| m.log_tail(60))
-            .unwrap_or_default()
+        self.manager.log_tail(60)
     }
 }
 

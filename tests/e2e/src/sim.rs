@@ -19,7 +19,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kamaji_api::KamajiControlPlane;
 use kamaji_testenv::kwok::Kwok;
-use kamaji_testenv::{AuditEvent, Etcd, LocalCluster, Supervised};
+use kamaji_testenv::{AuditEvent, Etcd, LocalCluster};
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
@@ -86,25 +86,19 @@ impl SimEnv {
 
     /// Kills the manager with SIGKILL.
     pub fn kill_manager(&mut self) {
-        if let Some(mut m) = self.manager.process.take() {
-            m.kill();
-        }
+        self.manager.kill();
     }
 
     /// The manager's process id.
     #[must_use]
     pub fn manager_pid(&self) -> Option<u32> {
-        self.manager.process.as_ref().map(Supervised::pid)
+        self.manager.pid()
     }
 
     /// The running manager's log so far.
     #[must_use]
     pub fn manager_full_log(&self) -> String {
-        self.manager
-            .process
-            .as_ref()
-            .and_then(|m| std::fs::read_to_string(m.log_path()).ok())
-            .unwrap_or_default()
+        self.manager.full_log()
     }
 
     /// A counter or gauge of the manager's `/metrics` (sum over label sets), 0 if unreachable.
@@ -479,11 +473,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         if Instant::now() > deadline {
             bail!(
                 "only {n} of {tenants} tenants provisioned in 30 min; manager log:\n{}",
-                env.manager
-                    .process
-                    .as_ref()
-                    .map(|m| m.log_tail(40))
-                    .unwrap_or_default()
+                env.manager.log_tail(40)
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

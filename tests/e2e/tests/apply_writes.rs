@@ -45,12 +45,14 @@ fn writes(cluster: &LocalCluster, from: usize) -> (Vec<String>, usize) {
     (list, events.len())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_nothing() {
-    let cluster = LocalCluster::builder().capi(false).start().await.unwrap();
-    // A real etcd as the DataStore: the manager claims the tenant's schema there first.
-    let datastore_ca = kamaji_testenv::pki::TestCa::new("datastore-ca").unwrap();
-    let serving = datastore_ca
+/// A TLS etcd on loopback (data in `dir`) trusting client certificates of a fresh CA: the
+/// DataStore; returns it with that CA (certificate and key).
+async fn datastore_etcd(
+    tools: &kamaji_testenv::Tools,
+    dir: &std::path::Path,
+) -> (kamaji_testenv::Etcd, kamaji_testenv::pki::CertPair) {
+    let ca = kamaji_testenv::pki::TestCa::new("datastore-ca").unwrap();
+    let serving = ca
         .serving(
             "etcd",
             &["localhost"],
@@ -58,15 +60,22 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
         )
         .unwrap();
     let etcd = kamaji_testenv::Etcd::start_tls(
-        cluster.tools(),
-        &cluster.dir().join("datastore"),
+        tools,
+        dir,
         &serving.cert_pem,
         &serving.key_pem,
-        &datastore_ca.cert_pem(),
+        &ca.cert_pem(),
     )
     .await
     .unwrap();
-    let ca = datastore_ca.pair();
+    (etcd, ca.pair())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_nothing() {
+    let cluster = LocalCluster::builder().capi(false).start().await.unwrap();
+    // A real etcd as the DataStore: the manager claims the tenant's schema there first.
+    let (etcd, ca) = datastore_etcd(cluster.tools(), &cluster.dir().join("datastore")).await;
     let b64 = |s: &str| {
         use base64::Engine as _;
         base64::engine::general_purpose::STANDARD.encode(s)
@@ -195,24 +204,7 @@ async fn a_datastore_session_opened_before_authentication_went_on_still_claims_a
     use kamaji_reconciler::datastore::{self, Resolved, auth};
     let tools = kamaji_testenv::Tools::locate().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let ca = kamaji_testenv::pki::TestCa::new("datastore-ca").unwrap();
-    let serving = ca
-        .serving(
-            "etcd",
-            &["localhost"],
-            &[std::net::IpAddr::from([127, 0, 0, 1])],
-        )
-        .unwrap();
-    let etcd = kamaji_testenv::Etcd::start_tls(
-        &tools,
-        dir.path(),
-        &serving.cert_pem,
-        &serving.key_pem,
-        &ca.cert_pem(),
-    )
-    .await
-    .unwrap();
-    let pair = ca.pair();
+    let (etcd, pair) = datastore_etcd(&tools, dir.path()).await;
     let ds = Resolved {
         name: "default".into(),
         driver: kamaji_api::datastore::Driver::Etcd,

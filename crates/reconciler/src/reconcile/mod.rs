@@ -381,13 +381,49 @@ async fn finish(
             ),
         );
     }
-    let version = report
-        .resource_version
-        .as_ref()
-        .or(kcp.metadata.resource_version.as_ref());
-    write_status(kcp, version, ctx, &prev, &next)
-        .await
-        .map(|()| Written::Done)
+    write_status(
+        kcp,
+        known_version(report.resource_version.as_ref(), kcp),
+        ctx,
+        &prev,
+        &next,
+    )
+    .await
+    .map(|()| Written::Done)
+}
+
+/// The version of the KamajiControlPlane the pass knows: `written`, the one its own last write
+/// to it returned ([`Report::wrote_kcp`]), else the one it read.
+fn known_version<'a>(
+    written: Option<&'a String>,
+    kcp: &'a KamajiControlPlane,
+) -> Option<&'a String> {
+    written.or(kcp.metadata.resource_version.as_ref())
+}
+
+/// Merge-patches the KamajiControlPlane (its `status` subresource when `status`) with
+/// `version` as the precondition `metadata.resourceVersion`: `409 Conflict` once it has been
+/// replaced.
+async fn patch_at_version(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    version: Option<&String>,
+    mut patch: serde_json::Value,
+    status: bool,
+) -> Result<KamajiControlPlane, kube::Error> {
+    if let Some(rv) = version {
+        patch["metadata"]["resourceVersion"] = rv.as_str().into();
+    }
+    let api = Api::<KamajiControlPlane>::namespaced(
+        ctx.client.clone(),
+        &kcp.namespace().unwrap_or_default(),
+    );
+    let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
+    if status {
+        api.patch_status(&kcp.name_any(), &params, &patch).await
+    } else {
+        api.patch(&kcp.name_any(), &params, &patch).await
+    }
 }
 
 /// Merge-patches the KamajiControlPlane the pass reads with `patch` (`what` names it in an
@@ -403,24 +439,15 @@ pub(crate) async fn patch_kcp(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     report: &mut Report,
-    mut patch: serde_json::Value,
+    patch: serde_json::Value,
     what: &str,
 ) -> Result<bool, Error> {
-    if let Some(rv) = report
-        .resource_version
-        .as_ref()
-        .or(kcp.metadata.resource_version.as_ref())
-    {
-        patch["metadata"]["resourceVersion"] = rv.as_str().into();
-    }
-    match Api::<KamajiControlPlane>::namespaced(
-        ctx.client.clone(),
-        &kcp.namespace().unwrap_or_default(),
-    )
-    .patch(
-        &kcp.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(patch),
+    match patch_at_version(
+        kcp,
+        ctx,
+        known_version(report.resource_version.as_ref(), kcp),
+        patch,
+        false,
     )
     .await
     {
@@ -456,21 +483,8 @@ async fn write_status(
     if prev == next {
         return Ok(());
     }
-    let mut patch = serde_json::json!({"status": next});
-    if let Some(rv) = version {
-        patch["metadata"] = serde_json::json!({"resourceVersion": rv});
-    }
-    match Api::<KamajiControlPlane>::namespaced(
-        ctx.client.clone(),
-        &kcp.namespace().unwrap_or_default(),
-    )
-    .patch_status(
-        &kcp.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(patch),
-    )
-    .await
-    {
+    let patch = serde_json::json!({"status": next});
+    match patch_at_version(kcp, ctx, version, patch, true).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => {
