@@ -5,6 +5,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use kamaji_api::DataStore;
+use kamaji_api::cluster::v1beta2::Cluster;
+use kube::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
+
 use kamaji_bootstrap::pki::KeyAlgorithm;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
@@ -39,7 +44,15 @@ pub struct Config {
     pub service_account_overlap: Duration,
     /// The kine image of control planes on PostgreSQL and MySQL DataStores (`--kine-image`).
     pub kine_image: String,
+    /// How many control planes are reconciled at once (`--kamajicontrolplane-concurrency`,
+    /// as Cluster API's `--kubeadmcontrolplane-concurrency`): bounds the memory and API
+    /// load of a manager that starts with, or is handed, many control planes at once.
+    pub concurrency: u16,
 }
+
+/// The default of `--kamajicontrolplane-concurrency` (Cluster API's default for its
+/// `KubeadmControlPlane` controller).
+pub const DEFAULT_CONCURRENCY: u16 = 10;
 
 /// The default of `--kine-image`: kine v0.17.5 under the name its project publishes it.
 pub const DEFAULT_KINE_IMAGE: &str = "docker.io/rancher/kine:v0.17.5";
@@ -56,6 +69,7 @@ impl Default for Config {
             leaf_policy: kamaji_bootstrap::pki::LeafPolicy::default(),
             service_account_overlap: Duration::from_hours(25),
             kine_image: DEFAULT_KINE_IMAGE.into(),
+            concurrency: DEFAULT_CONCURRENCY,
         }
     }
 }
@@ -121,6 +135,14 @@ pub struct Context {
     /// hash of that write: their drift is accepted until the desired object changes, so a
     /// rewrite never turns into a write loop.
     pub settled_drift: Mutex<HashMap<String, String>>,
+    /// Per KamajiControlPlane UID, the `resourceVersion`s this process's own successful writes
+    /// to it replaced, newest last (at most [`SUPERSEDED_KEPT`]): a pass handed one of them by
+    /// the watch cache (its event raced the write's) would compute from an older status and
+    /// its writes would be refused; the replacing version's own event brings the pass.
+    pub superseded: Mutex<HashMap<String, Vec<String>>>,
+    /// Per KamajiControlPlane UID and event reason, the note last published and when: a pass
+    /// repeating it within [`Config::resync`] publishes nothing ([`Context::repeats_event`]).
+    pub published: Mutex<HashMap<(String, String), (String, Instant)>>,
     /// Infrastructure kinds resolved through discovery and their CRDs, by group and kind, with
     /// when they were read; trusted for [`Config::resync`] ([`crate::infrastructure`]).
     pub infrastructure_kinds:
@@ -136,7 +158,15 @@ pub struct Context {
     /// goes on for a DataStore only once each initialized one on it has its etcd user.
     pub control_planes:
         std::sync::OnceLock<kube::runtime::reflector::Store<kamaji_api::KamajiControlPlane>>,
+    /// The watch cache of Clusters (set when the controller starts); [`Context::cluster`].
+    pub clusters: std::sync::OnceLock<Store<Cluster>>,
+    /// The watch cache of DataStores (set when the controller starts); [`Context::datastore`].
+    pub datastores: std::sync::OnceLock<Store<DataStore>>,
 }
+
+/// How many replaced versions [`Context::superseded`] keeps per control plane: the writes of
+/// a few passes, more than a watch event can lag behind.
+pub const SUPERSEDED_KEPT: usize = 8;
 
 impl Context {
     /// Whether the transient setback of `key` (first met now, or earlier) is still within
@@ -169,11 +199,105 @@ impl Context {
             .is_ok_and(|m| m.get(uid).is_some_and(|h| h == hash))
     }
 
+    /// Records that this process's write replaced version `version` of the control plane
+    /// `uid` ([`Context::superseded`]).
+    pub fn supersede(&self, uid: &str, version: &str) {
+        if let Ok(mut m) = self.superseded.lock() {
+            let versions = m.entry(uid.to_owned()).or_default();
+            if versions.len() == SUPERSEDED_KEPT {
+                versions.remove(0);
+            }
+            versions.push(version.to_owned());
+        }
+    }
+
+    /// Whether version `version` of the control plane `uid` is one this process's own write
+    /// replaced ([`Context::superseded`]).
+    #[must_use]
+    pub fn is_superseded(&self, uid: &str, version: &str) -> bool {
+        self.superseded
+            .lock()
+            .is_ok_and(|m| m.get(uid).is_some_and(|v| v.iter().any(|s| s == version)))
+    }
+
+    /// Forgets what was recorded in memory about the control plane `uid` (it is gone).
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut m) = self.bootstrapped.lock() {
+            m.remove(uid);
+        }
+        if let Ok(mut m) = self.superseded.lock() {
+            m.remove(uid);
+        }
+        if let Ok(mut m) = self.published.lock() {
+            m.retain(|(u, _), _| u != uid);
+        }
+    }
+
+    /// Whether an event with `reason` and `note` about the control plane `uid` repeats the one
+    /// this process published last for that reason, within [`Config::resync`]; when it does
+    /// not, it is recorded as published. Every pass of a control plane waiting for something
+    /// reports the same event, and each would be one more write (the recorder patches the
+    /// event's series count); a new note, or the same after a resync period, is published.
+    pub fn repeats_event(&self, uid: &str, reason: &str, note: &str) -> bool {
+        let Ok(mut m) = self.published.lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        let key = (uid.to_owned(), reason.to_owned());
+        if let Some((last, at)) = m.get(&key)
+            && last == note
+            && now.duration_since(*at) < self.config.resync
+        {
+            return true;
+        }
+        m.insert(key, (note.to_owned(), now));
+        false
+    }
+
     /// Accepts drift of the object `uid` from the desired object with `hash`.
     pub fn settle_drift(&self, uid: &str, hash: &str) {
         if let Ok(mut m) = self.settled_drift.lock() {
             m.insert(uid.to_owned(), hash.to_owned());
         }
+    }
+}
+
+impl Context {
+    /// The Cluster `namespace/name`: from the controller's watch cache of Clusters, which the
+    /// watch keeps current (each change wakes the control plane it concerns); read from the API
+    /// server when the cache does not hold it (not filled yet, or no controller runs).
+    ///
+    /// # Errors
+    /// The API server's, when read from it.
+    pub async fn cluster(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Cluster>, kube::Error> {
+        let key = ObjectRef::new(name).within(namespace);
+        if let Some(c) = self.clusters.get().and_then(|s| s.get(&key)) {
+            return Ok(Some(Cluster::clone(&c)));
+        }
+        Api::<Cluster>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+    }
+
+    /// The DataStore `name`, as [`Context::cluster`] reads Clusters.
+    ///
+    /// # Errors
+    /// The API server's, when read from it.
+    pub async fn datastore(&self, name: &str) -> Result<Option<DataStore>, kube::Error> {
+        if let Some(d) = self
+            .datastores
+            .get()
+            .and_then(|s| s.get(&ObjectRef::new(name)))
+        {
+            return Ok(Some(DataStore::clone(&d)));
+        }
+        Api::<DataStore>::all(self.client.clone())
+            .get_opt(name)
+            .await
     }
 }
 
@@ -202,10 +326,58 @@ impl Context {
             metrics: Metrics::default(),
             bootstrapped: Mutex::new(HashMap::new()),
             settled_drift: Mutex::new(HashMap::new()),
+            superseded: Mutex::new(HashMap::new()),
+            published: Mutex::new(HashMap::new()),
             infrastructure_kinds: Mutex::new(HashMap::new()),
             setbacks: Mutex::new(HashMap::new()),
             schema_claims: Mutex::new(std::collections::HashSet::new()),
             control_planes: std::sync::OnceLock::new(),
+            clusters: std::sync::OnceLock::new(),
+            datastores: std::sync::OnceLock::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A context whose client is never used (nothing listens on port 9).
+    fn context() -> Context {
+        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
+        Context::new(Client::try_from(config).expect("client"), Config::default())
+    }
+
+    /// Every pass of a control plane waiting for something reports the same event: it is
+    /// published once per resync period, a new note at once, another control plane's apart.
+    #[tokio::test]
+    async fn an_event_repeated_by_a_later_pass_is_not_published_again() {
+        let ctx = context();
+        assert!(!ctx.repeats_event("a", "WaitingForOwnerCluster", "waiting"));
+        assert!(ctx.repeats_event("a", "WaitingForOwnerCluster", "waiting"));
+        assert!(!ctx.repeats_event("b", "WaitingForOwnerCluster", "waiting"));
+        assert!(!ctx.repeats_event("a", "WaitingForOwnerCluster", "still waiting"));
+        assert!(!ctx.repeats_event("a", "InvalidSpec", "waiting"));
+        ctx.forget("a");
+        assert!(!ctx.repeats_event("a", "InvalidSpec", "waiting"));
+        assert!(ctx.repeats_event("b", "WaitingForOwnerCluster", "waiting"));
+    }
+
+    /// The versions this process's writes replaced are recognised, per control plane, and
+    /// only the last [`SUPERSEDED_KEPT`] are kept.
+    #[tokio::test]
+    async fn versions_replaced_by_own_writes_are_recognised_per_control_plane() {
+        let ctx = context();
+        ctx.supersede("a", "1");
+        assert!(ctx.is_superseded("a", "1"));
+        assert!(!ctx.is_superseded("a", "2"));
+        assert!(!ctx.is_superseded("b", "1"));
+        for v in 2..=SUPERSEDED_KEPT + 1 {
+            ctx.supersede("a", &v.to_string());
+        }
+        assert!(!ctx.is_superseded("a", "1"));
+        assert!(ctx.is_superseded("a", "2"));
+        ctx.forget("a");
+        assert!(!ctx.is_superseded("a", "2"));
     }
 }

@@ -17,9 +17,10 @@ use kamaji_api::cluster::v1beta2;
 use kamaji_api::meta::{CLUSTER_NAME_LABEL, KAMAJI_NAME_LABEL};
 use kamaji_api::{DataStore, KamajiControlPlane};
 use kube::Api;
-use kube::runtime::controller::{Action, Controller};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tracing::{info, warn};
 
 use crate::context::Context;
@@ -108,14 +109,42 @@ pub async fn run(
     let _ = ctx.control_planes.set(store.clone());
     let default_ds = ctx.config.default_datastore.clone();
     let ds_store = store.clone();
+    // Clusters and DataStores are read by every pass: from these watch caches (the watches
+    // that wake their control planes fill them), not from the API server each time.
+    let (clusters, cluster_writer) = reflector::store();
+    let _ = ctx.clusters.set(clusters);
+    let (datastores, datastore_writer) = reflector::store();
+    let _ = ctx.datastores.set(datastores);
     controller
-        .owns(scope.api::<Secret>(&client), secrets_cfg)
-        .owns(scope.api::<Deployment>(&client), owned.clone())
-        .owns(scope.api::<Service>(&client), owned.clone())
-        .owns(scope.api::<Ingress>(&client), owned)
-        .watches(
-            scope.api::<v1beta2::Cluster>(&client),
-            scope.filtered(),
+        // Owned objects only wake their owner: their metadata (owner references) is all the
+        // watch needs, so neither the initial list nor an event carries a Secret's data or a
+        // Deployment's spec into this process.
+        .owns_stream(
+            watcher(scope.api::<PartialObjectMeta<Secret>>(&client), secrets_cfg).touched_objects(),
+        )
+        .owns_stream(
+            watcher(
+                scope.api::<PartialObjectMeta<Deployment>>(&client),
+                owned.clone(),
+            )
+            .touched_objects(),
+        )
+        .owns_stream(
+            watcher(
+                scope.api::<PartialObjectMeta<Service>>(&client),
+                owned.clone(),
+            )
+            .touched_objects(),
+        )
+        .owns_stream(
+            watcher(scope.api::<PartialObjectMeta<Ingress>>(&client), owned).touched_objects(),
+        )
+        .watches_stream(
+            reflector(
+                cluster_writer,
+                watcher(scope.api::<v1beta2::Cluster>(&client), scope.filtered()),
+            )
+            .applied_objects(),
             |cluster: v1beta2::Cluster| {
                 let ns = cluster.metadata.namespace.clone().unwrap_or_default();
                 cluster
@@ -128,9 +157,15 @@ pub async fn run(
                     .map(|r| ObjectRef::new(&r.name).within(&ns))
             },
         )
-        .watches(
-            Api::<DataStore>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_stream(
+            reflector(
+                datastore_writer,
+                watcher(
+                    Api::<DataStore>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+            )
+            .applied_objects(),
             move |ds: DataStore| {
                 users_of(
                     &ds_store,
@@ -139,6 +174,7 @@ pub async fn run(
                 )
             },
         )
+        .with_config(controller::Config::default().concurrency(ctx.config.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(|res| async move {

@@ -62,6 +62,11 @@ struct Args {
     /// `MySQL` `DataStore` (its program at `/bin/kine`).
     #[arg(long, env = "KINE_IMAGE", default_value = kamaji_reconciler::context::DEFAULT_KINE_IMAGE)]
     kine_image: String,
+    /// How many control planes are reconciled at once (at least 1).
+    #[arg(long, env = "KAMAJICONTROLPLANE_CONCURRENCY",
+        default_value_t = kamaji_reconciler::context::DEFAULT_CONCURRENCY,
+        value_parser = clap::value_parser!(u16).range(1..))]
+    kamajicontrolplane_concurrency: u16,
     /// Seconds between drift checks of healthy control planes.
     #[arg(long, env = "RESYNC_SECONDS", default_value_t = 600)]
     resync_seconds: u64,
@@ -160,6 +165,7 @@ async fn main() -> Result<()> {
         key_algorithm,
         management_domain: args.cluster_domain.clone(),
         resync: Duration::from_secs(args.resync_seconds),
+        concurrency: args.kamajicontrolplane_concurrency,
         transient_grace: Duration::from_secs(args.transient_failure_grace_seconds),
         leaf_policy,
         service_account_overlap: Duration::from_secs(args.service_account_key_overlap_seconds),

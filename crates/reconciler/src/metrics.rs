@@ -63,6 +63,9 @@ pub struct Metrics {
     /// Status writes refused because the pass had read a version since replaced
     /// (`kamaji_status_writes_stale_total`).
     pub stale_status_writes: Counter,
+    /// Passes not run because the copy of the KamajiControlPlane they were given is one this
+    /// process's own write had already replaced (`kamaji_reconcile_superseded_total`).
+    pub superseded_passes: Counter,
     tenant_conditions: Mutex<HashMap<String, Vec<(String, String)>>>,
 }
 
@@ -79,6 +82,7 @@ impl Default for Metrics {
         let drift_corrections = Counter::default();
         let setbacks_held = Counter::default();
         let stale_status_writes = Counter::default();
+        let superseded_passes = Counter::default();
         registry.register("reconcile", "Reconcile passes", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -121,6 +125,11 @@ impl Default for Metrics {
             "Status writes refused (409) because the pass had read a version since replaced",
             stale_status_writes.clone(),
         );
+        registry.register(
+            "reconcile_superseded",
+            "Passes not run: the copy they were given is one this process's own write replaced",
+            superseded_passes.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -133,6 +142,7 @@ impl Default for Metrics {
             drift_corrections,
             setbacks_held,
             stale_status_writes,
+            superseded_passes,
             tenant_conditions: Mutex::new(HashMap::new()),
         }
     }

@@ -165,8 +165,13 @@ impl ProcessUsage {
     }
 }
 
+/// Marks a request the API server refused in [`requests_by_verb_and_resource`]'s keys
+/// (`patch kamajicontrolplanes/status refused 409`): a refused write changed nothing, so
+/// [`writes`] leaves it out.
+pub const REFUSED: &str = "refused";
+
 /// Requests counted by verb and resource (`verb resource[/subresource]`), e.g.
-/// `patch kamajicontrolplanes/status`.
+/// `patch kamajicontrolplanes/status`; a refused one with [`REFUSED`] and its code.
 #[must_use]
 pub fn requests_by_verb_and_resource(events: &[AuditEvent]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
@@ -178,7 +183,11 @@ pub fn requests_by_verb_and_resource(events: &[AuditEvent]) -> BTreeMap<String, 
                 _ => o.resource.clone(),
             },
         );
-        *out.entry(format!("{} {resource}", e.verb)).or_insert(0) += 1;
+        let key = match e.code() {
+            Some(code) if e.refused() => format!("{} {resource} {REFUSED} {code}", e.verb),
+            _ => format!("{} {resource}", e.verb),
+        };
+        *out.entry(key).or_insert(0) += 1;
     }
     out
 }
@@ -237,6 +246,9 @@ pub struct Figures {
     /// Its writes meanwhile, one line each with the object and, where the audit policy logs
     /// it, the request body (for diagnosis).
     pub idle_writes: Vec<String>,
+    /// The manager's own log lines on its idle status writes (`writing status`, with the
+    /// fields that changed), for diagnosis.
+    pub idle_status_log: Vec<String>,
     /// From the restart until every tenant had been reconciled again.
     pub reverified: Duration,
     /// The restarted manager's requests until then plus 5 s.
@@ -249,8 +261,8 @@ pub struct Figures {
     pub restart_peak_rss: u64,
 }
 
-/// The write requests of `requests` (keys starting with a write verb), optionally without
-/// the leader-election Leases.
+/// The write requests of `requests` (keys starting with a write verb) the API server did not
+/// refuse, optionally without the leader-election Leases.
 #[must_use]
 pub fn writes(requests: &BTreeMap<String, usize>, leases: bool) -> BTreeMap<String, usize> {
     requests
@@ -260,24 +272,25 @@ pub fn writes(requests: &BTreeMap<String, usize>, leases: bool) -> BTreeMap<Stri
             matches!(
                 verb,
                 "create" | "update" | "patch" | "delete" | "deletecollection"
-            ) && (leases || !k.ends_with(" leases"))
+            ) && !k.contains(REFUSED)
+                && (leases || !k.ends_with(" leases"))
         })
         .map(|(k, v)| (k.clone(), *v))
         .collect()
 }
 
 /// The writes of `events` other than leader-election Leases, one line each: verb, resource,
-/// object and, where the audit policy logs it, the request body (at most 600 characters).
+/// object and, where the audit policy logs it, the request body.
 fn write_lines(events: &[AuditEvent]) -> Vec<String> {
     events
         .iter()
-        .filter(|e| e.is_write())
+        .filter(|e| e.is_write() && !e.refused())
         .filter(|e| e.object_ref.as_ref().is_none_or(|o| o.resource != "leases"))
         .map(|e| {
             let body = e
                 .request_object
                 .as_ref()
-                .map(|b| b.to_string().chars().take(600).collect::<String>())
+                .map(|b| b.to_string())
                 .unwrap_or_default();
             format!("{} {} {body}", e.verb, e.request_u_r_i)
         })
@@ -354,7 +367,7 @@ impl std::fmt::Display for Figures {
             listed(&writes(&self.idle_requests, true)),
             mib(self.idle_peak_rss)
         )?;
-        for w in &self.idle_writes {
+        for w in self.idle_writes.iter().chain(&self.idle_status_log) {
             writeln!(f, "  {w}")?;
         }
         writeln!(
@@ -520,10 +533,28 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     // Idle.
     let idle_before = ProcessUsage::of(pid)?;
     let idle_mark = env.manager_requests()?.len();
+    let idle_log_mark = env.manager_full_log().len();
     tokio::time::sleep(idle).await;
+    let idle_status_log: Vec<String> = env
+        .manager_full_log()
+        .get(idle_log_mark..)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("writing status"))
+        .map(str::to_owned)
+        .collect();
     let idle_after = ProcessUsage::of(pid)?;
     let idle_events = env.manager_requests()?.split_off(idle_mark);
     let idle_requests = requests_by_verb_and_resource(&idle_events);
+    if !writes(&idle_requests, false).is_empty() {
+        // Kept for diagnosis: the environment's folder goes with it.
+        let kept = std::env::temp_dir().join("kamaji-sim-idle-writes-manager.log");
+        std::fs::write(&kept, env.manager_full_log())?;
+        eprintln!(
+            "the idle manager wrote; its log is kept in {}",
+            kept.display()
+        );
+    }
 
     // Restart: SIGKILL, start again, wait until the log shows every tenant reconciled.
     env.kill_manager();
@@ -570,6 +601,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         idle_requests,
         idle_peak_rss: idle_after.peak_rss,
         idle_writes: write_lines(&idle_events),
+        idle_status_log,
         reverified,
         restart_requests,
         restart_writes: write_lines(&restart_events),

@@ -175,22 +175,32 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
             "patch deployments/demo",
             "patch kamajicontrolplanes/demo/status",
         ],
-        // The endpoint write raised the generation: the conditions' observedGeneration follows.
-        vec!["patch kamajicontrolplanes/demo/status"],
-        // Nothing to change: nothing written.
+        // The endpoint write raised the generation, and the status the second pass wrote
+        // already observes it: nothing to change, nothing written.
+        vec![],
         vec![],
     ];
     assert_eq!(passes, expected);
 
-    // A pass that read the object as it was before the first pass (a watch not caught up yet)
-    // computes its status from that empty one; its write, with that version as precondition,
-    // is refused, and the status stays as the passes above wrote it.
+    // A pass handed the object as it was before the first pass (a watch not caught up yet)
+    // would compute its status from that empty one. This process's own write replaced that
+    // version, so the pass does not run at all: nothing is written.
     let before = kcps.get("demo").await.unwrap().status;
-    kamaji_reconciler::reconcile::reconcile(stale, ctx.clone())
+    kamaji_reconciler::reconcile::reconcile(stale.clone(), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(ctx.metrics.superseded_passes.get(), 1);
+    assert_eq!(writes(&cluster, mark).0, Vec::<String>::new());
+    // Another process (a restarted manager) never saw that write: its pass runs, and its
+    // status write, with that version as precondition, is refused; the status stays as the
+    // passes above wrote it.
+    let other = Arc::new(Context::new(ctx.client.clone(), Config::default()));
+    kamaji_reconciler::reconcile::reconcile(stale, other.clone())
         .await
         .unwrap();
     assert_eq!(kcps.get("demo").await.unwrap().status, before);
-    assert_eq!(ctx.metrics.stale_status_writes.get(), 1);
+    assert_eq!(other.metrics.stale_status_writes.get(), 1);
+    assert_eq!(other.metrics.superseded_passes.get(), 0);
 }
 
 /// Many control planes created at once on a fresh etcd DataStore (the simulated scale bench,

@@ -77,6 +77,19 @@ impl AuditEvent {
             "create" | "update" | "patch" | "delete" | "deletecollection"
         )
     }
+
+    /// The HTTP status code of the response, when the event has one.
+    #[must_use]
+    pub fn code(&self) -> Option<u16> {
+        self.response_status.as_ref().map(|s| s.code)
+    }
+
+    /// True for a write the API server refused (a response code of 400 or more: a `409
+    /// Conflict` on a stale `resourceVersion` precondition, say): it changed nothing.
+    #[must_use]
+    pub fn refused(&self) -> bool {
+        self.code().is_some_and(|c| c >= 400)
+    }
 }
 
 /// Parses the JSON-lines audit log, keeping completed requests only.

@@ -182,9 +182,10 @@ async fn content(client: &kube::Client, r: &ContentRef, field: &str) -> Result<S
 ///
 /// # Errors
 /// A [`Problem`] for the `DataStoreReady` condition.
-pub async fn resolve(client: &kube::Client, name: &str) -> Result<Resolved, Problem> {
-    let ds = Api::<DataStore>::all(client.clone())
-        .get_opt(name)
+pub async fn resolve(ctx: &crate::context::Context, name: &str) -> Result<Resolved, Problem> {
+    let client = &ctx.client;
+    let ds = ctx
+        .datastore(name)
         .await
         .map_err(|e| Problem::Invalid(format!("reading DataStore {name}: {e}")))?
         .ok_or_else(|| Problem::NotFound(name.to_owned()))?;

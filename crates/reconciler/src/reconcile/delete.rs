@@ -143,7 +143,7 @@ async fn remove_datastore_prefix(
         .into_iter()
         .enumerate()
     {
-        let ds = match datastore::resolve(&ctx.client, ds_name).await {
+        let ds = match datastore::resolve(ctx, ds_name).await {
             Ok(ds) => ds,
             Err(p) => {
                 warn!(kcp = %object_key(kcp), datastore = ds_name, "datastore prefix not removed: {}", p.message());
@@ -276,9 +276,7 @@ async fn remove_owned(
             .delete(&s.name_any(), &DeleteParams::default())
             .await;
     }
-    if let Ok(mut m) = ctx.bootstrapped.lock() {
-        m.remove(&uid);
-    }
+    ctx.forget(&uid);
     ctx.metrics.set_tenant(&object_key(kcp), None);
     Ok(())
 }

@@ -2,11 +2,10 @@
 //! Cluster, paused, the finalizer, deletion.
 
 use kamaji_api::KamajiControlPlane;
-use kamaji_api::cluster::{ClusterView, v1beta2};
+use kamaji_api::cluster::ClusterView;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::{DELETE_FOR_MOVE_ANNOTATION, FINALIZER, PAUSED_ANNOTATION};
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Action;
 use tracing::info;
 
@@ -112,8 +111,8 @@ async fn owner_cluster(
         return Ok(None);
     };
     let ns = kcp.namespace().unwrap_or_default();
-    let cluster = Api::<v1beta2::Cluster>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(&reference.name)
+    let cluster = ctx
+        .cluster(&ns, &reference.name)
         .await
         .ctx(|| format!("get Cluster {ns}/{}", reference.name))?;
     Ok(cluster.map(|c| ClusterView::from(&c)))

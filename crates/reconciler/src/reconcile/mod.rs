@@ -52,6 +52,10 @@ pub struct Report {
     /// finalizer, the endpoint), when it made any: the status write's precondition
     /// ([`write_status`]).
     resource_version: Option<String>,
+    /// The KamajiControlPlane's `metadata.generation` after the pass's own writes to it: the
+    /// endpoint it writes into the spec raises it, and the status the pass writes describes
+    /// that spec, so its conditions observe that generation (no further pass just to say so).
+    generation: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -104,6 +108,7 @@ impl Report {
     fn wrote_kcp(&mut self, written: &KamajiControlPlane) {
         self.resource_version
             .clone_from(&written.metadata.resource_version);
+        self.generation = written.metadata.generation;
     }
 
     /// Reports a condition; a later report of the same type replaces the earlier one (the
@@ -153,6 +158,15 @@ pub fn owner_reference(kcp: &KamajiControlPlane) -> OwnerReference {
 /// [`Error`] for failures worth a retry with backoff; invalid specs and missing inputs are
 /// reported in status and wait for a change instead.
 pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if let (Some(uid), Some(rv)) = (kcp.metadata.uid.as_deref(), kcp.resource_version())
+        && ctx.is_superseded(uid, &rv)
+    {
+        // The watch cache has not caught up with this process's own write: its event brings
+        // the pass, which computes from the status written instead of the one it replaced.
+        debug!(kcp = %object_key(&kcp), "a version this process replaced: waiting for its successor");
+        ctx.metrics.superseded_passes.inc();
+        return Ok(Action::await_change());
+    }
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let mut report = Report::default();
@@ -320,7 +334,10 @@ async fn finish(
     }
     let prev = kcp.status.clone().unwrap_or_default();
     let now = Time(Timestamp::now());
-    let generation = kcp.metadata.generation.unwrap_or(0);
+    let generation = report
+        .generation
+        .or(kcp.metadata.generation)
+        .unwrap_or(0);
     let next = match &report.facts {
         Some(f) => status::compute(
             &StatusInputs {
@@ -419,11 +436,15 @@ async fn patch_at_version(
         &kcp.namespace().unwrap_or_default(),
     );
     let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
-    if status {
+    let written = if status {
         api.patch_status(&kcp.name_any(), &params, &patch).await
     } else {
         api.patch(&kcp.name_any(), &params, &patch).await
+    }?;
+    if let (Some(uid), Some(rv)) = (kcp.metadata.uid.as_deref(), version) {
+        ctx.supersede(uid, rv);
     }
+    Ok(written)
 }
 
 /// Merge-patches the KamajiControlPlane the pass reads with `patch` (`what` names it in an
@@ -483,6 +504,7 @@ async fn write_status(
     if prev == next {
         return Ok(());
     }
+    debug!(kcp = %object_key(kcp), changed = ?status_changes(prev, next), "writing status");
     let patch = serde_json::json!({"status": next});
     match patch_at_version(kcp, ctx, version, patch, true).await {
         Ok(_) => Ok(()),
@@ -499,6 +521,41 @@ async fn write_status(
     }
 }
 
+/// The names of what differs between two statuses, for the log: top-level fields by name,
+/// conditions by type (`conditions[Available]`).
+fn status_changes(prev: &KamajiControlPlaneStatus, next: &KamajiControlPlaneStatus) -> Vec<String> {
+    let as_map = |s: &KamajiControlPlaneStatus| match serde_json::to_value(s) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    let (a, b) = (as_map(prev), as_map(next));
+    let mut changed = Vec::new();
+    for key in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
+        if a.get(key) == b.get(key) {
+            continue;
+        }
+        if key == "conditions" {
+            let by_type = |m: &serde_json::Map<String, serde_json::Value>| {
+                m.get(key)
+                    .and_then(|c| c.as_array().cloned())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| (c["type"].as_str().unwrap_or_default().to_owned(), c))
+                    .collect::<std::collections::BTreeMap<_, _>>()
+            };
+            let (ca, cb) = (by_type(&a), by_type(&b));
+            for t in ca.keys().chain(cb.keys().filter(|t| !ca.contains_key(*t))) {
+                if ca.get(t) != cb.get(t) {
+                    changed.push(format!("conditions[{t}]"));
+                }
+            }
+        } else {
+            changed.push(key.clone());
+        }
+    }
+    changed
+}
+
 async fn publish(
     ctx: &Context,
     kcp: &KamajiControlPlane,
@@ -506,6 +563,13 @@ async fn publish(
     reason: &str,
     note: &str,
 ) {
+    if ctx.repeats_event(
+        kcp.metadata.uid.as_deref().unwrap_or_default(),
+        reason,
+        note,
+    ) {
+        return;
+    }
     let ev = Event {
         type_,
         reason: reason.into(),

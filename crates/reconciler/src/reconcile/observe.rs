@@ -74,7 +74,7 @@ pub fn is_initialized(kcp: &KamajiControlPlane) -> bool {
 /// override's CA certificate is not the control plane's DataStore's (the message names the
 /// entry).
 pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Cond), Cond> {
-    let mut ds = match datastore::resolve(&ctx.client, &spec.datastore_name).await {
+    let mut ds = match datastore::resolve(ctx, &spec.datastore_name).await {
         Ok(ds) => ds,
         Err(problem) => {
             let mut msg = problem.message();
@@ -104,7 +104,7 @@ pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Con
         let other = if *name == ds.name {
             ds.clone()
         } else {
-            datastore::resolve(&ctx.client, name).await.map_err(|p| {
+            datastore::resolve(ctx, name).await.map_err(|p| {
                 Cond::no(
                     types::DATASTORE_READY,
                     reason(&p),
