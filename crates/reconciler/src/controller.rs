@@ -64,6 +64,11 @@ impl Scope {
     }
 }
 
+/// Drops `metadata.managedFields` from an object before it enters a watch cache.
+fn without_managed_fields<K: kube::Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime's Controller::run expects
 fn error_policy(kcp: Arc<KamajiControlPlane>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics
@@ -104,8 +109,20 @@ pub async fn run(
     let secrets_cfg = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
     // Owned objects and DataStores wake only control planes in the store, so filtering the
     // control planes (and the Clusters that map to them) is the whole split.
-    let controller = Controller::new(kcps, scope.filtered());
-    let store = controller.store();
+    // The watch caches keep what passes read, without `managedFields` (passes merge-patch
+    // the control plane and never read them; with them a cached control plane is about twice
+    // the size).
+    let (store, kcp_writer) = reflector::store();
+    let controller = Controller::for_stream(
+        reflector(
+            kcp_writer,
+            watcher(kcps, scope.filtered())
+                .default_backoff()
+                .modify(without_managed_fields),
+        )
+        .applied_objects(),
+        store.clone(),
+    );
     let _ = ctx.control_planes.set(store.clone());
     let default_ds = ctx.config.default_datastore.clone();
     let ds_store = store.clone();
@@ -142,7 +159,9 @@ pub async fn run(
         .watches_stream(
             reflector(
                 cluster_writer,
-                watcher(scope.api::<v1beta2::Cluster>(&client), scope.filtered()),
+                watcher(scope.api::<v1beta2::Cluster>(&client), scope.filtered())
+                    .default_backoff()
+                    .modify(without_managed_fields),
             )
             .applied_objects(),
             |cluster: v1beta2::Cluster| {

@@ -334,10 +334,7 @@ async fn finish(
     }
     let prev = kcp.status.clone().unwrap_or_default();
     let now = Time(Timestamp::now());
-    let generation = report
-        .generation
-        .or(kcp.metadata.generation)
-        .unwrap_or(0);
+    let generation = report.generation.or(kcp.metadata.generation).unwrap_or(0);
     let next = match &report.facts {
         Some(f) => status::compute(
             &StatusInputs {
