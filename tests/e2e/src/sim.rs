@@ -290,7 +290,7 @@ fn write_lines(events: &[AuditEvent]) -> Vec<String> {
             let body = e
                 .request_object
                 .as_ref()
-                .map(|b| b.to_string())
+                .map(ToString::to_string)
                 .unwrap_or_default();
             format!("{} {} {body}", e.verb, e.request_u_r_i)
         })
