@@ -5,14 +5,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kamaji_api::DataStore;
 use kamaji_api::cluster::v1beta2::Cluster;
-use kube::Api;
-use kube::runtime::reflector::{ObjectRef, Store};
-
+use kamaji_api::{DataStore, KamajiControlPlane};
 use kamaji_bootstrap::pki::KeyAlgorithm;
-use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client};
 
 use crate::metrics::Metrics;
 
@@ -156,8 +154,7 @@ pub struct Context {
     pub schema_claims: Mutex<std::collections::HashSet<(String, String, String)>>,
     /// The control planes the controller watches (set when it starts): etcd authentication
     /// goes on for a DataStore only once each initialized one on it has its etcd user.
-    pub control_planes:
-        std::sync::OnceLock<kube::runtime::reflector::Store<kamaji_api::KamajiControlPlane>>,
+    pub control_planes: std::sync::OnceLock<Store<KamajiControlPlane>>,
     /// The watch cache of Clusters (set when the controller starts); [`Context::cluster`].
     pub clusters: std::sync::OnceLock<Store<Cluster>>,
     /// The watch cache of DataStores (set when the controller starts); [`Context::datastore`].

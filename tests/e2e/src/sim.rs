@@ -535,8 +535,8 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     let idle_mark = env.manager_requests()?.len();
     let idle_log_mark = env.manager_full_log().len();
     tokio::time::sleep(idle).await;
-    let idle_status_log: Vec<String> = env
-        .manager_full_log()
+    let log = env.manager_full_log();
+    let idle_status_log: Vec<String> = log
         .get(idle_log_mark..)
         .unwrap_or_default()
         .lines()
@@ -549,7 +549,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     if !writes(&idle_requests, false).is_empty() {
         // Kept for diagnosis: the environment's folder goes with it.
         let kept = std::env::temp_dir().join("kamaji-sim-idle-writes-manager.log");
-        std::fs::write(&kept, env.manager_full_log())?;
+        std::fs::write(&kept, &log)?;
         eprintln!(
             "the idle manager wrote; its log is kept in {}",
             kept.display()

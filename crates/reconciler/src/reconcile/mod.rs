@@ -521,36 +521,46 @@ async fn write_status(
 /// The names of what differs between two statuses, for the log: top-level fields by name,
 /// conditions by type (`conditions[Available]`).
 fn status_changes(prev: &KamajiControlPlaneStatus, next: &KamajiControlPlaneStatus) -> Vec<String> {
-    let as_map = |s: &KamajiControlPlaneStatus| match serde_json::to_value(s) {
-        Ok(serde_json::Value::Object(m)) => m,
-        _ => serde_json::Map::new(),
+    type Fields = std::collections::BTreeMap<String, serde_json::Value>;
+    let fields = |s: &KamajiControlPlaneStatus| -> Fields {
+        match serde_json::to_value(s) {
+            Ok(serde_json::Value::Object(m)) => m.into_iter().collect(),
+            _ => Fields::new(),
+        }
     };
-    let (a, b) = (as_map(prev), as_map(next));
-    let mut changed = Vec::new();
-    for key in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
-        if a.get(key) == b.get(key) {
-            continue;
-        }
-        if key == "conditions" {
-            let by_type = |m: &serde_json::Map<String, serde_json::Value>| {
-                m.get(key)
-                    .and_then(|c| c.as_array().cloned())
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|c| (c["type"].as_str().unwrap_or_default().to_owned(), c))
-                    .collect::<std::collections::BTreeMap<_, _>>()
-            };
-            let (ca, cb) = (by_type(&a), by_type(&b));
-            for t in ca.keys().chain(cb.keys().filter(|t| !ca.contains_key(*t))) {
-                if ca.get(t) != cb.get(t) {
-                    changed.push(format!("conditions[{t}]"));
-                }
-            }
-        } else {
-            changed.push(key.clone());
-        }
-    }
-    changed
+    let conditions = |f: &Fields| -> Fields {
+        f.get("conditions")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| (c["type"].as_str().unwrap_or_default().to_owned(), c.clone()))
+            .collect()
+    };
+    let (a, b) = (fields(prev), fields(next));
+    differing(&a, &b)
+        .into_iter()
+        .flat_map(|key| match key.as_str() {
+            "conditions" => differing(&conditions(&a), &conditions(&b))
+                .into_iter()
+                .map(|t| format!("conditions[{t}]"))
+                .collect(),
+            _ => vec![key],
+        })
+        .collect()
+}
+
+/// The keys whose values differ between `a` and `b` (present in one only included), in order.
+fn differing(
+    a: &std::collections::BTreeMap<String, serde_json::Value>,
+    b: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> Vec<String> {
+    a.keys()
+        .chain(b.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect()
 }
 
 async fn publish(
