@@ -41,6 +41,25 @@ fn kubectl(cluster: &LocalCluster, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `kubectl explain`, retried while the API server has not yet published the
+/// CRD's OpenAPI v3 document: the CRD is Established before its schema is
+/// aggregated into `/openapi/v3`, and explain then answers "couldn't find
+/// resource" (seen in CI). Any other error, or the same one after 60 s, fails.
+fn kubectl_explain(cluster: &LocalCluster, args: &[&str]) -> Result<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match kubectl(cluster, args) {
+            Err(e)
+                if e.to_string().contains("couldn't find resource")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
 fn kubectl_apply_yaml(cluster: &LocalCluster, namespace: &str, yaml: &str) -> Result<String> {
     let dir = tempfile_dir()?;
     let path = dir.join(format!("manifest-{}.yaml", std::process::id()));
@@ -1018,7 +1037,7 @@ async fn scale_subresource_and_explain() -> Result<()> {
         "scaled to zero"
     );
 
-    let explain = kubectl(&cluster, &["explain", "ktcp.spec.network"])?;
+    let explain = kubectl_explain(&cluster, &["explain", "ktcp.spec.network"])?;
     for text in [
         "How the control plane is exposed",
         "serviceType",
@@ -1030,7 +1049,7 @@ async fn scale_subresource_and_explain() -> Result<()> {
             "kubectl explain ktcp.spec.network lacks {text:?}:\n{explain}"
         );
     }
-    let explain_v1 = kubectl(
+    let explain_v1 = kubectl_explain(
         &cluster,
         &[
             "explain",
