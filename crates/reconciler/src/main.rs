@@ -75,7 +75,6 @@ struct Args {
     /// failure that lasts longer is reported.
     #[arg(long, env = "TRANSIENT_FAILURE_GRACE_SECONDS", default_value_t = 30)]
     transient_failure_grace_seconds: u64,
-    /// Log format: `text` or `json`.
     /// How long new leaf certificates (serving, client, kubeconfigs, the datastore client)
     /// are valid, in seconds; default one year, as kubeadm and Cluster API.
     #[arg(long, env = "LEAF_CERTIFICATE_VALIDITY_SECONDS", default_value_t = 365 * 24 * 3600)]
@@ -90,6 +89,7 @@ struct Args {
     /// token after 80 % of its life or 24 h at the latest.
     #[arg(long, env = "SERVICE_ACCOUNT_KEY_OVERLAP_SECONDS", default_value_t = 25 * 3600)]
     service_account_key_overlap_seconds: u64,
+    /// Log format: `text` or `json`.
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     log_format: String,
 }
@@ -157,9 +157,19 @@ async fn main() -> Result<()> {
         Duration::from_secs(args.certificate_renewal_window_seconds),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let client = Client::try_default()
+    // This replica's name: its leader-election identity and, in its User-Agent, what tells
+    // replicas and shards apart in the management cluster's audit log.
+    let identity =
+        std::env::var("POD_NAME").unwrap_or_else(|_| format!("manager-{}", std::process::id()));
+    let mut kube_config = kube::Config::infer()
         .await
         .context("connect to the management cluster")?;
+    kube_config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_str(&user_agent(&identity, &args.watch_filter))
+            .context("POD_NAME or --watch-filter is not a valid User-Agent")?,
+    ));
+    let client = Client::try_from(kube_config).context("connect to the management cluster")?;
     let config = Config {
         default_datastore: args.default_datastore.clone(),
         key_algorithm,
@@ -191,10 +201,8 @@ async fn main() -> Result<()> {
                     .ok()
             })
             .unwrap_or_else(|| "default".into());
-        let identity =
-            std::env::var("POD_NAME").unwrap_or_else(|_| format!("manager-{}", std::process::id()));
         let lease = leader::lease_name(Some(args.watch_filter.as_str()).filter(|f| !f.is_empty()));
-        Some(leader::acquire(client.clone(), &ns, &lease, identity).await?)
+        Some(leader::acquire(client.clone(), &ns, &lease, identity.clone()).await?)
     } else {
         None
     };
@@ -223,6 +231,18 @@ async fn main() -> Result<()> {
     metrics.abort();
     health.abort();
     Ok(())
+}
+
+/// The manager's `User-Agent`: `kamaji-rs-manager/<version> (<identity>[; watch-filter=<value>])`,
+/// where the identity is `POD_NAME` (else `manager-<pid>`), after the `name/version (comment)`
+/// form of RFC 9110 §10.1.5 that Kubernetes clients use.
+fn user_agent(identity: &str, watch_filter: &str) -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    if watch_filter.is_empty() {
+        format!("kamaji-rs-manager/{version} ({identity})")
+    } else {
+        format!("kamaji-rs-manager/{version} ({identity}; watch-filter={watch_filter})")
+    }
 }
 
 async fn sigterm() {

@@ -5,6 +5,12 @@
 //! Prints the provisioning times, the manager's CPU, requests by verb and resource and peak
 //! RSS, its idle CPU and writes, and what a restart costs ([`kamaji_e2e::sim::Figures`]).
 //!
+//! `SHARDS` (default 1): with 2 or more, the tenants are split by `cluster.x-k8s.io/watch-filter`
+//! label across that many values, each served by two manager replicas with leader election
+//! ([`kamaji_e2e::sim::shard_bench`]): prints each leader's requests and CPU, the tenants
+//! requested by more than one replica (none expected), and what happens when shard 0's leader
+//! is killed (its standby takes over; time, writes). No idle or restart phase in that mode.
+//!
 //! Simulated pods run no process, so no tenant becomes `Available`; `make bench` measures
 //! that with real control planes. Runs in a private network namespace (root), so the
 //! manager's probes of the tenants' endpoints never leave the machine. Ctrl-C or SIGTERM stops
@@ -13,7 +19,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use kamaji_e2e::sim::{BenchOptions, bench};
+use kamaji_e2e::sim::{BenchOptions, ShardOptions, bench, shard_bench};
 
 fn main() -> Result<()> {
     kamaji_machine::run_in_private_network(run)
@@ -33,9 +39,23 @@ async fn run() -> Result<()> {
         nodes: usize::try_from(knob("NODES", 10).max(1))?,
         idle: Duration::from_secs(knob("IDLE_SECONDS", 300)),
     };
+    let shards = usize::try_from(knob("SHARDS", 1))?;
+    let run = async {
+        if shards >= 2 {
+            let sharded = ShardOptions {
+                tenants: options.tenants,
+                replicas: options.replicas,
+                nodes: options.nodes,
+                shards,
+            };
+            Ok::<_, anyhow::Error>(shard_bench(sharded).await?.to_string())
+        } else {
+            Ok(bench(options).await?.to_string())
+        }
+    };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        r = bench(options) => { print!("{}", r?); Ok(()) }
+        r = run => { print!("{}", r?); Ok(()) }
         _ = tokio::signal::ctrl_c() => { println!("interrupted"); Ok(()) }
         _ = term.recv() => { println!("terminated"); Ok(()) }
     }

@@ -8,7 +8,7 @@
 //! `ControlPlaneDeploymentReady`) but never `Available`. No machine, network namespace or root
 //! is needed, so many hundreds of tenants fit on two cores.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,6 +18,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kamaji_api::KamajiControlPlane;
+use kamaji_reconciler::controller::WATCH_FILTER_LABEL;
 use kamaji_testenv::kwok::Kwok;
 use kamaji_testenv::{AuditEvent, Etcd, LocalCluster};
 use kube::Client;
@@ -398,6 +399,161 @@ fn provisioned(k: &KamajiControlPlane) -> bool {
             .all(|t| conds.is_some_and(|c| c.iter().any(|c| c.type_ == *t && c.status == "True")))
 }
 
+/// Creates the namespaces `names`, 16 at a time.
+async fn create_namespaces(cluster: &LocalCluster, names: &[String]) -> Result<()> {
+    futures::stream::iter(names.iter().map(|ns| async move {
+        cluster
+            .apply_value(&serde_json::json!({
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns},
+            }))
+            .await
+    }))
+    .buffer_unordered(16)
+    .try_collect::<Vec<()>>()
+    .await?;
+    Ok(())
+}
+
+/// Creates a tenant `demo` (F0, `serviceType: ClusterIP`, `replicas` pods) in each namespace
+/// of `names`, 16 at a time; `watch_filter(i)` is the `cluster.x-k8s.io/watch-filter` label of
+/// the `i`-th tenant's Cluster and KamajiControlPlane, if any.
+async fn create_tenants(
+    cluster: &LocalCluster,
+    names: &[String],
+    replicas: i32,
+    watch_filter: impl Fn(usize) -> Option<String>,
+) -> Result<()> {
+    futures::stream::iter(names.iter().enumerate().map(|(i, ns)| {
+        let mut f0 = crate::F0::new(ns, "demo")
+            .replicas(replicas)
+            .network("serviceType: ClusterIP");
+        if let Some(value) = watch_filter(i) {
+            f0 = f0.label(WATCH_FILTER_LABEL, &value);
+        }
+        async move { cluster.apply_yaml(&f0.yaml()).await }
+    }))
+    .buffer_unordered(16)
+    .try_collect::<Vec<()>>()
+    .await?;
+    Ok(())
+}
+
+/// When each tenant was first seen provisioned ([`PROVISIONED`], every replica available),
+/// from a watch of every KamajiControlPlane; the watch stops when this is dropped.
+struct Provisioned {
+    seen: Arc<Mutex<HashMap<String, Duration>>>,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+impl Provisioned {
+    /// Starts the watch; times count from `start`.
+    fn watch(client: &Client, start: Instant) -> Self {
+        let seen: Arc<Mutex<HashMap<String, Duration>>> = Arc::default();
+        let api = Api::<KamajiControlPlane>::all(client.clone());
+        let watch = tokio::spawn({
+            let seen = Arc::clone(&seen);
+            async move {
+                let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
+                while let Some(Ok(event)) = events.next().await {
+                    let (watcher::Event::Apply(k) | watcher::Event::InitApply(k)) = event else {
+                        continue;
+                    };
+                    if provisioned(&k) {
+                        let key = format!(
+                            "{}/{}",
+                            k.metadata.namespace.unwrap_or_default(),
+                            k.metadata.name.unwrap_or_default()
+                        );
+                        seen.lock()
+                            .expect("lock")
+                            .entry(key)
+                            .or_insert_with(|| start.elapsed());
+                    }
+                }
+            }
+        });
+        Self { seen, watch }
+    }
+
+    /// Waits until `tenants` tenants were seen provisioned.
+    ///
+    /// # Errors
+    /// After 30 minutes, with `log_tail()` (the managers' last lines) in the message.
+    async fn wait(&self, tenants: usize, log_tail: impl Fn() -> String) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_mins(30);
+        loop {
+            let n = self.seen.lock().expect("lock").len();
+            if n >= tenants {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "only {n} of {tenants} tenants provisioned in 30 min; manager log:\n{}",
+                    log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The times seen, shortest first.
+    fn sorted(&self) -> Vec<Duration> {
+        let mut times: Vec<Duration> = self.seen.lock().expect("lock").values().copied().collect();
+        times.sort();
+        times
+    }
+}
+
+impl Drop for Provisioned {
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
+}
+
+/// What the conditions claim, checked: a Deployment and the `-kubeconfig`, `-ca`, `-sa` and
+/// `-proxy` Secrets of tenant `demo` in each namespace of `names`.
+async fn check_made(client: &Client, names: &[String]) -> Result<()> {
+    let deployments = Api::<Deployment>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await?;
+    let secrets = Api::<Secret>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await?;
+    let key = |m: &kube::core::ObjectMeta| {
+        (
+            m.namespace.clone().unwrap_or_default(),
+            m.name.clone().unwrap_or_default(),
+        )
+    };
+    let secrets: HashSet<_> = secrets.items.iter().map(|s| key(&s.metadata)).collect();
+    let deployed: HashSet<_> = deployments
+        .items
+        .iter()
+        .map(|d| key(&d.metadata).0)
+        .collect();
+    for ns in names {
+        for secret in ["demo-kubeconfig", "demo-ca", "demo-sa", "demo-proxy"] {
+            if !secrets.contains(&(ns.clone(), secret.to_owned())) {
+                bail!("{ns}: Secret {secret} missing although the tenant reads provisioned");
+            }
+        }
+        if !deployed.contains(ns) {
+            bail!("{ns}: no Deployment although the tenant reads provisioned");
+        }
+    }
+    Ok(())
+}
+
+/// The control planes a manager's `log` shows reconciled: every pass ends with
+/// `… reconciled kcp=KamajiControlPlane.<version>.<group>/<name>.<namespace>`, the object
+/// reference last on the line (between colour codes: the last word).
+fn reconciled(log: &str) -> HashSet<&str> {
+    log.lines()
+        .filter(|l| l.contains(" reconciled "))
+        .filter_map(|l| l.split_whitespace().last())
+        .collect()
+}
+
 /// Runs the simulated scale benchmark on a fresh [`SimEnv`]: creates the tenants (a Cluster
 /// and a KamajiControlPlane each, F0 with `serviceType: ClusterIP`, in namespaces `sim-<i>`)
 /// 16 at a time, waits until every one reads provisioned ([`PROVISIONED`], every replica
@@ -421,114 +577,26 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     let mut env = SimEnv::start(nodes).await?;
     let client = env.client();
     let names: Vec<String> = (0..tenants).map(|i| format!("sim-{i}")).collect();
-    futures::stream::iter(names.iter().map(|ns| {
-        let cluster = &env.cluster;
-        async move {
-            cluster
-                .apply_value(&serde_json::json!({
-                    "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns},
-                }))
-                .await
-        }
-    }))
-    .buffer_unordered(16)
-    .try_collect::<Vec<()>>()
-    .await?;
+    create_namespaces(&env.cluster, &names).await?;
     // The manager has started and listed the empty cluster: what follows is the tenants' cost.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pid = env.manager_pid().context("no manager")?;
     let before = ProcessUsage::of(pid)?;
     let mark = env.manager_requests()?.len();
 
-    // The first time each tenant is seen provisioned.
-    let seen: Arc<Mutex<HashMap<String, Duration>>> = Arc::default();
     let start = Instant::now();
-    let watch = {
-        let seen = Arc::clone(&seen);
-        let api = Api::<KamajiControlPlane>::all(client.clone());
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
-            while let Some(Ok(event)) = events.next().await {
-                let (watcher::Event::Apply(k) | watcher::Event::InitApply(k)) = event else {
-                    continue;
-                };
-                if provisioned(&k) {
-                    let key = format!(
-                        "{}/{}",
-                        k.metadata.namespace.unwrap_or_default(),
-                        k.metadata.name.unwrap_or_default()
-                    );
-                    seen.lock()
-                        .expect("lock")
-                        .entry(key)
-                        .or_insert_with(|| start.elapsed());
-                }
-            }
-        })
-    };
-    futures::stream::iter(names.iter().map(|ns| {
-        let f0 = crate::F0::new(ns, "demo")
-            .replicas(replicas)
-            .network("serviceType: ClusterIP");
-        let cluster = &env.cluster;
-        async move { cluster.apply_yaml(&f0.yaml()).await }
-    }))
-    .buffer_unordered(16)
-    .try_collect::<Vec<()>>()
-    .await?;
+    let seen = Provisioned::watch(&client, start);
+    create_tenants(&env.cluster, &names, replicas, |_| None).await?;
     let created = start.elapsed();
-    let deadline = Instant::now() + Duration::from_mins(30);
-    loop {
-        let n = seen.lock().expect("lock").len();
-        if n == tenants {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "only {n} of {tenants} tenants provisioned in 30 min; manager log:\n{}",
-                env.manager.log_tail(40)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    seen.wait(tenants, || env.manager.log_tail(40)).await?;
     let all_provisioned = start.elapsed();
-    watch.abort();
     let after = ProcessUsage::of(pid)?;
     let requests = env.manager_requests()?;
     let provisioning_requests = requests_by_verb_and_resource(&requests[mark..]);
 
-    // What the conditions claim, checked: a Deployment and the four Secrets per tenant.
-    let deployments = Api::<Deployment>::all(client.clone())
-        .list_metadata(&ListParams::default())
-        .await?;
-    let secrets = Api::<Secret>::all(client.clone())
-        .list_metadata(&ListParams::default())
-        .await?;
-    let key = |m: &kube::core::ObjectMeta| {
-        (
-            m.namespace.clone().unwrap_or_default(),
-            m.name.clone().unwrap_or_default(),
-        )
-    };
-    let secrets: std::collections::HashSet<_> =
-        secrets.items.iter().map(|s| key(&s.metadata)).collect();
-    let deployed: std::collections::HashSet<_> = deployments
-        .items
-        .iter()
-        .map(|d| key(&d.metadata).0)
-        .collect();
-    for ns in &names {
-        for secret in ["demo-kubeconfig", "demo-ca", "demo-sa", "demo-proxy"] {
-            if !secrets.contains(&(ns.clone(), secret.to_owned())) {
-                bail!("{ns}: Secret {secret} missing although the tenant reads provisioned");
-            }
-        }
-        if !deployed.contains(ns) {
-            bail!("{ns}: no Deployment although the tenant reads provisioned");
-        }
-    }
-    let mut per_tenant: Vec<Duration> = seen.lock().expect("lock").values().copied().collect();
-    per_tenant.sort();
+    check_made(&client, &names).await?;
+    let per_tenant = seen.sorted();
+    drop(seen);
 
     // Idle.
     let idle_before = ProcessUsage::of(pid)?;
@@ -564,13 +632,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     let deadline = Instant::now() + Duration::from_mins(10);
     let reverified = loop {
         let log = env.manager_full_log();
-        // `… reconciled kcp=KamajiControlPlane.<version>.<group>/<name>.<namespace>`: the
-        // object reference ends the line (between colour codes: the last word).
-        let keys: std::collections::HashSet<&str> = log
-            .lines()
-            .filter(|l| l.contains(" reconciled "))
-            .filter_map(|l| l.split_whitespace().last())
-            .collect();
+        let keys = reconciled(&log);
         if keys.len() >= tenants {
             break restarted.elapsed();
         }
@@ -607,5 +669,317 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         restart_writes: write_lines(&restart_events),
         restart_cpu: restart_usage.cpu,
         restart_peak_rss: restart_usage.peak_rss,
+    })
+}
+
+/// What [`shard_bench`] does: `tenants` tenants of `replicas` pods on `nodes` fake Nodes,
+/// split by `cluster.x-k8s.io/watch-filter` label across `shards` values, each value served by
+/// two manager replicas (`--leader-elect`, one Lease per value).
+#[derive(Debug, Clone, Copy)]
+pub struct ShardOptions {
+    /// Tenants created at once; tenant `i` gets the label `shard-<i mod shards>`.
+    pub tenants: usize,
+    /// `spec.replicas` of each.
+    pub replicas: i32,
+    /// Fake Nodes.
+    pub nodes: usize,
+    /// Label values (at least 2).
+    pub shards: usize,
+}
+
+/// One manager process of [`shard_bench`].
+struct Replica {
+    shard: usize,
+    process: kamaji_testenv::Supervised,
+    /// `manager-<pid>`: its leader-election identity and in its `User-Agent`.
+    identity: String,
+}
+
+/// The figures of one [`shard_bench`] run. Requests are the managers' (one audit user, told
+/// apart by `User-Agent`), from the management API server's audit log.
+#[derive(Debug, Clone)]
+pub struct ShardFigures {
+    /// The options of the run.
+    pub options: ShardOptions,
+    /// From the first creation until every tenant read provisioned.
+    pub all_provisioned: Duration,
+    /// Per shard: the leader's requests until then, and its CPU, as (requests, writes, CPU).
+    pub per_shard: Vec<(usize, usize, Duration)>,
+    /// Requests the standby replicas made meanwhile other than to their Leases.
+    pub standby_requests: usize,
+    /// Tenants (namespaces) whose objects were requested by more than one manager replica,
+    /// or by one not leading their shard: must be empty.
+    pub shared: Vec<String>,
+    /// From SIGKILL of shard 0's leader until its standby led.
+    pub takeover: Duration,
+    /// From SIGKILL of shard 0's leader until its standby had reconciled every shard-0 tenant.
+    pub reverified: Duration,
+    /// Tenants of shard 0 that the new leader reconciled.
+    pub reverified_tenants: usize,
+    /// The new leader's writes other than Leases until then plus 5 s (must be none).
+    pub takeover_writes: Vec<String>,
+    /// Tenants of other shards the new leader requested objects of (must be none).
+    pub takeover_foreign: Vec<String>,
+}
+
+impl std::fmt::Display for ShardFigures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let o = &self.options;
+        writeln!(
+            f,
+            "sharded: {} tenants x {} replicas on {} kwok Nodes, {} watch-filter values x 2 manager replicas (leader election per value)",
+            o.tenants, o.replicas, o.nodes, o.shards
+        )?;
+        writeln!(
+            f,
+            "all provisioned after {:.1} s",
+            self.all_provisioned.as_secs_f64()
+        )?;
+        for (shard, (requests, writes, cpu)) in self.per_shard.iter().enumerate() {
+            writeln!(
+                f,
+                "  shard-{shard} leader: {requests} requests, {writes} writes, CPU {:.2} s",
+                cpu.as_secs_f64()
+            )?;
+        }
+        writeln!(
+            f,
+            "standby replicas' requests other than their Leases: {}",
+            self.standby_requests
+        )?;
+        writeln!(
+            f,
+            "tenants requested by more than one replica or by another shard's: {} {}",
+            self.shared.len(),
+            self.shared.join(" ")
+        )?;
+        writeln!(
+            f,
+            "shard-0 leader killed: standby led after {:.1} s, had reconciled all {} of its tenants after {:.1} s; writes without Leases: {}; other shards' tenants touched: {}",
+            self.takeover.as_secs_f64(),
+            self.reverified_tenants,
+            self.reverified.as_secs_f64(),
+            self.takeover_writes.len(),
+            self.takeover_foreign.len()
+        )?;
+        for w in &self.takeover_writes {
+            writeln!(f, "  {w}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The tenant namespace (`sim-<i>`) a request of `e` is about, if any.
+fn tenant_of(e: &AuditEvent) -> Option<&str> {
+    e.object_ref
+        .as_ref()
+        .and_then(|o| o.namespace.as_deref())
+        .filter(|ns| ns.starts_with("sim-"))
+}
+
+/// Runs the sharded benchmark on a fresh [`SimEnv`]: the environment's own manager is
+/// stopped and `2 × shards` replicas start, two per `--watch-filter=shard-<k>` value with
+/// `--leader-elect`; the tenants (as [`bench`] makes them, labelled `shard-<i mod shards>`)
+/// are created at once and waited for; the audit log must show every tenant's objects
+/// requested by exactly one replica, the leader of its shard; then shard 0's leader is killed
+/// (SIGKILL) and its standby must take over and reconcile every shard-0 tenant, with no write
+/// and without touching another shard's tenants.
+///
+/// # Errors
+/// When the environment does not start, a tenant is not provisioned within 30 minutes, the
+/// audit log has no request of a leader, or the takeover does not complete in 5 minutes.
+#[allow(clippy::too_many_lines)]
+pub async fn shard_bench(options: ShardOptions) -> Result<ShardFigures> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let ShardOptions {
+        tenants,
+        replicas,
+        nodes,
+        shards,
+    } = options;
+    let mut env = SimEnv::start(nodes).await?;
+    env.kill_manager();
+    let client = env.client();
+    let lease_ns = env.manager.identity.namespace.clone();
+    let mut managers = Vec::new();
+    for shard in 0..shards {
+        for _ in 0..2 {
+            let flags = [
+                "--leader-elect".to_owned(),
+                format!("--leader-election-namespace={lease_ns}"),
+                format!("--watch-filter=shard-{shard}"),
+            ];
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let process =
+                env.manager
+                    .spawn(env.cluster.dir(), kamaji_testenv::free_port()?, &flags)?;
+            let identity = format!("manager-{}", process.pid());
+            managers.push(Replica {
+                shard,
+                process,
+                identity,
+            });
+        }
+    }
+    let names: Vec<String> = (0..tenants).map(|i| format!("sim-{i}")).collect();
+    create_namespaces(&env.cluster, &names).await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &lease_ns);
+    let leader_of = async |shard: usize| -> Result<Option<String>> {
+        Ok(leases
+            .get_opt(&kamaji_reconciler::leader::lease_name(Some(&format!(
+                "shard-{shard}"
+            ))))
+            .await?
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity))
+    };
+    // Every shard has its leader before the tenants come.
+    let deadline = Instant::now() + Duration::from_mins(2);
+    for shard in 0..shards {
+        while leader_of(shard).await?.is_none() {
+            if Instant::now() > deadline {
+                bail!("shard-{shard} elected no leader in 2 min");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let mut leaders = Vec::new();
+    for shard in 0..shards {
+        let holder = leader_of(shard).await?.unwrap_or_default();
+        let index = managers
+            .iter()
+            .position(|m| m.identity == holder && m.shard == shard)
+            .with_context(|| format!("shard-{shard}'s Lease is held by {holder}, no replica"))?;
+        leaders.push(index);
+    }
+    let cpu_before: Vec<Duration> = leaders
+        .iter()
+        .map(|&i| ProcessUsage::of(managers[i].process.pid()).map(|u| u.cpu))
+        .collect::<Result<_>>()?;
+    let mark = env.manager_requests()?.len();
+    let start = Instant::now();
+    let seen = Provisioned::watch(&client, start);
+    create_tenants(&env.cluster, &names, replicas, |i| {
+        Some(format!("shard-{}", i % shards))
+    })
+    .await?;
+    let tail = || {
+        managers
+            .iter()
+            .map(|m| m.process.log_tail(10))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    seen.wait(tenants, tail).await?;
+    let all_provisioned = start.elapsed();
+    drop(seen);
+    check_made(&client, &names).await?;
+    let events = env.manager_requests()?.split_off(mark);
+    // Which replica made a request: its identity in the User-Agent.
+    // `(<identity>; watch-filter=shard-<k>)`: the identity whole, `manager-12` is not `manager-123`.
+    let agents: Vec<String> = managers
+        .iter()
+        .map(|m| format!("({};", m.identity))
+        .collect();
+    let replica_of = |e: &AuditEvent| agents.iter().position(|a| e.user_agent.contains(a));
+    let mut per_shard = Vec::new();
+    for (shard, &leader) in leaders.iter().enumerate() {
+        let mine: Vec<&AuditEvent> = events
+            .iter()
+            .filter(|e| replica_of(e) == Some(leader))
+            .collect();
+        let cpu = ProcessUsage::of(managers[leader].process.pid())?.cpu;
+        per_shard.push((
+            mine.len(),
+            mine.iter().filter(|e| e.is_write() && !e.refused()).count(),
+            cpu.saturating_sub(cpu_before[shard]),
+        ));
+    }
+    if per_shard.iter().any(|(requests, _, _)| *requests == 0) {
+        bail!("a leader made no request the audit log names it by (User-Agent)");
+    }
+    let standby_requests = events
+        .iter()
+        .filter(|e| replica_of(e).is_some_and(|r| !leaders.contains(&r)))
+        .filter(|e| e.object_ref.as_ref().is_none_or(|o| o.resource != "leases"))
+        .count();
+    let mut by_tenant: BTreeMap<&str, HashSet<Option<usize>>> = BTreeMap::new();
+    for e in &events {
+        if let Some(ns) = tenant_of(e) {
+            by_tenant.entry(ns).or_default().insert(replica_of(e));
+        }
+    }
+    let shared: Vec<String> = names
+        .iter()
+        .enumerate()
+        .filter(|(i, ns)| {
+            let expected: HashSet<Option<usize>> = [Some(leaders[i % shards])].into();
+            by_tenant.get(ns.as_str()) != Some(&expected)
+        })
+        .map(|(_, ns)| ns.clone())
+        .collect();
+
+    // Failover: shard 0's leader dies; the other replica of shard 0 must take over.
+    let victim = leaders[0];
+    let standby = (0..managers.len())
+        .find(|&i| managers[i].shard == 0 && i != victim)
+        .context("no standby of shard 0")?;
+    let takeover_mark = env.manager_requests()?.len();
+    let killed = Instant::now();
+    managers[victim].process.kill();
+    let deadline = killed + Duration::from_mins(5);
+    let standby_identity = managers[standby].identity.clone();
+    let takeover = loop {
+        if leader_of(0).await?.as_deref() == Some(standby_identity.as_str()) {
+            break killed.elapsed();
+        }
+        if Instant::now() > deadline {
+            bail!("shard-0's standby did not take the Lease in 5 min");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let shard0 = names.iter().step_by(shards).count();
+    let (reverified, reverified_tenants) = loop {
+        let log = std::fs::read_to_string(managers[standby].process.log_path())?;
+        let n = reconciled(&log).len();
+        if n >= shard0 {
+            break (killed.elapsed(), n);
+        }
+        if Instant::now() > deadline {
+            bail!("shard-0's new leader reconciled {n} of its {shard0} tenants in 5 min");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // A write a pass of the takeover makes reaches the audit log within this margin.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after: Vec<AuditEvent> = env
+        .manager_requests()?
+        .split_off(takeover_mark)
+        .into_iter()
+        .filter(|e| replica_of(e) == Some(standby))
+        .collect();
+    let takeover_writes = write_lines(&after);
+    let mut takeover_foreign: Vec<String> = after
+        .iter()
+        .filter_map(tenant_of)
+        .filter(|ns| {
+            ns.strip_prefix("sim-")
+                .and_then(|i| i.parse::<usize>().ok())
+                .is_some_and(|i| i % shards != 0)
+        })
+        .map(str::to_owned)
+        .collect();
+    takeover_foreign.dedup();
+    Ok(ShardFigures {
+        options,
+        all_provisioned,
+        per_shard,
+        standby_requests,
+        shared,
+        takeover,
+        reverified,
+        reverified_tenants,
+        takeover_writes,
+        takeover_foreign,
     })
 }

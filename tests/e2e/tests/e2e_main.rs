@@ -245,3 +245,31 @@ async fn the_simulated_scale_bench_provisions_every_tenant_and_a_resync_writes_n
         "the restarted manager wrote while re-verifying: {restart_writes:?}\n{figures}"
     );
 }
+
+/// Issue 16, Deliver 4, the smoke run of `SHARDS=2 make bench-sim`: two `--watch-filter` values
+/// with two manager replicas each (a Lease per value) split 8 simulated tenants; the audit log
+/// (each replica names itself in its `User-Agent`) shows every tenant's objects requested by
+/// exactly one replica, the leader of its shard, and the standbys requesting nothing but their
+/// Leases; when shard 0's leader is killed, its standby takes the Lease and reconciles every
+/// shard-0 tenant without a write and without touching shard 1's.
+#[kamaji_e2e::test]
+async fn two_sharded_managers_split_the_tenants_and_a_standby_takes_over_a_dead_leaders_shard() {
+    let figures = kamaji_e2e::sim::shard_bench(kamaji_e2e::sim::ShardOptions {
+        tenants: 8,
+        replicas: 1,
+        nodes: 2,
+        shards: 2,
+    })
+    .await
+    .unwrap();
+    println!("{figures}");
+    assert!(
+        figures.shared.is_empty(),
+        "tenants requested by more than one replica or by another shard's: {:?}\n{figures}",
+        figures.shared
+    );
+    assert_eq!(figures.standby_requests, 0, "{figures}");
+    assert_eq!(figures.reverified_tenants, 4, "{figures}");
+    assert!(figures.takeover_writes.is_empty(), "{figures}");
+    assert!(figures.takeover_foreign.is_empty(), "{figures}");
+}

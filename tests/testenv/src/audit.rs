@@ -11,6 +11,10 @@ pub struct AuditEvent {
     pub verb: String,
     /// The authenticated user.
     pub user: AuditUser,
+    /// The client's `User-Agent` header (the kamaji-rs manager's names its replica:
+    /// `kamaji-rs-manager/<version> (<identity>[; watch-filter=<value>])`).
+    #[serde(default)]
+    pub user_agent: String,
     /// Request URI, e.g. `/api/v1/namespaces/default/secrets/x`.
     pub request_u_r_i: String,
     /// The target object, when the request names one.
