@@ -372,6 +372,24 @@ fn service_account_key_pair_round_trips() {
     assert!(!format!("{sa:?}").contains(sa.private_pem()));
 }
 
+/// The key and signature verdicts are remembered per process (issue 16): asked again, and
+/// asked about other inputs right after, each answer is the one computed for those inputs.
+#[test]
+fn remembered_verdicts_answer_for_their_own_inputs() {
+    let f = p256();
+    let admin = &f.pki.leaves.admin;
+    let api = &f.pki.leaves.api_server;
+    let (ca, proxy_ca) = (&f.pki.roots.ca, &f.pki.roots.front_proxy_ca);
+    for _ in 0..2 {
+        assert!(is_signed_by(admin.cert_pem(), ca.cert_pem()).unwrap());
+        assert!(!is_signed_by(admin.cert_pem(), proxy_ca.cert_pem()).unwrap());
+        assert!(key_matches_certificate(admin.cert_pem(), admin.key_pem()).unwrap());
+        assert!(!key_matches_certificate(admin.cert_pem(), api.key_pem()).unwrap());
+        assert!(key_matches_certificate(api.cert_pem(), api.key_pem()).unwrap());
+        assert!(is_signed_by(admin.cert_pem(), "not a certificate").is_err());
+    }
+}
+
 #[test]
 fn decide_leaf_keeps_a_fresh_leaf_and_explains_each_reissue() {
     let f = p256();

@@ -46,7 +46,7 @@ fn kubectl(cluster: &LocalCluster, args: &[&str]) -> Result<String> {
 /// aggregated into `/openapi/v3`, and explain then answers "couldn't find
 /// resource" (seen in CI). Any other error, or the same one after 60 s, fails.
 fn kubectl_explain(cluster: &LocalCluster, args: &[&str]) -> Result<String> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     loop {
         match kubectl(cluster, args) {
             Err(e)

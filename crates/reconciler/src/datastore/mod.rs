@@ -353,6 +353,9 @@ pub struct Session {
     /// The token of `/v3/auth/authenticate`, sent as `Authorization`; `None` while
     /// authentication is disabled.
     pub token: Option<Token>,
+    /// The HTTPS client of the session's requests, made on the first: its connections (one
+    /// TLS handshake with the client certificate) serve every later request of the session.
+    http: std::sync::OnceLock<reqwest::Client>,
 }
 
 /// An etcd authentication token (never shown).
@@ -370,6 +373,7 @@ impl From<Credentials> for Session {
         Self {
             credentials,
             token: None,
+            http: std::sync::OnceLock::new(),
         }
     }
 }
@@ -385,18 +389,24 @@ async fn gateway(
     path: &str,
     body: &serde_json::Value,
 ) -> Result<serde_json::Value, String> {
-    let creds = &session.credentials;
-    let identity = reqwest::Identity::from_pem(format!("{}\n{}", creds.cert, creds.key).as_bytes())
-        .map_err(|e| format!("client identity: {e}"))?;
-    // Every certificate of the DataStore's CA (a bundle while it rotates).
-    let ca = reqwest::Certificate::from_pem_bundle(ds.ca_cert.as_bytes())
-        .map_err(|e| format!("CA: {e}"))?;
-    let http = reqwest::Client::builder()
-        .tls_certs_only(ca)
-        .identity(identity)
-        .timeout(std::time::Duration::from_secs(10))
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))?;
+    let http = if let Some(http) = session.http.get() {
+        http
+    } else {
+        let creds = &session.credentials;
+        let identity =
+            reqwest::Identity::from_pem(format!("{}\n{}", creds.cert, creds.key).as_bytes())
+                .map_err(|e| format!("client identity: {e}"))?;
+        // Every certificate of the DataStore's CA (a bundle while it rotates).
+        let ca = reqwest::Certificate::from_pem_bundle(ds.ca_cert.as_bytes())
+            .map_err(|e| format!("CA: {e}"))?;
+        let http = reqwest::Client::builder()
+            .tls_certs_only(ca)
+            .identity(identity)
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| format!("HTTP client: {e}"))?;
+        session.http.get_or_init(|| http)
+    };
     let mut last = String::from("no endpoint");
     for url in ds.server_urls() {
         let mut request = http.post(format!("{url}{path}")).json(body);
