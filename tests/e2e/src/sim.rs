@@ -959,7 +959,8 @@ pub async fn shard_bench(options: ShardOptions) -> Result<ShardFigures> {
         .filter(|e| replica_of(e) == Some(standby))
         .collect();
     let takeover_writes = write_lines(&after);
-    let mut takeover_foreign: Vec<String> = after
+    // Each foreign tenant once, however many requests touched it.
+    let takeover_foreign: Vec<String> = after
         .iter()
         .filter_map(tenant_of)
         .filter(|ns| {
@@ -967,9 +968,10 @@ pub async fn shard_bench(options: ShardOptions) -> Result<ShardFigures> {
                 .and_then(|i| i.parse::<usize>().ok())
                 .is_some_and(|i| i % shards != 0)
         })
+        .collect::<std::collections::BTreeSet<&str>>()
+        .into_iter()
         .map(str::to_owned)
         .collect();
-    takeover_foreign.dedup();
     Ok(ShardFigures {
         options,
         all_provisioned,
