@@ -244,7 +244,7 @@ pub mod v1beta1 {
 }
 
 /// A reference to an object in the Cluster's namespace, by group, kind and name.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LocalObjectRef {
     /// API group (empty for the core group).
     pub group: String,
@@ -254,8 +254,9 @@ pub struct LocalObjectRef {
     pub name: String,
 }
 
-/// Version-neutral summary of a Cluster with the documented defaults applied (case B23).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Version-neutral summary of a Cluster with the documented defaults applied (case B23): every
+/// field of a Cluster that a pass of its control plane reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ClusterView {
     /// Cluster name.
     pub name: String,

@@ -138,6 +138,11 @@ pub struct Context {
     /// the watch cache (its event raced the write's) would compute from an older status and
     /// its writes would be refused; the replacing version's own event brings the pass.
     pub superseded: Mutex<HashMap<String, Vec<String>>>,
+    /// Per KamajiControlPlane UID, the `resourceVersion` the last pass that ended without error
+    /// left with its own writes to it (its status write, preconditioned on the version the pass
+    /// read or wrote, or its last spec or metadata write): that version's watch event carries
+    /// nothing the pass did not account for, so it wakes no pass ([`Context::is_own_result`]).
+    pub own_results: Mutex<HashMap<String, String>>,
     /// Per KamajiControlPlane UID and event reason, the note last published and when: a pass
     /// repeating it within [`Config::resync`] publishes nothing ([`Context::repeats_event`]).
     pub published: Mutex<HashMap<(String, String), (String, Instant)>>,
@@ -217,12 +222,41 @@ impl Context {
             .is_ok_and(|m| m.get(uid).is_some_and(|v| v.iter().any(|s| s == version)))
     }
 
+    /// Records that a pass of the control plane `uid` ended without error and that its own
+    /// writes left it at version `version` ([`Context::own_results`]).
+    pub fn own_result(&self, uid: &str, version: &str) {
+        if let Ok(mut m) = self.own_results.lock() {
+            m.insert(uid.to_owned(), version.to_owned());
+        }
+    }
+
+    /// Whether version `version` of the control plane `uid` is the one the last pass that
+    /// ended without error left with its own writes ([`Context::own_results`]): its watch
+    /// event needs no pass.
+    #[must_use]
+    pub fn is_own_result(&self, uid: &str, version: &str) -> bool {
+        self.own_results
+            .lock()
+            .is_ok_and(|m| m.get(uid).is_some_and(|v| v == version))
+    }
+
+    /// Forgets the version recorded by [`Context::own_result`] for the control plane `uid`: a
+    /// pass handed a version that write replaced waits for the write's own event.
+    pub fn forget_own_result(&self, uid: &str) {
+        if let Ok(mut m) = self.own_results.lock() {
+            m.remove(uid);
+        }
+    }
+
     /// Forgets what was recorded in memory about the control plane `uid` (it is gone).
     pub fn forget(&self, uid: &str) {
         if let Ok(mut m) = self.bootstrapped.lock() {
             m.remove(uid);
         }
         if let Ok(mut m) = self.superseded.lock() {
+            m.remove(uid);
+        }
+        if let Ok(mut m) = self.own_results.lock() {
             m.remove(uid);
         }
         if let Ok(mut m) = self.published.lock() {
@@ -324,6 +358,7 @@ impl Context {
             bootstrapped: Mutex::new(HashMap::new()),
             settled_drift: Mutex::new(HashMap::new()),
             superseded: Mutex::new(HashMap::new()),
+            own_results: Mutex::new(HashMap::new()),
             published: Mutex::new(HashMap::new()),
             infrastructure_kinds: Mutex::new(HashMap::new()),
             setbacks: Mutex::new(HashMap::new()),
@@ -376,5 +411,25 @@ mod tests {
         assert!(ctx.is_superseded("a", "2"));
         ctx.forget("a");
         assert!(!ctx.is_superseded("a", "2"));
+    }
+
+    /// The version a pass's own writes left is recognised for its control plane only, and
+    /// only the last one; it is forgotten on request (a pass handed an older version waits for
+    /// its event) and with the control plane.
+    #[tokio::test]
+    async fn the_version_a_pass_left_is_recognised_until_forgotten() {
+        let ctx = context();
+        ctx.own_result("a", "5");
+        assert!(ctx.is_own_result("a", "5"));
+        assert!(!ctx.is_own_result("a", "6"));
+        assert!(!ctx.is_own_result("b", "5"));
+        ctx.own_result("a", "7");
+        assert!(!ctx.is_own_result("a", "5"));
+        assert!(ctx.is_own_result("a", "7"));
+        ctx.forget_own_result("a");
+        assert!(!ctx.is_own_result("a", "7"));
+        ctx.own_result("a", "8");
+        ctx.forget("a");
+        assert!(!ctx.is_own_result("a", "8"));
     }
 }

@@ -13,14 +13,14 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
-use kamaji_api::cluster::v1beta2;
+use kamaji_api::cluster::{ClusterView, v1beta2};
 use kamaji_api::meta::{CLUSTER_NAME_LABEL, KAMAJI_NAME_LABEL};
 use kamaji_api::{DataStore, KamajiControlPlane};
 use kube::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt, reflector, watcher};
 use tracing::{info, warn};
 
 use crate::context::Context;
@@ -87,6 +87,33 @@ where
     reflector(writer, watch).applied_objects()
 }
 
+/// Whether `kcp` is at the version the last pass of this process that ended without error
+/// left with its own writes ([`Context::is_own_result`]).
+fn is_own_result(ctx: &Context, kcp: &KamajiControlPlane) -> bool {
+    match (
+        kcp.metadata.uid.as_deref(),
+        kcp.metadata.resource_version.as_deref(),
+    ) {
+        (Some(uid), Some(version)) => ctx.is_own_result(uid, version),
+        _ => false,
+    }
+}
+
+/// A hash of what a pass of the control plane reads of `cluster` ([`ClusterView`], and whether
+/// it is being deleted): the Cluster watch wakes a control plane only when it changes.
+#[allow(clippy::unnecessary_wraps)] // the shape of a kube-runtime predicate
+fn cluster_inputs(cluster: &v1beta2::Cluster) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    ClusterView::from(cluster).hash(&mut hasher);
+    cluster
+        .metadata
+        .deletion_timestamp
+        .is_some()
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime's Controller::run expects
 fn error_policy(kcp: Arc<KamajiControlPlane>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics
@@ -128,8 +155,17 @@ pub async fn run(
     // Owned objects and DataStores wake only control planes in the store, so filtering the
     // control planes (and the Clusters that map to them) is the whole split.
     let (store, kcp_writer) = reflector::store();
-    let controller =
-        Controller::for_stream(cached(kcp_writer, kcps, scope.filtered()), store.clone());
+    // A version a pass of this process left with its own writes, and accounted for, wakes no
+    // pass (the cache still takes it); every other input of that pass has events of its own.
+    let own = Arc::clone(&ctx);
+    let triggers = cached(kcp_writer, kcps, scope.filtered()).filter(move |event| {
+        let skip = matches!(event, Ok(kcp) if is_own_result(&own, kcp));
+        if skip {
+            own.metrics.own_result_events.inc();
+        }
+        futures::future::ready(!skip)
+    });
+    let controller = Controller::for_stream(triggers, store.clone());
     let _ = ctx.control_planes.set(store.clone());
     let default_ds = ctx.config.default_datastore.clone();
     let ds_store = store.clone();
@@ -168,7 +204,10 @@ pub async fn run(
                 cluster_writer,
                 scope.api::<v1beta2::Cluster>(&client),
                 scope.filtered(),
-            ),
+            )
+            // CAPI writes a Cluster many times while it provisions (its status mirrors the
+            // control plane's): only a change of what a pass reads wakes the control plane.
+            .predicate_filter(cluster_inputs, PredicateConfig::default()),
             |cluster: v1beta2::Cluster| {
                 let ns = cluster.metadata.namespace.clone().unwrap_or_default();
                 cluster
@@ -206,4 +245,51 @@ pub async fn run(
         })
         .await;
     info!("controller stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(yaml: &str) -> v1beta2::Cluster {
+        serde_yaml::from_str(yaml).expect("cluster")
+    }
+
+    const CLUSTER: &str = "
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: demo, namespace: a, resourceVersion: '1'}
+spec:
+  controlPlaneRef: {apiGroup: controlplane.cluster.x-k8s.io, kind: KamajiControlPlane, name: demo}
+";
+
+    /// The Cluster watch wakes a control plane when what its pass reads changes (paused, the
+    /// network, the infrastructure provisioned, deletion), not when CAPI only writes its own
+    /// status or metadata.
+    #[test]
+    fn only_a_change_a_pass_reads_of_the_cluster_wakes_the_control_plane() {
+        let base = cluster_inputs(&cluster(CLUSTER));
+        let mirrored = cluster(&format!(
+            "{CLUSTER}status:\n  phase: Provisioning\n  conditions: [{{type: Available, status: 'False', reason: X, lastTransitionTime: '2026-12-06T00:00:00Z'}}]\n"
+        ));
+        let mut relabelled = mirrored.clone();
+        relabelled.metadata.resource_version = Some("2".into());
+        relabelled.metadata.finalizers = Some(vec!["cluster.cluster.x-k8s.io".into()]);
+        assert_eq!(cluster_inputs(&mirrored), base);
+        assert_eq!(cluster_inputs(&relabelled), base);
+        let changed = [
+            format!("{CLUSTER}  paused: true\n"),
+            format!("{CLUSTER}  clusterNetwork: {{apiServerPort: 7443}}\n"),
+            format!("{CLUSTER}status: {{initialization: {{infrastructureProvisioned: true}}}}\n"),
+        ];
+        for yaml in &changed {
+            assert_ne!(cluster_inputs(&cluster(yaml)), base, "{yaml}");
+        }
+        let mut deleting = cluster(CLUSTER);
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        assert_ne!(cluster_inputs(&deleting), base);
+    }
 }

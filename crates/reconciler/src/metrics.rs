@@ -66,6 +66,9 @@ pub struct Metrics {
     /// Passes not run because the copy of the KamajiControlPlane they were given is one this
     /// process's own write had already replaced (`kamaji_reconcile_superseded_total`).
     pub superseded_passes: Counter,
+    /// Watch events of a KamajiControlPlane that woke no pass: the version a pass of this
+    /// process left with its own writes and accounted for (`kamaji_own_write_events_total`).
+    pub own_result_events: Counter,
     tenant_conditions: Mutex<HashMap<String, Vec<(String, String)>>>,
 }
 
@@ -83,6 +86,7 @@ impl Default for Metrics {
         let setbacks_held = Counter::default();
         let stale_status_writes = Counter::default();
         let superseded_passes = Counter::default();
+        let own_result_events = Counter::default();
         registry.register("reconcile", "Reconcile passes", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -130,6 +134,11 @@ impl Default for Metrics {
             "Passes not run: the copy they were given is one this process's own write replaced",
             superseded_passes.clone(),
         );
+        registry.register(
+            "own_write_events",
+            "KamajiControlPlane watch events that woke no pass: the version a pass of this process left with its own writes",
+            own_result_events.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -143,6 +152,7 @@ impl Default for Metrics {
             setbacks_held,
             stale_status_writes,
             superseded_passes,
+            own_result_events,
             tenant_conditions: Mutex::new(HashMap::new()),
         }
     }

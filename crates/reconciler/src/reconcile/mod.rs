@@ -165,6 +165,18 @@ pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Resul
         // the pass, which computes from the status written instead of the one it replaced.
         debug!(kcp = %object_key(&kcp), "a version this process replaced: waiting for its successor");
         ctx.metrics.superseded_passes.inc();
+        // The successor is this process's own write: its event must wake a pass now. The
+        // watch stores a version before its event is filtered, so once forgotten, either the
+        // store already holds the successor (look again at once) or its event will wake one.
+        ctx.forget_own_result(uid);
+        let latest = ctx
+            .control_planes
+            .get()
+            .and_then(|store| store.get(&kube::runtime::reflector::ObjectRef::from_obj(&*kcp)))
+            .and_then(|k| k.resource_version());
+        if latest.is_some_and(|latest| latest != rv && !ctx.is_superseded(uid, &latest)) {
+            return Ok(Action::requeue(std::time::Duration::ZERO));
+        }
         return Ok(Action::await_change());
     }
     let started = Instant::now();
@@ -172,7 +184,7 @@ pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Resul
     let mut report = Report::default();
     let result = Box::pin(steps(&kcp, &ctx, &mut report)).await;
     let write = match &result {
-        Ok(None) => Ok(Written::Done), // finalizer released: the object is going away
+        Ok(None) => Ok(Written::Done(None)), // finalizer released: the object is going away
         Ok(Some(_)) => finish(&kcp, &ctx, report).await,
         Err(e) => {
             // The status shows what this pass found before it failed, and why it failed;
@@ -187,18 +199,25 @@ pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Resul
         .observe(started.elapsed().as_secs_f64());
     let action = result?;
     ctx.errors.reset(&object_key(&kcp));
-    if write? == Written::Held {
+    match write? {
         // A held setback produces no event when it passes or lasts: look again soon.
-        return Ok(Action::requeue(ctx.config.unreachable_requeue));
+        Written::Held => return Ok(Action::requeue(ctx.config.unreachable_requeue)),
+        Written::Done(Some(version)) => {
+            if let Some(uid) = kcp.metadata.uid.as_deref() {
+                ctx.own_result(uid, &version);
+            }
+        }
+        Written::Done(None) => {}
     }
     Ok(action.unwrap_or_else(Action::await_change))
 }
 
 /// What [`finish`] did with the pass's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Written {
-    /// Written, or nothing to write.
-    Done,
+    /// Written, or nothing to write; with the `resourceVersion` the pass's own writes to the
+    /// KamajiControlPlane left, if it made any and none was refused as stale.
+    Done(Option<String>),
     /// Held back: a transient setback within its grace ([`status::transient_setback`]).
     Held,
 }
@@ -335,10 +354,11 @@ async fn finish(
     let prev = kcp.status.clone().unwrap_or_default();
     let now = Time(Timestamp::now());
     let generation = report.generation.or(kcp.metadata.generation).unwrap_or(0);
-    let next = match &report.facts {
+    // The status computed from `previous` and what the pass found.
+    let status_from = |previous: &KamajiControlPlaneStatus| match &report.facts {
         Some(f) => status::compute(
             &StatusInputs {
-                previous: &prev,
+                previous,
                 generation,
                 desired: f.desired,
                 replicas: Replicas::of(f.deployment.as_ref()),
@@ -348,13 +368,17 @@ async fn finish(
                 kubeconfig_exists: f.kubeconfig_exists,
                 template_changed: f.template_changed,
                 retired: f.retired.clone(),
-                conditions: report.conditions,
+                conditions: report.conditions.clone(),
                 data_store: Some(f.data_store.clone()),
             },
             &now,
         ),
-        None => status::conditions_only(&prev, &report.conditions, generation, &now),
+        None => status::conditions_only(previous, &report.conditions, generation, &now),
     };
+    let next = status_from(&prev);
+    // A status that a pass finding the same would change again (one computed from the one
+    // before) is not the pass's last word: the event of its write must wake the next pass.
+    let settled = prev == next || status_from(&next) == next;
     let key = object_key(kcp);
     if report.facts.is_some() && status::transient_setback(&prev, &next) {
         if ctx.hold_setback(&key) {
@@ -395,15 +419,31 @@ async fn finish(
             ),
         );
     }
-    write_status(
+    let written = write_status(
         kcp,
         known_version(report.resource_version.as_ref(), kcp),
         ctx,
         &prev,
         &next,
     )
-    .await
-    .map(|()| Written::Done)
+    .await?;
+    Ok(Written::Done(match written {
+        _ if !settled => None,
+        StatusWrite::Unchanged => report.resource_version,
+        StatusWrite::Written(version) => version,
+        StatusWrite::Refused => None,
+    }))
+}
+
+/// What [`write_status`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StatusWrite {
+    /// The status computed is the status read: nothing written.
+    Unchanged,
+    /// Written; the `resourceVersion` the write returned.
+    Written(Option<String>),
+    /// Not written: the object is gone, or the version the pass knew was replaced.
+    Refused,
 }
 
 /// The version of the KamajiControlPlane the pass knows: `written`, the one its own last write
@@ -497,19 +537,19 @@ async fn write_status(
     ctx: &Context,
     prev: &KamajiControlPlaneStatus,
     next: &KamajiControlPlaneStatus,
-) -> Result<(), Error> {
+) -> Result<StatusWrite, Error> {
     if prev == next {
-        return Ok(());
+        return Ok(StatusWrite::Unchanged);
     }
     debug!(kcp = %object_key(kcp), changed = ?status_changes(prev, next), "writing status");
     let patch = serde_json::json!({"status": next});
     match patch_at_version(kcp, ctx, version, patch, true).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Ok(written) => Ok(StatusWrite::Written(written.metadata.resource_version)),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(StatusWrite::Refused),
         Err(kube::Error::Api(e)) if e.code == 409 => {
             debug!(kcp = %object_key(kcp), "status computed from a replaced version: not written");
             ctx.metrics.stale_status_writes.inc();
-            Ok(())
+            Ok(StatusWrite::Refused)
         }
         Err(source) => Err(Error::Kube {
             action: "write status".into(),
