@@ -133,6 +133,12 @@ pub struct Context {
     /// hash of that write: their drift is accepted until the desired object changes, so a
     /// rewrite never turns into a write loop.
     pub settled_drift: Mutex<HashMap<String, String>>,
+    /// Objects (by UID) found holding the desired object: the `resourceVersion` read and the
+    /// desired hash it was compared with. Both are immutable for that pair, so a pass reading
+    /// the same version for the same desired object skips the comparison (two JSON
+    /// serializations per object per pass; issue 16). At most [`VERIFIED_KEPT`], emptied when
+    /// full.
+    pub verified: Mutex<HashMap<String, (String, String)>>,
     /// Per KamajiControlPlane UID, the `resourceVersion`s this process's own successful writes
     /// to it replaced, newest last (at most [`SUPERSEDED_KEPT`]): a pass handed one of them by
     /// the watch cache (its event raced the write's) would compute from an older status and
@@ -165,6 +171,10 @@ pub struct Context {
     /// The watch cache of DataStores (set when the controller starts); [`Context::datastore`].
     pub datastores: std::sync::OnceLock<Store<DataStore>>,
 }
+
+/// How many objects [`Context::verified`] holds at most (about fifteen per tenant; a full map
+/// is emptied).
+pub const VERIFIED_KEPT: usize = 100_000;
 
 /// How many replaced versions [`Context::superseded`] keeps per control plane: the writes of
 /// a few passes, more than a watch event can lag behind.
@@ -291,6 +301,26 @@ impl Context {
             m.insert(uid.to_owned(), hash.to_owned());
         }
     }
+
+    /// Whether the object `uid` at version `version` was found holding the desired object of
+    /// hash `hash` ([`Context::verified`]).
+    #[must_use]
+    pub fn holds_desired(&self, uid: &str, version: &str, hash: &str) -> bool {
+        self.verified
+            .lock()
+            .is_ok_and(|m| m.get(uid).is_some_and(|(v, h)| v == version && h == hash))
+    }
+
+    /// Records that the object `uid` at version `version` holds the desired object of hash
+    /// `hash` ([`Context::verified`]).
+    pub fn verified_desired(&self, uid: &str, version: &str, hash: &str) {
+        if let Ok(mut m) = self.verified.lock() {
+            if m.len() >= VERIFIED_KEPT {
+                m.clear();
+            }
+            m.insert(uid.to_owned(), (version.to_owned(), hash.to_owned()));
+        }
+    }
 }
 
 impl Context {
@@ -357,6 +387,7 @@ impl Context {
             metrics: Metrics::default(),
             bootstrapped: Mutex::new(HashMap::new()),
             settled_drift: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashMap::new()),
             superseded: Mutex::new(HashMap::new()),
             own_results: Mutex::new(HashMap::new()),
             published: Mutex::new(HashMap::new()),
@@ -411,6 +442,20 @@ mod tests {
         assert!(ctx.is_superseded("a", "2"));
         ctx.forget("a");
         assert!(!ctx.is_superseded("a", "2"));
+    }
+
+    /// An object found holding the desired object is remembered for that version and that
+    /// desired hash only.
+    #[tokio::test]
+    async fn an_object_verified_is_remembered_for_its_version_and_desired_hash_only() {
+        let ctx = context();
+        ctx.verified_desired("u", "3", "h1");
+        assert!(ctx.holds_desired("u", "3", "h1"));
+        assert!(!ctx.holds_desired("u", "4", "h1"));
+        assert!(!ctx.holds_desired("u", "3", "h2"));
+        assert!(!ctx.holds_desired("v", "3", "h1"));
+        ctx.verified_desired("u", "4", "h1");
+        assert!(!ctx.holds_desired("u", "3", "h1"));
     }
 
     /// The version a pass's own writes left is recognised for its control plane only, and

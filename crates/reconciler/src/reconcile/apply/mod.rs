@@ -131,13 +131,20 @@ pub async fn apply(
         reasons::READY,
         format!("Secret {}", spec.names.kubeconfig_secret()),
     ));
-    let deployment =
-        match apply_owned(ctx, ns, cp.deployment, observed.deployment.as_ref(), owner).await? {
-            Outcome::Stored(d) => d,
-            Outcome::Conflict(msg) => {
-                return Ok(Flow::Stop(conflict(report, types::DEPLOYMENT_READY, msg)));
-            }
-        };
+    let deployment = match apply_known(
+        ctx,
+        ns,
+        cp.deployment,
+        Known::Read(observed.deployment.as_ref()),
+        owner,
+    )
+    .await?
+    {
+        Outcome::Stored(d) => d,
+        Outcome::Conflict(msg) => {
+            return Ok(Flow::Stop(conflict(report, types::DEPLOYMENT_READY, msg)));
+        }
+    };
     let template_changed = observed
         .deployment
         .as_ref()
@@ -249,8 +256,14 @@ async fn front(
         return Ok(Some((types::DATASTORE_READY, msg)));
     }
     let service = plan.service.clone();
-    if let Outcome::Conflict(msg) =
-        apply_owned(ctx, ns, service, observed.service.as_ref(), owner).await?
+    if let Outcome::Conflict(msg) = apply_known(
+        ctx,
+        ns,
+        service,
+        Known::Read(observed.service.as_ref()),
+        owner,
+    )
+    .await?
     {
         return Ok(Some((types::ENDPOINT_READY, msg)));
     }
@@ -521,8 +534,38 @@ fn foreign_controller<K: Resource<DynamicType = ()>>(
 async fn apply_owned<K>(
     ctx: &Context,
     ns: &str,
-    mut desired: K,
+    desired: K,
     observed: Option<&K>,
+    owner: &OwnerReference,
+) -> Result<Outcome<K>, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    apply_known(ctx, ns, desired, Known::Listed(observed), owner).await
+}
+
+/// What a pass knows of an object before [`apply_known`] writes it.
+#[derive(Debug, Clone, Copy)]
+enum Known<'a, K> {
+    /// Found in a list by label, or not found there (it may still exist without the label,
+    /// case B01: then it is read by name first).
+    Listed(Option<&'a K>),
+    /// Read by name earlier in the same pass (the observe step's Deployment and Service):
+    /// `None` is absent, and is not read again (an object created in between is caught by the
+    /// apply: [`server_side_apply`] with `was_absent`).
+    Read(Option<&'a K>),
+}
+
+/// [`apply_owned`] with what the pass knows of the object.
+async fn apply_known<K>(
+    ctx: &Context,
+    ns: &str,
+    mut desired: K,
+    known: Known<'_, K>,
     owner: &OwnerReference,
 ) -> Result<Outcome<K>, Error>
 where
@@ -547,7 +590,11 @@ where
     let name = desired.name_any();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
     let kind = K::kind(&());
-    let fetched = if observed.is_none() {
+    let (observed, read) = match known {
+        Known::Listed(o) => (o, false),
+        Known::Read(o) => (o, true),
+    };
+    let fetched = if observed.is_none() && !read {
         api.get_opt(&name)
             .await
             .ctx(|| format!("get {kind} {ns}/{name}"))?
@@ -555,15 +602,24 @@ where
         None
     };
     let current = observed.or(fetched.as_ref());
-    let desired_json = serde_json::to_value(&desired)?;
     if let Some(cur) = current {
         if let Some(msg) = foreign_controller(cur, owner) {
             return Ok(Outcome::Conflict(msg));
         }
         if cur.annotations().get(DESIRED_HASH_ANNOTATION) == Some(&hash) {
             let uid = cur.uid().unwrap_or_default();
+            let version = cur.resource_version().unwrap_or_default();
+            if ctx.holds_desired(&uid, &version, &hash) {
+                return Ok(Outcome::Stored(cur.clone()));
+            }
+            let desired_json = serde_json::to_value(&desired)?;
             match drift::drifted(&desired_json, &serde_json::to_value(cur)?) {
-                None => return Ok(Outcome::Stored(cur.clone())),
+                None => {
+                    if !uid.is_empty() && !version.is_empty() {
+                        ctx.verified_desired(&uid, &version, &hash);
+                    }
+                    return Ok(Outcome::Stored(cur.clone()));
+                }
                 Some(_) if ctx.drift_settled(&uid, &hash) => {
                     return Ok(Outcome::Stored(cur.clone()));
                 }
@@ -578,6 +634,7 @@ where
         Outcome::Stored(s) => s,
         Outcome::Conflict(msg) => return Ok(Outcome::Conflict(msg)),
     };
+    let desired_json = serde_json::to_value(&desired)?;
     if let Some(field) = drift::drifted(&desired_json, &serde_json::to_value(&stored)?) {
         // Something rewrites what kamaji-rs sets as it is stored (a mutating webhook):
         // applying again would only loop. Accept it until the desired object changes.
