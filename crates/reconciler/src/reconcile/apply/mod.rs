@@ -131,15 +131,8 @@ pub async fn apply(
         reasons::READY,
         format!("Secret {}", spec.names.kubeconfig_secret()),
     ));
-    let deployment = match apply_known(
-        ctx,
-        ns,
-        cp.deployment,
-        Known::Read(observed.deployment.as_ref()),
-        owner,
-    )
-    .await?
-    {
+    let read = Known::Read(observed.deployment.as_ref());
+    let deployment = match apply_known(ctx, ns, cp.deployment, read, owner).await? {
         Outcome::Stored(d) => d,
         Outcome::Conflict(msg) => {
             return Ok(Flow::Stop(conflict(report, types::DEPLOYMENT_READY, msg)));
