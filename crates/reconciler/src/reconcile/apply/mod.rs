@@ -520,6 +520,26 @@ fn foreign_controller<K: Resource<DynamicType = ()>>(
     ))
 }
 
+/// A namespaced kind the control plane owns and [`apply_owned`] writes: read, compared as
+/// JSON and server-side applied.
+trait OwnedKind:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + Serialize
+    + DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> OwnedKind for K where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
 /// Server-side applies `desired` (field manager `kamaji-rs`) unless the live object already
 /// carries the same desired hash *and* still holds everything `desired` sets; then nothing is
 /// written. The live object is read first when `observed` is `None`. An object controlled by
@@ -532,11 +552,7 @@ async fn apply_owned<K>(
     owner: &OwnerReference,
 ) -> Result<Outcome<K>, Error>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: OwnedKind,
 {
     apply_known(ctx, ns, desired, Known::Listed(observed), owner).await
 }
@@ -562,11 +578,7 @@ async fn apply_known<K>(
     owner: &OwnerReference,
 ) -> Result<Outcome<K>, Error>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: OwnedKind,
 {
     let hash = {
         let meta = desired.meta_mut();
@@ -648,11 +660,7 @@ async fn server_side_apply<K>(
     owner: &OwnerReference,
 ) -> Result<Outcome<K>, Error>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: OwnedKind,
 {
     let name = desired.name_any();
     let ns = desired.namespace().unwrap_or_default();
