@@ -36,6 +36,7 @@ pub mod probes;
 pub mod sim;
 pub mod sql;
 pub mod standins;
+pub mod tenant_api;
 
 use k8s_openapi::api::core::v1::Secret;
 

@@ -3,10 +3,12 @@
 //! the CAPI core manager), the shared TLS etcd registered as the `default` DataStore, and the
 //! kamaji-rs `manager` under the shipped RBAC as in [`crate::Env`]; but the control-plane pods
 //! land on fake Nodes that [`kwok`](kamaji_testenv::kwok) plays, so they become `Running` and
-//! `Ready` without processes, and nothing answers on a tenant's endpoint. A tenant therefore
-//! gets everything the provider makes (certificates, Secrets, Service, endpoint, Deployment,
-//! `ControlPlaneDeploymentReady`) but never `Available`. No machine, network namespace or root
-//! is needed, so many hundreds of tenants fit on two cores.
+//! `Ready` without processes. What the provider asks of a tenant's own API (`/readyz` through
+//! the endpoint, the kubeadm artifacts it server-side applies) the tenant-API stand-in
+//! [`crate::tenant_api`] answers, on each tenant's `ClusterIP` with the tenant's serving
+//! certificate: simulated tenants become `Available`, and the provider's steady state is the
+//! one of healthy tenants. No machine is needed, so many hundreds of tenants fit on two
+//! cores; the test's private network namespace (root) holds the stand-in's addresses.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -27,6 +29,10 @@ use kube::runtime::watcher;
 
 use crate::datastore::{etcd_datastore, start_datastore};
 use crate::manager::{Identity, Manager};
+use crate::tenant_api::TenantApis;
+
+/// The name of every simulated tenant's Cluster and KamajiControlPlane (one per namespace).
+const TENANT: &str = "demo";
 
 /// The manager's counter of reconcile passes.
 const PASSES: &str = "kamaji_reconcile_total";
@@ -34,9 +40,12 @@ const PASSES: &str = "kamaji_reconcile_total";
 /// The simulated cluster's service network: room for a Service per tenant at 1,000 tenants.
 pub const SIM_SERVICE_CIDR: &str = "10.0.0.0/20";
 
-/// A running simulated environment. Drop order: manager, kwok, datastore, cluster.
+/// A running simulated environment. Drop order: manager, tenant APIs, kwok, datastore,
+/// cluster.
 pub struct SimEnv {
     manager: Manager,
+    /// The tenant-API stand-in.
+    pub tenant_apis: TenantApis,
     /// kwok and its fake Nodes.
     pub kwok: Kwok,
     /// The datastore etcd (loopback only).
@@ -64,8 +73,11 @@ impl SimEnv {
             .apply_value(&etcd_datastore("default", endpoint, &ca, &client))
             .await?;
         let identity = Identity::install(&cluster).await?;
+        let tenant_apis =
+            TenantApis::start(cluster.client(), SIM_SERVICE_CIDR, TENANT, TENANT).await?;
         let mut env = Self {
             manager: Manager::new(identity),
+            tenant_apis,
             kwok,
             datastore,
             cluster,
@@ -251,6 +263,24 @@ pub struct Figures {
     pub provisioning_requests: BTreeMap<String, usize>,
     /// The manager's peak RSS once every tenant read provisioned, bytes.
     pub provisioned_peak_rss: u64,
+    /// From the first creation until every tenant read `Available` (its API, the stand-in,
+    /// answering `/readyz` through the endpoint and the kubeadm artifacts applied).
+    pub all_available: Duration,
+    /// Per tenant, from the first creation until it read `Available`: median and maximum.
+    pub available_median: Duration,
+    /// See [`Figures::available_median`].
+    pub available_max: Duration,
+    /// The manager's CPU from the first creation until every tenant read `Available`.
+    pub available_cpu: Duration,
+    /// The manager's requests to the management cluster until every tenant read `Available`.
+    pub available_requests: BTreeMap<String, usize>,
+    /// The tenant-API stand-in's answers until every tenant read `Available`, as
+    /// [`TenantApiCounts::snapshot`](crate::tenant_api::TenantApiCounts::snapshot).
+    pub tenant_api_until_available: [u64; 5],
+    /// The stand-in's answers over the idle time.
+    pub idle_tenant_api: [u64; 5],
+    /// The stand-in's answers to the restarted manager until it had reconciled every tenant.
+    pub restart_tenant_api: [u64; 5],
     /// The manager's CPU over [`BenchOptions::idle`].
     pub idle_cpu: Duration,
     /// Its passes meanwhile.
@@ -297,6 +327,23 @@ pub fn writes(requests: &BTreeMap<String, usize>, leases: bool) -> BTreeMap<Stri
 
 /// The writes of `events` other than leader-election Leases, one line each: verb, resource,
 /// object and, where the audit policy logs it, the request body.
+/// `now - before`, count by count.
+fn minus(now: [u64; 5], before: [u64; 5]) -> [u64; 5] {
+    let mut out = now;
+    for (o, b) in out.iter_mut().zip(before) {
+        *o = o.saturating_sub(b);
+    }
+    out
+}
+
+/// The stand-in's counts as one line.
+fn tenant_api_line(c: [u64; 5]) -> String {
+    format!(
+        "{} TLS connections, {} GET /readyz, {} applies, {} GETs, {} other",
+        c[0], c[1], c[2], c[3], c[4]
+    )
+}
+
 fn write_lines(events: &[AuditEvent]) -> Vec<String> {
     events
         .iter()
@@ -340,7 +387,7 @@ impl std::fmt::Display for Figures {
         let n = o.tenants as f64;
         writeln!(
             f,
-            "simulated: {} tenants x {} replicas on {} kwok Nodes (no tenant API: none becomes Available)",
+            "simulated: {} tenants x {} replicas on {} kwok Nodes; their APIs are the tenant-API stand-in",
             o.tenants, o.replicas, o.nodes
         )?;
         writeln!(f, "created in {:.1} s", self.created.as_secs_f64())?;
@@ -382,6 +429,24 @@ impl std::fmt::Display for Figures {
             "manager peak RSS: {:.1} MiB",
             mib(self.provisioned_peak_rss)
         )?;
+        let w = total(&writes(&self.available_requests, true));
+        writeln!(
+            f,
+            "all Available after {:.1} s (per tenant: median {:.1} s, max {:.1} s); manager CPU until then {:.2} s ({:.1} ms per tenant); requests {} ({:.1} per tenant), writes {w} ({:.1} per tenant)",
+            self.all_available.as_secs_f64(),
+            self.available_median.as_secs_f64(),
+            self.available_max.as_secs_f64(),
+            self.available_cpu.as_secs_f64(),
+            self.available_cpu.as_secs_f64() * 1000.0 / n,
+            total(&self.available_requests),
+            total(&self.available_requests) as f64 / n,
+            w as f64 / n
+        )?;
+        writeln!(
+            f,
+            "  tenant-API stand-in until then: {}",
+            tenant_api_line(self.tenant_api_until_available)
+        )?;
         writeln!(
             f,
             "idle {} s: manager CPU {:.2} s ({:.2} % of a core), passes {}, requests {}, writes: {}; peak RSS {:.1} MiB",
@@ -392,6 +457,11 @@ impl std::fmt::Display for Figures {
             total(&self.idle_requests),
             listed(&writes(&self.idle_requests, true)),
             mib(self.idle_peak_rss)
+        )?;
+        writeln!(
+            f,
+            "  tenant-API stand-in meanwhile: {}",
+            tenant_api_line(self.idle_tenant_api)
         )?;
         for w in self.idle_writes.iter().chain(&self.idle_status_log) {
             writeln!(f, "  {w}")?;
@@ -407,11 +477,27 @@ impl std::fmt::Display for Figures {
             self.restart_cpu.as_secs_f64(),
             mib(self.restart_peak_rss)
         )?;
+        writeln!(
+            f,
+            "  tenant-API stand-in meanwhile: {}",
+            tenant_api_line(self.restart_tenant_api)
+        )?;
         for w in &self.restart_writes {
             writeln!(f, "  {w}")?;
         }
         Ok(())
     }
+}
+
+/// Condition `Available` is `True`.
+fn is_available(k: &KamajiControlPlane) -> bool {
+    k.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == kamaji_api::conditions::types::AVAILABLE && c.status == "True")
+        })
 }
 
 fn provisioned(k: &KamajiControlPlane) -> bool {
@@ -449,7 +535,7 @@ async fn create_tenants(
     watch_filter: impl Fn(usize) -> Option<String>,
 ) -> Result<()> {
     futures::stream::iter(names.iter().enumerate().map(|(i, ns)| {
-        let mut f0 = crate::F0::new(ns, "demo")
+        let mut f0 = crate::F0::new(ns, TENANT)
             .replicas(replicas)
             .network("serviceType: ClusterIP");
         if let Some(value) = watch_filter(i) {
@@ -470,6 +556,9 @@ struct Provisioned {
     /// When each tenant was first seen with its owner reference from the Cluster (set by the
     /// CAPI core manager; the provider's passes wait for it, as CAPI's contract has it).
     owned: Arc<Mutex<HashMap<String, Duration>>>,
+    /// When each tenant was first seen `Available` (its API answering through the endpoint:
+    /// here the tenant-API stand-in).
+    available: Arc<Mutex<HashMap<String, Duration>>>,
     watch: tokio::task::JoinHandle<()>,
 }
 
@@ -478,9 +567,14 @@ impl Provisioned {
     fn watch(client: &Client, start: Instant) -> Self {
         let seen: Arc<Mutex<HashMap<String, Duration>>> = Arc::default();
         let owned: Arc<Mutex<HashMap<String, Duration>>> = Arc::default();
+        let available: Arc<Mutex<HashMap<String, Duration>>> = Arc::default();
         let api = Api::<KamajiControlPlane>::all(client.clone());
         let watch = tokio::spawn({
-            let (seen, owned) = (Arc::clone(&seen), Arc::clone(&owned));
+            let (seen, owned, available) = (
+                Arc::clone(&seen),
+                Arc::clone(&owned),
+                Arc::clone(&available),
+            );
             async move {
                 let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
                 while let Some(Ok(event)) = events.next().await {
@@ -505,13 +599,25 @@ impl Provisioned {
                             .entry(key.clone())
                             .or_insert(now);
                     }
+                    if is_available(&k) {
+                        available
+                            .lock()
+                            .expect("lock")
+                            .entry(key.clone())
+                            .or_insert(now);
+                    }
                     if provisioned(&k) {
                         seen.lock().expect("lock").entry(key).or_insert(now);
                     }
                 }
             }
         });
-        Self { seen, owned, watch }
+        Self {
+            seen,
+            owned,
+            available,
+            watch,
+        }
     }
 
     /// Per tenant, from its owner reference until it read provisioned (the provider's own
@@ -532,15 +638,32 @@ impl Provisioned {
     /// # Errors
     /// After 30 minutes, with `log_tail()` (the managers' last lines) in the message.
     async fn wait(&self, tenants: usize, log_tail: impl Fn() -> String) -> Result<()> {
+        Self::wait_for(&self.seen, "provisioned", tenants, log_tail).await
+    }
+
+    /// Waits until `tenants` tenants were seen `Available`.
+    ///
+    /// # Errors
+    /// As [`Provisioned::wait`].
+    async fn wait_available(&self, tenants: usize, log_tail: impl Fn() -> String) -> Result<()> {
+        Self::wait_for(&self.available, "Available", tenants, log_tail).await
+    }
+
+    async fn wait_for(
+        seen: &Mutex<HashMap<String, Duration>>,
+        what: &str,
+        tenants: usize,
+        log_tail: impl Fn() -> String,
+    ) -> Result<()> {
         let deadline = Instant::now() + Duration::from_mins(30);
         loop {
-            let n = self.seen.lock().expect("lock").len();
+            let n = seen.lock().expect("lock").len();
             if n >= tenants {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 bail!(
-                    "only {n} of {tenants} tenants provisioned in 30 min; manager log:\n{}",
+                    "only {n} of {tenants} tenants {what} in 30 min; manager log:\n{}",
                     log_tail()
                 );
             }
@@ -548,12 +671,21 @@ impl Provisioned {
         }
     }
 
-    /// The times seen, shortest first.
+    /// The times seen provisioned, shortest first.
     fn sorted(&self) -> Vec<Duration> {
-        let mut times: Vec<Duration> = self.seen.lock().expect("lock").values().copied().collect();
-        times.sort();
-        times
+        sorted(&self.seen)
     }
+
+    /// The times seen `Available`, shortest first.
+    fn sorted_available(&self) -> Vec<Duration> {
+        sorted(&self.available)
+    }
+}
+
+fn sorted(times: &Mutex<HashMap<String, Duration>>) -> Vec<Duration> {
+    let mut times: Vec<Duration> = times.lock().expect("lock").values().copied().collect();
+    times.sort();
+    times
 }
 
 impl Drop for Provisioned {
@@ -649,11 +781,19 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     let provisioning_requests = requests_by_verb_and_resource(&requests[mark..]);
 
     check_made(&client, &names).await?;
+    seen.wait_available(tenants, || env.manager.log_tail(40))
+        .await?;
+    let all_available = start.elapsed();
+    let available_usage = ProcessUsage::of(pid)?;
+    let available_requests = requests_by_verb_and_resource(&env.manager_requests()?[mark..]);
+    let tenant_api_until_available = env.tenant_apis.counts.snapshot();
     let per_tenant = seen.sorted();
+    let available = seen.sorted_available();
     let (after_owner, last_owner_reference) = seen.after_owner();
     drop(seen);
 
     // Idle.
+    let idle_tenant_api_before = env.tenant_apis.counts.snapshot();
     let idle_before = ProcessUsage::of(pid)?;
     let idle_passes_before = env.manager_metric(PASSES).await;
     let idle_mark = env.manager_requests()?.len();
@@ -668,6 +808,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         .map(str::to_owned)
         .collect();
     let idle_after = ProcessUsage::of(pid)?;
+    let idle_tenant_api = minus(env.tenant_apis.counts.snapshot(), idle_tenant_api_before);
     let idle_passes = env.manager_metric(PASSES).await - idle_passes_before;
     let idle_events = env.manager_requests()?.split_off(idle_mark);
     let idle_requests = requests_by_verb_and_resource(&idle_events);
@@ -684,6 +825,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     // Restart: SIGKILL, start again, wait until the log shows every tenant reconciled.
     env.kill_manager();
     let restart_mark = env.manager_requests()?.len();
+    let restart_tenant_api_before = env.tenant_apis.counts.snapshot();
     let restarted = Instant::now();
     env.start_manager()?;
     let deadline = Instant::now() + Duration::from_mins(10);
@@ -705,6 +847,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     let restart_usage = ProcessUsage::of(pid)?;
     // A write a pass of the restart makes reaches the audit log within this margin.
     tokio::time::sleep(Duration::from_secs(5)).await;
+    let restart_tenant_api = minus(env.tenant_apis.counts.snapshot(), restart_tenant_api_before);
     let restart_events = env.manager_requests()?.split_off(restart_mark);
     let restart_requests = requests_by_verb_and_resource(&restart_events);
     Ok(Figures {
@@ -720,6 +863,14 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         provisioning_cpu: after.cpu.saturating_sub(before.cpu),
         provisioning_requests,
         provisioned_peak_rss: after.peak_rss,
+        all_available,
+        available_median: available[tenants / 2],
+        available_max: available[tenants - 1],
+        available_cpu: available_usage.cpu.saturating_sub(before.cpu),
+        available_requests,
+        tenant_api_until_available,
+        idle_tenant_api,
+        restart_tenant_api,
         idle_cpu: idle_after.cpu.saturating_sub(idle_before.cpu),
         idle_passes,
         idle_requests,
