@@ -27,6 +27,13 @@ pub const FIELD_MANAGER: &str = "kamaji-rs";
 /// kube-proxy whatever `spec.addons` said, are left in place (no longer updated) rather than
 /// deleted by a manager upgrade.
 pub const TENANT_INSTALLED_ANNOTATION: &str = "controlplane.cluster.x-k8s.io/kamaji-rs-installed";
+/// Annotation kamaji-rs sets on the tenant's `kube-public/cluster-info` ConfigMap: the hash of
+/// the whole set of tenant objects it applied (hex SHA-256). cluster-info is applied last, after
+/// every other object of the set and after the objects of removed addons were deleted, so the
+/// value says the set was applied completely; a manager that finds it equal to the set it would
+/// apply (after a restart, say) writes nothing to the tenant.
+pub const TENANT_ARTIFACTS_HASH_ANNOTATION: &str =
+    "controlplane.cluster.x-k8s.io/kamaji-rs-artifacts-hash";
 /// Requests a rotation of the service-account signing key (`<cluster>-sa`) when set on a
 /// `KamajiControlPlane` to a value no rotation has used yet (any string, e.g. a date): the new
 /// key is first trusted by every API server, then signs, and the old public key keeps

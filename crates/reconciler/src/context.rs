@@ -125,9 +125,6 @@ pub struct Context {
     pub waiting: Backoff,
     /// Event recorder (`reportingController: kamaji-rs`).
     pub recorder: Recorder,
-    /// Hash of the tenant artifacts last applied per KamajiControlPlane UID, so an unchanged
-    /// set is not written again.
-    pub bootstrapped: Mutex<HashMap<String, String>>,
     /// Objects (by UID) whose stored form still differed from the desired object right after
     /// kamaji-rs applied it (a mutating admission webhook rewrote a field), with the desired
     /// hash of that write: their drift is accepted until the desired object changes, so a
@@ -260,9 +257,6 @@ impl Context {
 
     /// Forgets what was recorded in memory about the control plane `uid` (it is gone).
     pub fn forget(&self, uid: &str) {
-        if let Ok(mut m) = self.bootstrapped.lock() {
-            m.remove(uid);
-        }
         if let Ok(mut m) = self.superseded.lock() {
             m.remove(uid);
         }
@@ -385,7 +379,6 @@ impl Context {
             waiting: Backoff::new(config.unreachable_requeue, Duration::from_mins(1)),
             config,
             metrics: Metrics::default(),
-            bootstrapped: Mutex::new(HashMap::new()),
             settled_drift: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
             superseded: Mutex::new(HashMap::new()),

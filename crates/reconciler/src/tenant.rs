@@ -14,7 +14,10 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::error::Error;
-use kamaji_api::meta::{FIELD_MANAGER, KUBECONFIG_SECRET_KEY, TENANT_INSTALLED_ANNOTATION};
+use kamaji_api::meta::{
+    FIELD_MANAGER, KUBECONFIG_SECRET_KEY, TENANT_ARTIFACTS_HASH_ANNOTATION,
+    TENANT_INSTALLED_ANNOTATION,
+};
 
 /// A client for the kubeconfig stored under key `value` of `secret`, with short timeouts.
 ///
@@ -288,18 +291,35 @@ pub async fn rewrite(client: &Client, resources: &[String]) -> Result<usize, Err
     Ok(rewritten)
 }
 
-/// The tenant's `kube-public/cluster-info` `kubeconfig` value, if the ConfigMap exists.
+/// What a pass reads of the tenant's `kube-public/cluster-info` ConfigMap.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterInfo {
+    /// Its `kubeconfig` value (`None` when the ConfigMap or the key is missing).
+    pub kubeconfig: Option<String>,
+    /// Its [`TENANT_ARTIFACTS_HASH_ANNOTATION`]: the set of tenant objects last applied
+    /// completely.
+    pub artifacts_hash: Option<String>,
+}
+
+/// The tenant's `kube-public/cluster-info` ([`ClusterInfo`]; all `None` if it does not exist).
 ///
 /// # Errors
 /// [`Error::Tenant`] when the tenant does not answer.
-pub async fn cluster_info_kubeconfig(client: &Client) -> Result<Option<String>, Error> {
+pub async fn cluster_info(client: &Client) -> Result<ClusterInfo, Error> {
     let cm = Api::<ConfigMap>::namespaced(client.clone(), "kube-public")
         .get_opt("cluster-info")
         .await
         .map_err(|e| Error::Tenant(format!("read cluster-info: {e}")))?;
-    Ok(cm
-        .and_then(|c| c.data)
-        .and_then(|d| d.get("kubeconfig").cloned()))
+    let Some(cm) = cm else {
+        return Ok(ClusterInfo::default());
+    };
+    Ok(ClusterInfo {
+        artifacts_hash: cm
+            .metadata
+            .annotations
+            .and_then(|mut a| a.remove(TENANT_ARTIFACTS_HASH_ANNOTATION)),
+        kubeconfig: cm.data.and_then(|mut d| d.remove("kubeconfig")),
+    })
 }
 
 /// The konnectivity agents' workload in the tenant (`kube-system/konnectivity-agent`, of

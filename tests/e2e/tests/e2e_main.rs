@@ -220,9 +220,12 @@ fn config_default_renders_the_objects_make_release_ships() {
 
 /// The smoke run of the simulated scale benchmark (`make bench-sim`, issue 16), so it cannot
 /// rot: 10 tenants whose pods kwok plays are all provisioned (conditions, Deployment and the
-/// four Secrets, checked by the bench itself); the manager, idle for 20 s with every tenant
-/// waiting for an API that never answers, writes nothing; and after a SIGKILL and a restart
-/// it reconciles every tenant again without a single write (leader-election Leases aside).
+/// four Secrets, checked by the bench itself) and become `Available` through the tenant-API
+/// stand-in (`/readyz` on each endpoint, with each tenant's serving certificate, and the
+/// kubeadm artifacts applied); the manager, idle for 20 s, writes nothing; and after a SIGKILL
+/// and a restart it reconciles every tenant again without a single write (leader-election
+/// Leases aside), neither to the management cluster nor to a tenant (each tenant's cluster-info
+/// names the artifact set it holds).
 #[kamaji_e2e::test]
 async fn the_simulated_scale_bench_provisions_every_tenant_and_a_resync_writes_nothing() {
     let figures = kamaji_e2e::sim::bench(kamaji_e2e::sim::BenchOptions {
@@ -243,6 +246,15 @@ async fn the_simulated_scale_bench_provisions_every_tenant_and_a_resync_writes_n
     assert!(
         restart_writes.is_empty(),
         "the restarted manager wrote while re-verifying: {restart_writes:?}\n{figures}"
+    );
+    let [connections, readyz, applies, ..] = figures.tenant_api_until_available;
+    assert!(
+        connections >= 10 && readyz >= 10 && applies >= 10,
+        "the tenants' APIs were not used: {figures}"
+    );
+    assert_eq!(
+        figures.restart_tenant_api[2], 0,
+        "the restarted manager applied tenant artifacts again: {figures}"
     );
 }
 

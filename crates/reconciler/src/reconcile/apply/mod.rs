@@ -440,7 +440,7 @@ async fn tenant(
     };
     ctx.waiting.reset(&key);
     set_cluster_endpoint(ctx, spec, endpoint).await?;
-    match bootstrap_tenant(kcp, ctx, objects, super_admin).await {
+    match bootstrap_tenant(kcp, objects, super_admin).await {
         Ok(client) => {
             report.push(Cond::yes(
                 types::TENANT_BOOTSTRAPPED,
@@ -835,39 +835,38 @@ async fn konnectivity_agents(
     connected
 }
 
-/// Applies the kubeadm join artifacts to the tenant when they changed (or cluster-info is
-/// missing or stale there), with the provider's super-admin identity; returns that client for
-/// the pass's other reads of the tenant.
+/// Applies the kubeadm join artifacts to the tenant unless its cluster-info already holds the
+/// kubeconfig and the artifacts hash of this set ([`TenantObjects::objects`] ends with
+/// cluster-info, which carries that hash: it is applied after every other object and after the
+/// objects of removed addons are deleted, so the hash is there only once the set was applied
+/// completely), with the provider's super-admin identity; returns that client for the pass's
+/// other reads of the tenant.
 async fn bootstrap_tenant(
     kcp: &KamajiControlPlane,
-    ctx: &Context,
     tenant: &TenantObjects,
     super_admin: Option<&Secret>,
 ) -> Result<kube::Client, Error> {
     let super_admin =
         super_admin.ok_or_else(|| Error::Tenant("super-admin kubeconfig missing".into()))?;
-    let uid = kcp.uid().unwrap_or_default();
     let client = tenant::client_from_secret(super_admin).await?;
-    let cached = ctx
-        .bootstrapped
-        .lock()
-        .ok()
-        .and_then(|m| m.get(&uid).cloned());
-    if cached.as_deref() == Some(tenant.hash.as_str())
-        && tenant::cluster_info_kubeconfig(&client).await? == tenant.cluster_info
+    let found = tenant::cluster_info(&client).await?;
+    if found.kubeconfig == tenant.cluster_info
+        && found.artifacts_hash.as_deref() == Some(tenant.hash.as_str())
     {
         return Ok(client);
     }
-    tenant::apply(&client, &tenant.objects).await?;
+    let (cluster_info, rest) = tenant
+        .objects
+        .split_last()
+        .ok_or_else(|| Error::Tenant("no tenant objects".into()))?;
+    tenant::apply(&client, rest).await?;
     let removed = tenant::remove_applied(&client, &tenant.removed).await?;
+    tenant::apply(&client, std::slice::from_ref(cluster_info)).await?;
     info!(
         kcp = %object_key(kcp),
         objects = tenant.objects.len(),
         removed,
         "applied tenant artifacts"
     );
-    if let Ok(mut m) = ctx.bootstrapped.lock() {
-        m.insert(uid, tenant.hash.clone());
-    }
     Ok(client)
 }

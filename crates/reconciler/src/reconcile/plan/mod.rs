@@ -153,9 +153,13 @@ pub struct ControlPlane {
 /// The kubeadm artifacts to apply in the tenant.
 #[derive(Debug, Clone)]
 pub struct TenantObjects {
-    /// The objects, in apply order.
+    /// The objects, in apply order; the last is `kube-public/cluster-info`, annotated with
+    /// [`TenantObjects::hash`] ([`kamaji_api::meta::TENANT_ARTIFACTS_HASH_ANNOTATION`]): it is
+    /// applied after every other object and after the objects of removed addons are deleted,
+    /// so a tenant whose cluster-info carries the hash holds the whole set.
     pub objects: Vec<DynamicObject>,
-    /// Their hash (unchanged objects are not applied again).
+    /// The hash of the set (objects without that annotation, and the removed identities):
+    /// a tenant whose cluster-info carries it is not written again.
     pub hash: String,
     /// The `cluster-info` kubeconfig the tenant must hold.
     pub cluster_info: Option<String>,
@@ -740,8 +744,10 @@ fn tenant_objects(
     if spec.konnectivity.is_some() {
         summary.push("konnectivity agents");
     }
+    let hash = desired_hash(&(&objects, &removed));
+    cluster_info_last(&mut objects, &hash)?;
     Ok(TenantObjects {
-        hash: desired_hash(&(&objects, &removed)),
+        hash,
         removed,
         summary: summary.join(", "),
         cluster_info: artifacts
@@ -754,6 +760,30 @@ fn tenant_objects(
             .cloned(),
         objects,
     })
+}
+
+/// Moves `kube-public/cluster-info` to the end of `objects` and annotates it with `hash`
+/// ([`TenantObjects::objects`]).
+fn cluster_info_last(objects: &mut Vec<DynamicObject>, hash: &str) -> Result<(), Error> {
+    let at = objects
+        .iter()
+        .position(|o| {
+            o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap")
+                && o.metadata.namespace.as_deref() == Some("kube-public")
+                && o.metadata.name.as_deref() == Some("cluster-info")
+        })
+        .ok_or_else(|| Error::Tenant("the tenant objects lack cluster-info".into()))?;
+    let mut cluster_info = objects.remove(at);
+    cluster_info
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(
+            kamaji_api::meta::TENANT_ARTIFACTS_HASH_ANNOTATION.to_owned(),
+            hash.to_owned(),
+        );
+    objects.push(cluster_info);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1120,6 +1150,36 @@ pub(crate) mod tests {
         ] {
             assert!(removed(&off).contains(&o.to_owned()), "{o}");
         }
+    }
+
+    /// cluster-info comes last and carries the set's hash, which changes with any object of
+    /// the set (here an addon added) but not with the annotation itself: a tenant whose
+    /// cluster-info carries it was applied the whole set, so a restarted manager writes nothing.
+    #[test]
+    fn cluster_info_is_applied_last_and_names_the_set_applied() {
+        let hash_of = |o: &DynamicObject| {
+            o.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(kamaji_api::meta::TENANT_ARTIFACTS_HASH_ANNOTATION))
+                .cloned()
+        };
+        let all = tenant_of(serde_json::json!({}));
+        let last = all.objects.last().unwrap();
+        assert_eq!(last.types.as_ref().unwrap().kind, "ConfigMap");
+        assert_eq!(last.name_any(), "cluster-info");
+        assert_eq!(hash_of(last).as_deref(), Some(all.hash.as_str()));
+        assert!(
+            all.objects[..all.objects.len() - 1]
+                .iter()
+                .all(|o| hash_of(o).is_none())
+        );
+        let with_proxy = tenant_of(serde_json::json!({"addons": {"kubeProxy": {}}}));
+        assert_ne!(with_proxy.hash, all.hash);
+        assert_eq!(
+            hash_of(with_proxy.objects.last().unwrap()).as_deref(),
+            Some(with_proxy.hash.as_str())
+        );
     }
 
     /// `addons.kubeProxy.mode` is the published configuration's `mode`, and a patch of
