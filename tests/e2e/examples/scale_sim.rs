@@ -11,9 +11,11 @@
 //! requested by more than one replica (none expected), and what happens when shard 0's leader
 //! is killed (its standby takes over; time, writes). No idle or restart phase in that mode.
 //!
-//! Simulated pods run no process, so no tenant becomes `Available`; `make bench` measures
-//! that with real control planes. Runs in a private network namespace (root), so the
-//! manager's probes of the tenants' endpoints never leave the machine. Ctrl-C or SIGTERM stops
+//! Simulated pods run no process: the tenants' APIs are the tenant-API stand-in
+//! ([`kamaji_e2e::tenant_api`]), so tenants become `Available` but nothing of a real tenant
+//! API server is measured; `make bench` measures that with real control planes. Runs in a
+//! private network namespace (root), which holds the stand-in's addresses, so the manager's
+//! requests to the tenants' endpoints never leave the machine. Ctrl-C or SIGTERM stops
 //! it and everything it started.
 
 use std::time::Duration;

@@ -742,14 +742,14 @@ fn reconciled(log: &str) -> HashSet<&str> {
 /// and a KamajiControlPlane each, F0 with `serviceType: ClusterIP`, in namespaces `sim-<i>`)
 /// 16 at a time, waits until every one reads provisioned ([`PROVISIONED`], every replica
 /// available) and checks that
-/// its Deployment and its `-kubeconfig`, `-ca`, `-sa` and `-proxy` Secrets exist, watches the
-/// manager idle, then kills it, starts it again and waits until its log shows every tenant
-/// reconciled.
+/// its Deployment and its `-kubeconfig`, `-ca`, `-sa` and `-proxy` Secrets exist, waits until
+/// every one reads `Available` (through the tenant-API stand-in), watches the manager idle,
+/// then kills it, starts it again and waits until its log shows every tenant reconciled.
 ///
 /// # Errors
-/// When the environment does not start, a tenant is not provisioned within 30 minutes (or
-/// lacks an object it reads as made), or the restarted manager does not reconcile every
-/// tenant within 10 minutes.
+/// When the environment does not start, a tenant is not provisioned or not `Available` within
+/// 30 minutes (or lacks an object it reads as made), or the restarted manager does not
+/// reconcile every tenant within 10 minutes.
 #[allow(clippy::too_many_lines)]
 pub async fn bench(options: BenchOptions) -> Result<Figures> {
     let BenchOptions {
