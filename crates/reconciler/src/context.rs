@@ -160,6 +160,8 @@ pub struct Context {
     /// and whose etcd user and role it has granted, as (DataStore, schema, `namespace/name`),
     /// so both are checked once per process.
     pub schema_claims: Mutex<std::collections::HashSet<(String, String, String)>>,
+    /// The provider's sessions on etcd DataStores, kept between passes.
+    pub datastore_sessions: crate::datastore::auth::Sessions,
     /// The control planes the controller watches (set when it starts): etcd authentication
     /// goes on for a DataStore only once each initialized one on it has its etcd user.
     pub control_planes: std::sync::OnceLock<Store<KamajiControlPlane>>,
@@ -372,13 +374,16 @@ impl Context {
             controller: "kamaji-rs".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let metrics = Metrics::default();
+        let datastore_sessions =
+            crate::datastore::auth::Sessions::new(metrics.datastore_sessions.clone());
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             errors: Backoff::new(Duration::from_secs(1), Duration::from_mins(5)),
             waiting: Backoff::new(config.unreachable_requeue, Duration::from_mins(1)),
             config,
-            metrics: Metrics::default(),
+            metrics,
             settled_drift: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
             superseded: Mutex::new(HashMap::new()),
@@ -387,6 +392,7 @@ impl Context {
             infrastructure_kinds: Mutex::new(HashMap::new()),
             setbacks: Mutex::new(HashMap::new()),
             schema_claims: Mutex::new(std::collections::HashSet::new()),
+            datastore_sessions,
             control_planes: std::sync::OnceLock::new(),
             clusters: std::sync::OnceLock::new(),
             datastores: std::sync::OnceLock::new(),

@@ -69,6 +69,10 @@ pub struct Metrics {
     /// Watch events of a KamajiControlPlane that woke no pass: the version a pass of this
     /// process left with its own writes and accounted for (`kamaji_own_write_events_total`).
     pub own_result_events: Counter,
+    /// Sessions opened on etcd DataStores (`kamaji_datastore_sessions_opened_total`): a client
+    /// certificate issued and, with authentication on, etcd's password check
+    /// ([`crate::datastore::auth::Sessions`]).
+    pub datastore_sessions: Counter,
     tenant_conditions: Mutex<HashMap<String, Vec<(String, String)>>>,
 }
 
@@ -87,6 +91,7 @@ impl Default for Metrics {
         let stale_status_writes = Counter::default();
         let superseded_passes = Counter::default();
         let own_result_events = Counter::default();
+        let datastore_sessions = Counter::default();
         registry.register("reconcile", "Reconcile passes", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -139,6 +144,11 @@ impl Default for Metrics {
             "KamajiControlPlane watch events that woke no pass: the version a pass of this process left with its own writes",
             own_result_events.clone(),
         );
+        registry.register(
+            "datastore_sessions_opened",
+            "Sessions opened on etcd DataStores (a client certificate issued and, with authentication on, etcd's password check); kept between passes",
+            datastore_sessions.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -153,6 +163,7 @@ impl Default for Metrics {
             stale_status_writes,
             superseded_passes,
             own_result_events,
+            datastore_sessions,
             tenant_conditions: Mutex::new(HashMap::new()),
         }
     }

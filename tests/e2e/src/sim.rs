@@ -37,6 +37,9 @@ const TENANT: &str = "demo";
 /// The manager's counter of reconcile passes.
 const PASSES: &str = "kamaji_reconcile_total";
 
+/// The manager's counter of sessions opened on etcd DataStores.
+const SESSIONS: &str = "kamaji_datastore_sessions_opened_total";
+
 /// The simulated cluster's service network: room for a Service per tenant at 1,000 tenants.
 pub const SIM_SERVICE_CIDR: &str = "10.0.0.0/20";
 
@@ -181,6 +184,144 @@ impl ProcessUsage {
     }
 }
 
+/// CPU time of the whole machine (every core, `/proc/stat`): what is neither idle nor waiting
+/// for I/O.
+///
+/// # Errors
+/// When `/proc/stat` cannot be read.
+fn machine_busy() -> Result<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().context("/proc/stat is empty")?;
+    // cpu user nice system idle iowait irq softirq steal … (USER_HZ; proc_stat(5)).
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    let busy: u64 = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    Ok(Duration::from_millis(busy * 1000 / USER_HZ))
+}
+
+/// Where a phase's CPU went: the machine's busy time against its capacity, and each program
+/// of the simulation's share (from `/proc`).
+#[derive(Debug, Clone, Default)]
+pub struct CpuShares {
+    /// Wall-clock time of the phase.
+    pub wall: Duration,
+    /// Cores online.
+    pub cores: usize,
+    /// Busy time of all cores together ([`machine_busy`]).
+    pub machine_busy: Duration,
+    /// Each program's CPU time (user + system) over the phase, largest first.
+    pub programs: Vec<(String, Duration)>,
+}
+
+/// A point of a [`CpuShares`] phase: when, the machine's busy time, each program's CPU.
+#[derive(Debug, Clone)]
+pub struct CpuMark {
+    at: Instant,
+    busy: Duration,
+    programs: Vec<(String, Duration)>,
+}
+
+impl CpuMark {
+    /// Reads the machine's busy time and the CPU time of every program of `env`: the
+    /// management cluster's (named by their command), the datastore's etcd, kwok, the manager
+    /// and this process (the tenant-API stand-in and the bench's watches).
+    ///
+    /// # Errors
+    /// When `/proc` cannot be read.
+    pub fn of(env: &SimEnv) -> Result<Self> {
+        let mut pids: Vec<(String, u32)> = env
+            .cluster
+            .pids()
+            .into_iter()
+            .map(|pid| {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .map_or_else(|_| pid.to_string(), |c| c.trim().to_owned());
+                let name = if comm == "etcd" {
+                    "etcd (management)".to_owned()
+                } else {
+                    comm
+                };
+                (name, pid)
+            })
+            .collect();
+        pids.push(("etcd (datastore)".into(), env.datastore.pid()));
+        pids.push(("kwok".into(), env.kwok.pid()));
+        if let Some(pid) = env.manager_pid() {
+            pids.push(("manager".into(), pid));
+        }
+        pids.push((
+            "bench (tenant-API stand-in, watches)".into(),
+            std::process::id(),
+        ));
+        Ok(Self {
+            at: Instant::now(),
+            busy: machine_busy()?,
+            programs: pids
+                .into_iter()
+                .map(|(name, pid)| {
+                    (
+                        name,
+                        ProcessUsage::of(pid).map(|u| u.cpu).unwrap_or_default(),
+                    )
+                })
+                .collect(),
+        })
+    }
+
+    /// The phase from `self` until `now` (programs matched by name; one that restarted in
+    /// between counts from zero).
+    #[must_use]
+    pub fn until(&self, now: &Self) -> CpuShares {
+        let mut programs: Vec<(String, Duration)> = now
+            .programs
+            .iter()
+            .map(|(name, cpu)| {
+                let before = self
+                    .programs
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(Duration::ZERO, |(_, c)| *c);
+                let spent = cpu.checked_sub(before).unwrap_or(*cpu);
+                (name.clone(), spent)
+            })
+            .collect();
+        programs.sort_by_key(|p| std::cmp::Reverse(p.1));
+        CpuShares {
+            wall: now.at.duration_since(self.at),
+            cores: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            machine_busy: now.busy.saturating_sub(self.busy),
+            programs,
+        }
+    }
+}
+
+impl std::fmt::Display for CpuShares {
+    #[allow(clippy::cast_precision_loss)]
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let capacity = self.wall.as_secs_f64() * self.cores as f64;
+        write!(
+            f,
+            "machine busy {:.1} of {:.1} core-seconds ({:.0} %):",
+            self.machine_busy.as_secs_f64(),
+            capacity,
+            self.machine_busy.as_secs_f64() * 100.0 / capacity.max(f64::EPSILON)
+        )?;
+        for (name, cpu) in &self.programs {
+            write!(f, " {name} {:.1} s;", cpu.as_secs_f64())?;
+        }
+        Ok(())
+    }
+}
+
 /// Marks a request the API server refused in [`requests_by_verb_and_resource`]'s keys
 /// (`patch kamajicontrolplanes/status refused 409`): a refused write changed nothing, so
 /// [`writes`] leaves it out.
@@ -257,6 +398,9 @@ pub struct Figures {
     pub after_owner_max: Duration,
     /// The manager's passes until every tenant read provisioned (`kamaji_reconcile_total`).
     pub provisioning_passes: f64,
+    /// The sessions it opened on the DataStore until then
+    /// (`kamaji_datastore_sessions_opened_total`).
+    pub provisioning_sessions: f64,
     /// The manager's CPU from the first creation until every tenant read provisioned.
     pub provisioning_cpu: Duration,
     /// The manager's requests until every tenant read provisioned.
@@ -274,6 +418,9 @@ pub struct Figures {
     pub available_cpu: Duration,
     /// The manager's requests to the management cluster until every tenant read `Available`.
     pub available_requests: BTreeMap<String, usize>,
+    /// Where the machine's CPU went from the first creation until every tenant read
+    /// `Available`: the whole management cluster's cost, of which the manager's is a part.
+    pub available_shares: CpuShares,
     /// The tenant-API stand-in's answers until every tenant read `Available`, as
     /// [`TenantApiCounts::snapshot`](crate::tenant_api::TenantApiCounts::snapshot).
     pub tenant_api_until_available: [u64; 5],
@@ -303,6 +450,10 @@ pub struct Figures {
     pub restart_writes: Vec<String>,
     /// The restarted manager's CPU until then.
     pub restart_cpu: Duration,
+    /// The sessions the restarted manager opened on the DataStore until then.
+    pub restart_sessions: f64,
+    /// Where the machine's CPU went from the restart until every tenant was reconciled again.
+    pub restart_shares: CpuShares,
     /// The restarted manager's peak RSS, bytes.
     pub restart_peak_rss: u64,
 }
@@ -407,11 +558,12 @@ impl std::fmt::Display for Figures {
         )?;
         writeln!(
             f,
-            "manager CPU until then: {:.2} s ({:.1} ms per tenant); passes {} ({:.1} per tenant)",
+            "manager CPU until then: {:.2} s ({:.1} ms per tenant); passes {} ({:.1} per tenant); DataStore sessions opened {}",
             self.provisioning_cpu.as_secs_f64(),
             self.provisioning_cpu.as_secs_f64() * 1000.0 / n,
             self.provisioning_passes,
-            self.provisioning_passes / n
+            self.provisioning_passes / n,
+            self.provisioning_sessions
         )?;
         let w = total(&writes(&self.provisioning_requests, true));
         let all = total(&self.provisioning_requests);
@@ -447,6 +599,7 @@ impl std::fmt::Display for Figures {
             "  tenant-API stand-in until then: {}",
             tenant_api_line(self.tenant_api_until_available)
         )?;
+        writeln!(f, "  {}", self.available_shares)?;
         writeln!(
             f,
             "idle {} s: manager CPU {:.2} s ({:.2} % of a core), passes {}, requests {}, writes: {}; peak RSS {:.1} MiB",
@@ -468,20 +621,22 @@ impl std::fmt::Display for Figures {
         }
         writeln!(
             f,
-            "restart: every tenant reconciled again after {:.1} s; requests {}, writes without Leases: {}, Lease writes {}; CPU {:.2} s, peak RSS {:.1} MiB",
+            "restart: every tenant reconciled again after {:.1} s; requests {}, writes without Leases: {}, Lease writes {}; CPU {:.2} s, peak RSS {:.1} MiB; DataStore sessions opened {}",
             self.reverified.as_secs_f64(),
             total(&self.restart_requests),
             listed(&writes(&self.restart_requests, false)),
             total(&writes(&self.restart_requests, true))
                 - total(&writes(&self.restart_requests, false)),
             self.restart_cpu.as_secs_f64(),
-            mib(self.restart_peak_rss)
+            mib(self.restart_peak_rss),
+            self.restart_sessions
         )?;
         writeln!(
             f,
             "  tenant-API stand-in meanwhile: {}",
             tenant_api_line(self.restart_tenant_api)
         )?;
+        writeln!(f, "  {}", self.restart_shares)?;
         for w in &self.restart_writes {
             writeln!(f, "  {w}")?;
         }
@@ -770,6 +925,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     let mark = env.manager_requests()?.len();
 
     let start = Instant::now();
+    let cpu_start = CpuMark::of(&env)?;
     let seen = Provisioned::watch(&client, start);
     create_tenants(&env.cluster, &names, replicas, |_| None).await?;
     let created = start.elapsed();
@@ -777,6 +933,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     let all_provisioned = start.elapsed();
     let after = ProcessUsage::of(pid)?;
     let provisioning_passes = env.manager_metric(PASSES).await - passes_before;
+    let provisioning_sessions = env.manager_metric(SESSIONS).await;
     let requests = env.manager_requests()?;
     let provisioning_requests = requests_by_verb_and_resource(&requests[mark..]);
 
@@ -784,6 +941,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     seen.wait_available(tenants, || env.manager.log_tail(40))
         .await?;
     let all_available = start.elapsed();
+    let available_shares = cpu_start.until(&CpuMark::of(&env)?);
     let available_usage = ProcessUsage::of(pid)?;
     let available_requests = requests_by_verb_and_resource(&env.manager_requests()?[mark..]);
     let tenant_api_until_available = env.tenant_apis.counts.snapshot();
@@ -827,6 +985,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     let restart_mark = env.manager_requests()?.len();
     let restart_tenant_api_before = env.tenant_apis.counts.snapshot();
     let restarted = Instant::now();
+    let cpu_restart = CpuMark::of(&env)?;
     env.start_manager()?;
     let deadline = Instant::now() + Duration::from_mins(10);
     let reverified = loop {
@@ -845,6 +1004,8 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     };
     let pid = env.manager_pid().context("no manager")?;
     let restart_usage = ProcessUsage::of(pid)?;
+    let restart_sessions = env.manager_metric(SESSIONS).await;
+    let restart_shares = cpu_restart.until(&CpuMark::of(&env)?);
     // A write a pass of the restart makes reaches the audit log within this margin.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let restart_tenant_api = minus(env.tenant_apis.counts.snapshot(), restart_tenant_api_before);
@@ -860,6 +1021,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         after_owner_median: after_owner.get(tenants / 2).copied().unwrap_or_default(),
         after_owner_max: after_owner.last().copied().unwrap_or_default(),
         provisioning_passes,
+        provisioning_sessions,
         provisioning_cpu: after.cpu.saturating_sub(before.cpu),
         provisioning_requests,
         provisioned_peak_rss: after.peak_rss,
@@ -868,6 +1030,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         available_max: available[tenants - 1],
         available_cpu: available_usage.cpu.saturating_sub(before.cpu),
         available_requests,
+        available_shares,
         tenant_api_until_available,
         idle_tenant_api,
         restart_tenant_api,
@@ -881,6 +1044,8 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         restart_requests,
         restart_writes: write_lines(&restart_events),
         restart_cpu: restart_usage.cpu,
+        restart_sessions,
+        restart_shares,
         restart_peak_rss: restart_usage.peak_rss,
     })
 }

@@ -253,3 +253,89 @@ async fn a_datastore_session_opened_before_authentication_went_on_still_claims_a
     let roles = auth::roles(&ds, &fresh).await.unwrap();
     assert!(roles.contains(&"sim_1_demo".to_owned()), "{roles:?}");
 }
+
+/// The provider's session on a DataStore is kept between passes (issue 16: opening one costs
+/// etcd a bcrypt check of the password once authentication is on, and a manager that opened
+/// one per pass paid it for every tenant it provisioned and again for each after a restart): a
+/// second pass on the same DataStore gets the same token; a DataStore changed in what the
+/// session depends on gets a new one; a kept session whose token etcd refuses is opened again
+/// by the claim instead of failing the pass. Real etcd; the refused token's own failure is the
+/// negative control.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datastore_session_is_kept_between_passes_and_opened_again_when_etcd_refuses_its_token() {
+    use kamaji_reconciler::datastore::{self, Resolved, Token, auth};
+    let tools = kamaji_testenv::Tools::locate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (etcd, pair) = datastore_etcd(&tools, dir.path()).await;
+    let ds = Resolved {
+        name: "default".into(),
+        driver: kamaji_api::datastore::Driver::Etcd,
+        sql: None,
+        endpoints: vec![etcd.url().to_owned()],
+        ca_cert: pair.cert_pem,
+        ca_key: pair.key_pem,
+        overrides: Vec::new(),
+        basic_auth: None,
+    };
+    let metrics = kamaji_reconciler::metrics::Metrics::default();
+    let opened = || metrics.datastore_sessions.get();
+    let sessions = auth::Sessions::new(metrics.datastore_sessions.clone());
+    let mut off = sessions.get(&ds).await.unwrap();
+    assert!(off.token.is_none());
+    auth::claim_and_grant(&ds, &mut off, "sim_0_demo", "sim-0/demo", "sim-0-demo")
+        .await
+        .unwrap();
+    assert!(matches!(
+        auth::enable(&ds, &off).await.unwrap(),
+        auth::Enablement::Enabled
+    ));
+    sessions.forget(&ds).await;
+    let first = sessions.get(&ds).await.unwrap();
+    let second = sessions.get(&ds).await.unwrap();
+    assert!(first.token.is_some());
+    assert!(
+        auth::same_token(&first, &second),
+        "the session was opened again"
+    );
+    assert_eq!(opened(), 2);
+    // Another endpoint list (the same etcd twice): what the session was opened for changed.
+    let changed = Resolved {
+        endpoints: vec![etcd.url().to_owned(), etcd.url().to_owned()],
+        ..ds.clone()
+    };
+    let other = sessions.get(&changed).await.unwrap();
+    assert!(!auth::same_token(&other, &second));
+    assert_eq!(opened(), 3);
+    // etcd refuses a token it does not know (as one expired): the claim opens a new session.
+    let mut refused = other.clone();
+    refused.token = Some(Token("bogus.1".into()));
+    let err = datastore::claim_schema(&changed, &refused, "sim_1_demo", "sim-1/demo")
+        .await
+        .unwrap_err();
+    assert!(auth::token_refused(&err), "{err}");
+    assert_eq!(
+        auth::claim_and_grant(
+            &changed,
+            &mut refused,
+            "sim_1_demo",
+            "sim-1/demo",
+            "sim-1-demo"
+        )
+        .await
+        .unwrap(),
+        "sim-1/demo"
+    );
+    assert!(
+        refused
+            .token
+            .as_ref()
+            .is_some_and(|Token(t)| t != "bogus.1"),
+        "the session was not opened again"
+    );
+    sessions.keep_reopened(&changed, &refused).await;
+    assert!(auth::same_token(
+        &sessions.get(&changed).await.unwrap(),
+        &refused
+    ));
+    assert_eq!(opened(), 4);
+}

@@ -112,6 +112,128 @@ pub async fn session(ds: &Resolved) -> Result<Session, String> {
     }
 }
 
+/// How long a kept session ([`Sessions`]) serves passes before the next pass opens a new one:
+/// well within its client certificate's [`SESSION_CERT_VALIDITY`].
+pub const SESSION_REUSE: Duration = Duration::from_mins(10);
+
+/// The provider's sessions on etcd DataStores, one per DataStore, kept between passes.
+///
+/// Opening a session costs etcd a bcrypt check of the password once authentication is on
+/// (`/v3/auth/authenticate`, etcd's default cost 10: tens of milliseconds of its CPU) and the
+/// provider a client certificate and a TLS handshake; a manager that opened one per pass paid
+/// that for every control plane it provisioned and again for each one after a restart. A
+/// kept session serves every pass on its DataStore for [`SESSION_REUSE`] while the DataStore's
+/// endpoints, CA and credentials are the ones it was opened with (a changed one opens a new
+/// session at once). A pass whose request etcd refuses for the session's token (expired or
+/// revoked, or issued before authentication went on) opens a new one ([`claim_and_grant`]) and
+/// keeps that instead ([`Sessions::keep`]).
+pub struct Sessions {
+    kept: tokio::sync::Mutex<std::collections::HashMap<String, Kept>>,
+    opened: prometheus_client::metrics::counter::Counter,
+}
+
+/// A kept session and what it was opened for.
+struct Kept {
+    /// [`identity`] of the DataStore it was opened on.
+    identity: [u8; 32],
+    session: Session,
+    opened: std::time::Instant,
+}
+
+/// A digest of what a session on `ds` depends on: its endpoints, CA certificate and key, and
+/// the credentials it authenticates with (never shown or stored otherwise).
+fn identity(ds: &Resolved) -> [u8; 32] {
+    let mut h = sha2::Sha256::new();
+    for part in ds.endpoints.iter().chain([&ds.ca_cert, &ds.ca_key]) {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    let (name, password) = admin_user(ds);
+    h.update(name.as_bytes());
+    h.update([0]);
+    h.update(password.as_bytes());
+    h.finalize().into()
+}
+
+impl Sessions {
+    /// No session kept yet; `opened` counts the sessions opened
+    /// (`kamaji_datastore_sessions_opened_total`).
+    #[must_use]
+    pub fn new(opened: prometheus_client::metrics::counter::Counter) -> Self {
+        Self {
+            kept: tokio::sync::Mutex::default(),
+            opened,
+        }
+    }
+
+    /// A session on `ds`: the kept one while it is younger than [`SESSION_REUSE`] and `ds` is
+    /// as it was opened for, else a new one ([`session`]), kept. Passes asking at once for the
+    /// same DataStore wait for the one session being opened.
+    ///
+    /// # Errors
+    /// As [`session`].
+    pub async fn get(&self, ds: &Resolved) -> Result<Session, String> {
+        let identity = identity(ds);
+        let mut kept = self.kept.lock().await;
+        if let Some(k) = kept.get(&ds.name)
+            && k.identity == identity
+            && k.opened.elapsed() < SESSION_REUSE
+        {
+            return Ok(k.session.clone());
+        }
+        let fresh = session(ds).await?;
+        self.opened.inc();
+        kept.insert(
+            ds.name.clone(),
+            Kept {
+                identity,
+                session: fresh.clone(),
+                opened: std::time::Instant::now(),
+            },
+        );
+        Ok(fresh)
+    }
+
+    /// Keeps `session`, which a pass opened again ([`claim_and_grant`]: the kept one's token
+    /// was refused or predates authentication), as `ds`'s.
+    pub async fn keep_reopened(&self, ds: &Resolved, session: &Session) {
+        self.opened.inc();
+        self.kept.lock().await.insert(
+            ds.name.clone(),
+            Kept {
+                identity: identity(ds),
+                session: session.clone(),
+                opened: std::time::Instant::now(),
+            },
+        );
+    }
+
+    /// Forgets `ds`'s session: the next pass opens a new one (a request failed, or
+    /// authentication went on and the kept session has no token).
+    pub async fn forget(&self, ds: &Resolved) {
+        self.kept.lock().await.remove(&ds.name);
+    }
+}
+
+/// Whether both sessions carry the same token (or both none): a pass that ends with another
+/// token than it began with opened its session again.
+#[must_use]
+pub fn same_token(a: &Session, b: &Session) -> bool {
+    match (&a.token, &b.token) {
+        (Some(Token(a)), Some(Token(b))) => a == b,
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// Whether a gateway error is etcd refusing the session's token: expired (a simple token
+/// unused for `--auth-token-ttl`), or forgotten (etcd restarted, authentication turned off and
+/// on).
+#[must_use]
+pub fn token_refused(err: &str) -> bool {
+    says(err, "invalid auth token")
+}
+
 /// A request whose "already exists" (or, for removals, "not found") answer means done.
 async fn idempotent(
     ds: &Resolved,
@@ -196,7 +318,8 @@ pub fn enabled_since_session(err: &str) -> bool {
 /// it its role and user `user` ([`grant_tenant`]). Returns the schema's holder. When another
 /// pass turned authentication on after `session` was opened ([`enabled_since_session`]: with
 /// many control planes created at once, the first one granted enables it while the others'
-/// passes are under way), `session` is opened again, now with a token, and the work done
+/// passes are under way), or etcd refuses the session's token ([`token_refused`]: a kept
+/// session's, expired), `session` is opened again, now with a valid token, and the work done
 /// once more, instead of failing the pass.
 ///
 /// # Errors
@@ -222,7 +345,10 @@ pub async fn claim_and_grant(
         Ok(claimed)
     }
     match once(ds, session, schema, holder, user).await {
-        Err(e) if session.token.is_none() && enabled_since_session(&e) => {
+        Err(e)
+            if (session.token.is_none() && enabled_since_session(&e))
+                || (session.token.is_some() && token_refused(&e)) =>
+        {
             *session = self::session(ds).await?;
             once(ds, session, schema, holder, user).await
         }

@@ -18,7 +18,7 @@ use crate::reconcile::{Report, object_key};
 
 /// Claims the control plane's datastore schema on each of its DataStores and grants its etcd
 /// user and role there, once per manager process and DataStore (remembered in
-/// [`Context::schema_claims`]); then turns etcd authentication on where every control plane
+/// [`Context::schema_claims`]), in the DataStore's kept session ([`auth::Sessions`]); then turns etcd authentication on where every control plane
 /// is granted ([`enable_when_granted`]). `Some(action)` stops the pass when another control
 /// plane holds the schema (`DataStoreReady=False`, reason `DataStoreSchemaInUse`, naming it):
 /// nothing is written for this one, whose API server would otherwise share the other's keys.
@@ -46,11 +46,28 @@ pub async fn claim_and_grant(
             }
             continue;
         }
-        let mut session = auth::session(ds).await.map_err(Error::Datastore)?;
-        let holder =
-            auth::claim_and_grant(ds, &mut session, &claim.schema, &claim.holder, &claim.user)
-                .await
-                .map_err(Error::Datastore)?;
+        let sessions = &ctx.datastore_sessions;
+        let mut session = sessions.get(ds).await.map_err(Error::Datastore)?;
+        let began = session.clone();
+        let holder = match auth::claim_and_grant(
+            ds,
+            &mut session,
+            &claim.schema,
+            &claim.holder,
+            &claim.user,
+        )
+        .await
+        {
+            Ok(holder) => holder,
+            Err(e) => {
+                // The next pass opens a new session: this one may be what failed.
+                sessions.forget(ds).await;
+                return Err(Error::Datastore(e));
+            }
+        };
+        if !auth::same_token(&began, &session) {
+            sessions.keep_reopened(ds, &session).await;
+        }
         if holder != claim.holder {
             let msg = format!(
                 "spec.dataStoreSchema: {} on DataStore {} belongs to KamajiControlPlane {holder}, \
@@ -194,8 +211,10 @@ async fn enable_when_granted(
     match auth::enable(ds, session).await.map_err(Error::Datastore)? {
         auth::Enablement::Enabled => {
             info!(datastore = %ds.name, "etcd authentication enabled: each tenant reads and writes its own prefix only");
+            // The kept session has no token: etcd now refuses it.
+            ctx.datastore_sessions.forget(ds).await;
         }
-        auth::Enablement::AlreadyEnabled => {}
+        auth::Enablement::AlreadyEnabled => ctx.datastore_sessions.forget(ds).await,
         auth::Enablement::Waiting(schemas) => {
             warn!(datastore = %ds.name, waiting_for = ?schemas, "etcd authentication stays off: claimed schemas without a role");
         }
