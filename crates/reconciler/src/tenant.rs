@@ -53,17 +53,11 @@ pub async fn readyz(client: &Client) -> bool {
 /// # Errors
 /// [`Error::Bootstrap`] / [`Error::Serde`] when rendering fails.
 pub fn objects(artifacts: &TenantArtifacts) -> Result<Vec<DynamicObject>, Error> {
-    let yaml = artifacts.to_yaml()?;
-    let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&yaml) {
-        let v: serde_json::Value = serde::Deserialize::deserialize(doc)
-            .map_err(|e| Error::Tenant(format!("artifact YAML: {e}")))?;
-        if v.is_null() {
-            continue;
-        }
-        out.push(serde_json::from_value(v)?);
-    }
-    Ok(out)
+    artifacts
+        .to_values()?
+        .into_iter()
+        .map(|v| serde_json::from_value(v).map_err(Error::from))
+        .collect()
 }
 
 /// Server-side applies `objects` to the tenant (forced: these objects are the provider's).

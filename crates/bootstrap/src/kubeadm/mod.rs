@@ -400,18 +400,13 @@ impl TenantArtifacts {
         })
     }
 
-    /// All objects as one multi-document YAML stream, in apply order: RBAC, ServiceAccounts,
-    /// ConfigMaps, Services, workloads.
-    ///
-    /// # Errors
-    /// [`Error::Render`].
-    pub fn to_yaml(&self) -> Result<String, Error> {
-        let mut docs = Vec::new();
-        let mut add = |v: &dyn erased::Yaml| -> Result<(), Error> {
-            docs.push(v.yaml()?);
-            Ok(())
-        };
-        self.rbac.for_each(&mut add)?;
+    /// Calls `add` with every object, in apply order: RBAC, ServiceAccounts, ConfigMaps,
+    /// Services, workloads.
+    fn each(
+        &self,
+        add: &mut dyn FnMut(&dyn erased::Yaml) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        self.rbac.for_each(add)?;
         if let Some(p) = &self.kube_proxy {
             add(&p.service_account)?;
             add(&p.cluster_role_binding)?;
@@ -437,7 +432,35 @@ impl TenantArtifacts {
         if let Some(p) = &self.kube_proxy {
             add(&p.daemon_set)?;
         }
+        Ok(())
+    }
+
+    /// All objects as one multi-document YAML stream, in apply order: RBAC, ServiceAccounts,
+    /// ConfigMaps, Services, workloads.
+    ///
+    /// # Errors
+    /// [`Error::Render`].
+    pub fn to_yaml(&self) -> Result<String, Error> {
+        let mut docs = Vec::new();
+        self.each(&mut |v| {
+            docs.push(v.yaml()?);
+            Ok(())
+        })?;
         Ok(docs.join("---\n"))
+    }
+
+    /// All objects as JSON values (each with its `apiVersion` and `kind`), in the order of
+    /// [`TenantArtifacts::to_yaml`]: what a client applies, without a YAML round trip.
+    ///
+    /// # Errors
+    /// [`Error::Json`] (never for these types).
+    pub fn to_values(&self) -> Result<Vec<serde_json::Value>, Error> {
+        let mut values = Vec::new();
+        self.each(&mut |v| {
+            values.push(v.value()?);
+            Ok(())
+        })?;
+        Ok(values)
     }
 }
 
@@ -445,15 +468,23 @@ impl TenantArtifacts {
 pub(crate) mod erased {
     use crate::error::Error;
 
-    /// Renders one object as YAML.
+    /// Renders one object as YAML or as a JSON value.
     pub trait Yaml {
         /// The YAML document.
         fn yaml(&self) -> Result<String, Error>;
+        /// The JSON value.
+        fn value(&self) -> Result<serde_json::Value, Error>;
     }
 
     impl<T: serde::Serialize> Yaml for T {
         fn yaml(&self) -> Result<String, Error> {
             serde_yaml::to_string(self).map_err(|source| Error::Render {
+                what: "object".into(),
+                source,
+            })
+        }
+        fn value(&self) -> Result<serde_json::Value, Error> {
+            serde_json::to_value(self).map_err(|source| Error::Json {
                 what: "object".into(),
                 source,
             })
