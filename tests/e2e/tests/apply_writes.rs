@@ -71,6 +71,23 @@ async fn datastore_etcd(
     (etcd, ca.pair())
 }
 
+/// The `default` DataStore on `etcd`, as a pass resolves it (CA `pair`, no `spec.basicAuth`).
+fn default_datastore(
+    etcd: &kamaji_testenv::Etcd,
+    pair: kamaji_testenv::pki::CertPair,
+) -> kamaji_reconciler::datastore::Resolved {
+    kamaji_reconciler::datastore::Resolved {
+        name: "default".into(),
+        driver: kamaji_api::datastore::Driver::Etcd,
+        sql: None,
+        endpoints: vec![etcd.url().to_owned()],
+        ca_cert: pair.cert_pem,
+        ca_key: pair.key_pem,
+        overrides: Vec::new(),
+        basic_auth: None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_nothing() {
     let cluster = LocalCluster::builder().capi(false).start().await.unwrap();
@@ -211,20 +228,11 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
 /// own failure is the negative control.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_datastore_session_opened_before_authentication_went_on_still_claims_and_grants() {
-    use kamaji_reconciler::datastore::{self, Resolved, auth};
+    use kamaji_reconciler::datastore::{self, auth};
     let tools = kamaji_testenv::Tools::locate().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (etcd, pair) = datastore_etcd(&tools, dir.path()).await;
-    let ds = Resolved {
-        name: "default".into(),
-        driver: kamaji_api::datastore::Driver::Etcd,
-        sql: None,
-        endpoints: vec![etcd.url().to_owned()],
-        ca_cert: pair.cert_pem,
-        ca_key: pair.key_pem,
-        overrides: Vec::new(),
-        basic_auth: None,
-    };
+    let ds = default_datastore(&etcd, pair);
     let mut first = auth::session(&ds).await.unwrap();
     // The second pass opened its session while authentication was still off.
     let mut second = auth::session(&ds).await.unwrap();
@@ -267,16 +275,7 @@ async fn a_datastore_session_is_kept_between_passes_and_opened_again_when_etcd_r
     let tools = kamaji_testenv::Tools::locate().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (etcd, pair) = datastore_etcd(&tools, dir.path()).await;
-    let ds = Resolved {
-        name: "default".into(),
-        driver: kamaji_api::datastore::Driver::Etcd,
-        sql: None,
-        endpoints: vec![etcd.url().to_owned()],
-        ca_cert: pair.cert_pem,
-        ca_key: pair.key_pem,
-        overrides: Vec::new(),
-        basic_auth: None,
-    };
+    let ds = default_datastore(&etcd, pair);
     let metrics = kamaji_reconciler::metrics::Metrics::default();
     let opened = || metrics.datastore_sessions.get();
     let sessions = auth::Sessions::new(metrics.datastore_sessions.clone());
