@@ -14,7 +14,9 @@
 #      lanes fill the 2 cores: a third (tried on 2026-12-04) made every suite slower and a
 #      rotation test time out. The previous minor release's programs (upgrade tests) build
 #      meanwhile as an idle session (idle_session below), on CPU the suites leave: the suites
-#      that run that version (NEEDS_MINOR) come late in their lanes and wait for it.
+#      that run that version (NEEDS_MINOR) come late in their lanes and wait for it, and lane
+#      B runs the short test targets just before its first one (a cold run on 2026-12-06 had
+#      lane B wait about 2 minutes there with them queued at its end).
 # A suite's output is printed whole when it ends; the run fails if any suite failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -121,11 +123,24 @@ run_suite() {
 lane_a() {
     for t in "${LANE_A[@]}"; do run_suite "$t" --test "$t"; done
 }
-lane_b() {
-    for t in "${LANE_B[@]}"; do run_suite "$t" --test "$t"; done
+# The unit tests, the other test targets and the doc tests need neither the previous minor's
+# programs nor long: lane B runs them where its suites would otherwise first wait for those
+# programs (before its first NEEDS_MINOR suite), not after its last suite.
+small_suites() {
     run_suite unit --lib --bins --examples --benches
     for t in "${rest[@]}"; do run_suite "$t" --test "$t"; done
     run_suite doc --doc
+}
+lane_b() {
+    local small=false
+    for t in "${LANE_B[@]}"; do
+        if ! $small && [[ " ${NEEDS_MINOR[*]} " == *" $t "* ]]; then
+            small_suites
+            small=true
+        fi
+        run_suite "$t" --test "$t"
+    done
+    $small || small_suites
 }
 lane_a &
 a=$!
