@@ -340,6 +340,18 @@ impl Context {
             .await
     }
 
+    /// Whether a Cluster in the watch cache points at `kcp` and Cluster API will set its owner
+    /// reference ([`crate::reconcile::gates::awaits`]); `false` without the cache.
+    #[must_use]
+    pub fn awaited_by_cluster(&self, kcp: &kamaji_api::KamajiControlPlane) -> bool {
+        self.clusters.get().is_some_and(|store| {
+            store
+                .state()
+                .iter()
+                .any(|c| crate::reconcile::gates::awaits(c, kcp))
+        })
+    }
+
     /// The DataStore `name`, as [`Context::cluster`] reads Clusters.
     ///
     /// # Errors

@@ -73,6 +73,10 @@ pub struct Metrics {
     /// certificate issued and, with authentication on, etcd's password check
     /// ([`crate::datastore::auth::Sessions`]).
     pub datastore_sessions: Counter,
+    /// Passes that ran their steps a second time from observe, because their first round
+    /// created the Service whose address the rest of the plan needs
+    /// (`kamaji_reconcile_second_rounds_total`).
+    pub second_rounds: Counter,
     tenant_conditions: Mutex<HashMap<String, Vec<(String, String)>>>,
 }
 
@@ -92,6 +96,7 @@ impl Default for Metrics {
         let superseded_passes = Counter::default();
         let own_result_events = Counter::default();
         let datastore_sessions = Counter::default();
+        let second_rounds = Counter::default();
         registry.register("reconcile", "Reconcile passes", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -149,6 +154,11 @@ impl Default for Metrics {
             "Sessions opened on etcd DataStores (a client certificate issued and, with authentication on, etcd's password check); kept between passes",
             datastore_sessions.clone(),
         );
+        registry.register(
+            "reconcile_second_rounds",
+            "Passes that ran their steps again from observe: the first round created the Service whose address the rest of the plan needs",
+            second_rounds.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -164,6 +174,7 @@ impl Default for Metrics {
             superseded_passes,
             own_result_events,
             datastore_sessions,
+            second_rounds,
             tenant_conditions: Mutex::new(HashMap::new()),
         }
     }

@@ -2,7 +2,7 @@
 //! Cluster, paused, the finalizer, deletion.
 
 use kamaji_api::KamajiControlPlane;
-use kamaji_api::cluster::ClusterView;
+use kamaji_api::cluster::{ClusterView, v1beta2};
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::{DELETE_FOR_MOVE_ANNOTATION, FINALIZER, PAUSED_ANNOTATION};
 use kube::ResourceExt;
@@ -52,6 +52,15 @@ pub async fn check(
     let owner = match owner_cluster(kcp, ctx).await? {
         Some(o) => o,
         None if deleting => return Ok(Gate::Delete(None)),
+        // A Cluster points here and Cluster API has not got to it yet (it sets the owner
+        // reference when it reconciles that Cluster, usually within seconds): no status and no
+        // event, as Cluster API's own control planes write none while they wait. The owner
+        // reference's event wakes the next pass. Without such a Cluster (or with it paused),
+        // the status says what is missing.
+        None if ctx.awaited_by_cluster(kcp) => {
+            report.silent = true;
+            return Ok(Gate::Stop(Action::await_change()));
+        }
         None => {
             let msg = "waiting for Cluster API to set an owner reference from the Cluster (is spec.controlPlaneRef of a Cluster pointing here?)";
             info!(kcp = %object_key(kcp), "{msg}");
@@ -101,6 +110,21 @@ pub async fn check(
     Ok(Gate::Pipeline(owner))
 }
 
+/// Whether `cluster` will give `kcp` its owner reference: its `spec.controlPlaneRef` names
+/// `kcp` (kind, group and name, in its namespace), and it is neither paused nor being deleted
+/// (Cluster API's Cluster controller then sets the reference on its next pass).
+#[must_use]
+pub fn awaits(cluster: &v1beta2::Cluster, kcp: &KamajiControlPlane) -> bool {
+    cluster.spec.paused != Some(true)
+        && cluster.metadata.deletion_timestamp.is_none()
+        && cluster.metadata.namespace == kcp.metadata.namespace
+        && cluster.spec.control_plane_ref.as_ref().is_some_and(|r| {
+            r.name == kcp.name_any()
+                && r.kind == "KamajiControlPlane"
+                && r.api_group == kamaji_api::meta::CONTROL_PLANE_GROUP
+        })
+}
+
 async fn owner_cluster(
     kcp: &KamajiControlPlane,
     ctx: &Context,
@@ -116,4 +140,48 @@ async fn owner_cluster(
         .await
         .ctx(|| format!("get Cluster {ns}/{}", reference.name))?;
     Ok(cluster.map(|c| ClusterView::from(&c)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
+        serde_yaml::from_str(yaml).expect("yaml")
+    }
+
+    /// A control plane waits silently for its owner reference only while a Cluster that Cluster
+    /// API will reconcile points at it; otherwise its status says it is waiting.
+    #[test]
+    fn only_a_cluster_pointing_here_and_not_paused_is_awaited() {
+        let kcp: KamajiControlPlane = parse(
+            "apiVersion: controlplane.cluster.x-k8s.io/v1alpha2\nkind: KamajiControlPlane\nmetadata: {name: demo, namespace: a}\nspec: {version: v1.36.3}\n",
+        );
+        let cluster = |ns: &str, reference: &str, paused: bool| -> v1beta2::Cluster {
+            parse(&format!(
+                "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {{name: demo, namespace: {ns}}}\nspec:\n  paused: {paused}\n  controlPlaneRef: {reference}\n"
+            ))
+        };
+        let here =
+            "{apiGroup: controlplane.cluster.x-k8s.io, kind: KamajiControlPlane, name: demo}";
+        assert!(awaits(&cluster("a", here, false), &kcp));
+        assert!(!awaits(&cluster("a", here, true), &kcp), "paused");
+        let mut deleting = cluster("a", here, false);
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        assert!(!awaits(&deleting, &kcp), "deleting");
+        assert!(
+            !awaits(&cluster("b", here, false), &kcp),
+            "another namespace"
+        );
+        for other in [
+            "{apiGroup: controlplane.cluster.x-k8s.io, kind: KamajiControlPlane, name: other}",
+            "{apiGroup: controlplane.cluster.x-k8s.io, kind: KubeadmControlPlane, name: demo}",
+            "{apiGroup: example.com, kind: KamajiControlPlane, name: demo}",
+        ] {
+            assert!(!awaits(&cluster("a", other, false), &kcp), "{other}");
+        }
+    }
 }

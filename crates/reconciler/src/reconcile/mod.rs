@@ -39,6 +39,9 @@ pub enum Flow<T> {
     Continue(T),
     /// Stop; look again as the action says.
     Stop(Action),
+    /// Run the steps again from observe, in this pass: the step wrote what the plan was
+    /// waiting for (the Service whose address the endpoint and the serving certificate need).
+    Again,
 }
 
 /// What a pass found, for the status and events the driver writes at its end.
@@ -56,6 +59,9 @@ pub struct Report {
     /// endpoint it writes into the spec raises it, and the status the pass writes describes
     /// that spec, so its conditions observe that generation (no further pass just to say so).
     generation: Option<i64>,
+    /// The pass writes no status and publishes no event (a control plane a Cluster points at,
+    /// before Cluster API has set its owner reference: [`gates::awaits`]).
+    silent: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -254,28 +260,53 @@ async fn steps(
         }
     };
     report.push(Cond::yes(types::SPEC_VALID, reasons::READY, ""));
-    let observed = observe::observe(kcp, &spec, ctx).await?;
-    report.facts = Some(Facts::of(&spec, &observed));
-    let datastore = match observe::datastore(&spec, ctx).await {
+    // A new control plane's first round creates its Service and then has what the rest of the
+    // plan waits for: the second round, in the same pass, writes that rest (one status write
+    // and one pass fewer than leaving it to the pass the Service's event wakes).
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        match Box::pin(round(kcp, ctx, &spec, infrastructure.as_ref(), report)).await? {
+            Flow::Continue(action) | Flow::Stop(action) => return Ok(Some(action)),
+            Flow::Again if rounds < 2 => {
+                ctx.metrics.second_rounds.inc();
+            }
+            // The Service went away in between: its event wakes the next pass.
+            Flow::Again => return Ok(Some(Action::await_change())),
+        }
+    }
+}
+
+/// One round of the steps after validation: observe, plan, apply.
+async fn round(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &validate::ValidSpec,
+    infrastructure: Option<&crate::infrastructure::InfrastructureCluster>,
+    report: &mut Report,
+) -> Result<Flow<Action>, Error> {
+    let observed = observe::observe(kcp, spec, ctx).await?;
+    report.facts = Some(Facts::of(spec, &observed));
+    let datastore = match observe::datastore(spec, ctx).await {
         Ok((ds, ready)) => {
             report.push(ready);
             ds
         }
         Err(cond) => {
             report.push(cond);
-            return Ok(Some(Action::await_change()));
+            return Ok(Flow::Stop(Action::await_change()));
         }
     };
-    let errors = validate::against_datastore(&spec, &datastore);
+    let errors = validate::against_datastore(spec, &datastore);
     if !errors.is_empty() {
         let refused = validate::refusal(&errors);
         warn!(kcp = %object_key(kcp), "invalid spec: {}", refused.message);
         report.warn(reasons::INVALID_SPEC, &refused.message);
         report.push(refused);
-        return Ok(Some(Action::await_change()));
+        return Ok(Flow::Stop(Action::await_change()));
     }
     if let Some(facts) = report.facts.as_mut() {
-        facts.data_store.username = plan::datastore_user(&spec, &datastore);
+        facts.data_store.username = plan::datastore_user(spec, &datastore);
     }
     let settings = plan::Settings {
         algorithm: ctx.config.key_algorithm,
@@ -286,18 +317,12 @@ async fn steps(
         now: SystemTime::now(),
     };
     let planned = Instant::now();
-    let plan = match plan::plan(
-        &spec,
-        &observed,
-        &datastore,
-        owner_reference(kcp),
-        &settings,
-    )? {
+    let plan = match plan::plan(spec, &observed, &datastore, owner_reference(kcp), &settings)? {
         Ok(plan) => plan,
         Err(missing) => {
             report.warn(missing.reason, &missing.message);
             report.push(missing);
-            return Ok(Some(Action::requeue(apply::RECHECK)));
+            return Ok(Flow::Stop(Action::requeue(apply::RECHECK)));
         }
     };
     if plan.generates_roots() {
@@ -307,9 +332,9 @@ async fn steps(
     match Box::pin(apply::apply(
         kcp,
         ctx,
-        &spec,
+        spec,
         &observed,
-        infrastructure.as_ref(),
+        infrastructure,
         plan,
         report,
     ))
@@ -320,9 +345,10 @@ async fn steps(
                 facts.deployment = applied.deployment;
                 facts.template_changed = applied.template_changed;
             }
-            Ok(Some(applied.requeue))
+            Ok(Flow::Continue(applied.requeue))
         }
-        Flow::Stop(action) => Ok(Some(action)),
+        Flow::Stop(action) => Ok(Flow::Stop(action)),
+        Flow::Again => Ok(Flow::Again),
     }
 }
 
@@ -334,6 +360,9 @@ async fn finish(
     ctx: &Context,
     mut report: Report,
 ) -> Result<Written, Error> {
+    if report.silent {
+        return Ok(Written::Done(None));
+    }
     // A paused pass reconciles nothing: it changes only the Paused condition.
     let paused = report
         .conditions

@@ -207,8 +207,6 @@ pub struct ValidSpec {
     pub names: ObjectNames,
     /// The Cluster's name.
     pub cluster_name: String,
-    /// The Cluster's `spec.controlPlaneEndpoint`, when already set.
-    pub cluster_endpoint: Option<(String, u16)>,
     /// An endpoint set before kamaji-rs chooses one, which the control plane serves as is.
     pub preset_endpoint: Option<PresetEndpoint>,
     /// Target version.
@@ -363,7 +361,6 @@ pub fn validate(
             kcp.metadata.name.as_deref().unwrap_or_default(),
         ),
         cluster_name: cluster.name.clone(),
-        cluster_endpoint,
         preset_endpoint,
         version_tag: format!("v{}.{}.{}", version.major, version.minor, version.patch),
         version,

@@ -2,8 +2,10 @@
 //! on the datastore schema and the tenant's etcd user ([`datastore`]), the roots
 //! with create-if-absent, the datastore client, the Service, the endpoint into the
 //! KamajiControlPlane (once), the leaves, the Deployment, the removal of v0.1 Secrets, then the
-//! Cluster's endpoint (once) and the tenant's kubeadm artifacts once the tenant answers, and
-//! last the endpoint into an infrastructure cluster whose kind declares it (once, while empty).
+//! tenant's kubeadm artifacts once the tenant answers, and last the endpoint into an
+//! infrastructure cluster whose kind declares it (once, while empty). The Cluster's endpoint is
+//! Cluster API's copy of the KamajiControlPlane's (capi-contract.md item 14), made when it reads
+//! `controlPlaneInitialized`, which the endpoint precedes (item 15).
 //!
 //! Every management-cluster object is server-side applied with the field manager
 //! `kamaji-rs` and the desired-hash annotation, and skipped when the live object carries the
@@ -21,7 +23,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kamaji_api::KamajiControlPlane;
-use kamaji_api::cluster::v1beta2;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::FIELD_MANAGER;
 use kamaji_bootstrap::pki::LeafRole;
@@ -91,12 +92,18 @@ pub async fn apply(
         machines::roll_machine_deployments(&ctx.client, ns, &spec.cluster_name, after).await?;
     }
     let owner = &plan.owner;
-    if let Some((type_, msg)) = front(ctx, ns, &plan, observed).await? {
-        return Ok(Flow::Stop(conflict(report, type_, msg)));
-    }
+    let service = match front(ctx, ns, &plan, observed).await? {
+        Ok(service) => service,
+        Err((type_, msg)) => return Ok(Flow::Stop(conflict(report, type_, msg))),
+    };
     let stored = |s: &Secret| observed.secrets.get(&s.name_any());
     let cp = match plan.control_plane {
         Ok(cp) => cp,
+        // The Service this pass created (or changed) now gives what the plan waited for: the
+        // steps run again from observe in this pass instead of in the pass its event wakes.
+        Err(_) if observed.service.is_none() && super::plan::endpoint_known(spec, &service) => {
+            return Ok(Flow::Again);
+        }
         Err(waiting) => {
             report.push(waiting);
             return Ok(Flow::Stop(Action::await_change()));
@@ -156,7 +163,6 @@ pub async fn apply(
         kcp,
         ctx,
         spec,
-        &cp.endpoint,
         cp.tenant.as_ref(),
         super_admin.as_ref(),
         &deployment,
@@ -235,35 +241,36 @@ fn template_of(d: &Deployment) -> Option<&k8s_openapi::api::core::v1::PodTemplat
 }
 
 /// Writes what the endpoint needs: the datastore client Secret, the Service and the Ingress.
-/// Returns the condition type and message of the first object another object controls.
+/// Returns the Service as stored, or the condition type and message of the first object
+/// another object controls.
 async fn front(
     ctx: &Context,
     ns: &str,
     plan: &Plan,
     observed: &Observed,
-) -> Result<Option<(&'static str, String)>, Error> {
+) -> Result<Result<k8s_openapi::api::core::v1::Service, (&'static str, String)>, Error> {
     let owner = &plan.owner;
     let ds = plan.datastore_client.clone();
     let ds_observed = observed.secrets.get(&ds.name_any());
     if let Outcome::Conflict(msg) = apply_owned(ctx, ns, ds, ds_observed, owner).await? {
-        return Ok(Some((types::DATASTORE_READY, msg)));
+        return Ok(Err((types::DATASTORE_READY, msg)));
     }
-    let service = plan.service.clone();
-    if let Outcome::Conflict(msg) = apply_known(
+    let service = match apply_known(
         ctx,
         ns,
-        service,
+        plan.service.clone(),
         Known::Read(observed.service.as_ref()),
         owner,
     )
     .await?
     {
-        return Ok(Some((types::ENDPOINT_READY, msg)));
-    }
+        Outcome::Stored(service) => service,
+        Outcome::Conflict(msg) => return Ok(Err((types::ENDPOINT_READY, msg))),
+    };
     if let Some(ingress) = plan.ingress.clone()
         && let Outcome::Conflict(msg) = apply_owned(ctx, ns, ingress, None, owner).await?
     {
-        return Ok(Some((types::ENDPOINT_READY, msg)));
+        return Ok(Err((types::ENDPOINT_READY, msg)));
     }
     if let Some(route) = plan.tls_route.clone() {
         let outcome = apply_owned(ctx, ns, route, None, owner)
@@ -283,10 +290,10 @@ async fn front(
                 e => e,
             })?;
         if let Outcome::Conflict(msg) = outcome {
-            return Ok(Some((types::ENDPOINT_READY, msg)));
+            return Ok(Err((types::ENDPOINT_READY, msg)));
         }
     }
-    Ok(None)
+    Ok(Ok(service))
 }
 
 /// Reports an object another object controls, and stops the pass (a recheck, since its
@@ -341,7 +348,9 @@ async fn roots(
     {
         return Ok(Some(stop));
     }
-    report.conditions.extend(keys.condition.clone());
+    for cond in keys.condition.iter().cloned() {
+        report.push(cond);
+    }
     let authorities = &plan.certificate_authorities;
     // Before the rotation is recorded as done: the tenant's published trust loses the old CAs
     // (a failure fails the pass, and the next one tries again).
@@ -371,7 +380,9 @@ async fn roots(
     {
         return Ok(Some(stop));
     }
-    report.conditions.extend(authorities.condition.clone());
+    for cond in authorities.condition.iter().cloned() {
+        report.push(cond);
+    }
     let encryption = &plan.encryption_keys;
     // Before the previous key is dropped: every Secret is stored anew with the one that writes.
     if !encryption.migrate.is_empty() {
@@ -395,21 +406,19 @@ async fn roots(
     {
         return Ok(Some(stop));
     }
-    report
-        .conditions
-        .extend(encryption.conditions.iter().cloned());
+    for cond in encryption.conditions.iter().cloned() {
+        report.push(cond);
+    }
     Ok(None)
 }
 
-/// The tenant side: once its API answered this pass, the Cluster's endpoint (once) and the
-/// kubeadm artifacts; returns when to look again (a back-off while the API does not answer,
+/// The tenant side: once its API answered this pass, the kubeadm artifacts; returns when to look again (a back-off while the API does not answer,
 /// since reachability produces no event).
 #[allow(clippy::too_many_arguments)]
 async fn tenant(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     spec: &ValidSpec,
-    endpoint: &Endpoint,
     objects: Option<&TenantObjects>,
     super_admin: Option<&Secret>,
     deployment: &Deployment,
@@ -439,7 +448,6 @@ async fn tenant(
         });
     };
     ctx.waiting.reset(&key);
-    set_cluster_endpoint(ctx, spec, endpoint).await?;
     match bootstrap_tenant(kcp, objects, super_admin).await {
         Ok(client) => {
             report.push(Cond::yes(
@@ -760,27 +768,6 @@ async fn set_kcp_endpoint(
     }
     let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": {"host": endpoint.host, "port": endpoint.port}}});
     super::patch_kcp(kcp, ctx, report, patch, "set spec.controlPlaneEndpoint").await
-}
-
-/// Writes the endpoint into the Cluster when it has none, together with initialization
-/// (capi-contract.md item 15); CAPI core would copy it too, but only after it reads our status.
-async fn set_cluster_endpoint(
-    ctx: &Context,
-    spec: &ValidSpec,
-    endpoint: &Endpoint,
-) -> Result<(), Error> {
-    if spec.cluster_endpoint.is_some() {
-        return Ok(());
-    }
-    Api::<v1beta2::Cluster>::namespaced(ctx.client.clone(), &spec.namespace)
-        .patch(
-            &spec.cluster_name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"controlPlaneEndpoint": {"host": endpoint.host, "port": endpoint.port}}})),
-        )
-        .await
-        .ctx(|| format!("set Cluster {}/{} spec.controlPlaneEndpoint", spec.namespace, spec.cluster_name))?;
-    Ok(())
 }
 
 /// Reports whether the konnectivity agents are connected (`KonnectivityReady`, from their

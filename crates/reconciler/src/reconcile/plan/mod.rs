@@ -425,6 +425,13 @@ pub fn plan(
     }))
 }
 
+/// Whether `service`, as stored, gives the control plane what [`plan`] waits for before the
+/// rest of the plan: its cluster IP (a serving-certificate address) and the endpoint.
+#[must_use]
+pub fn endpoint_known(spec: &ValidSpec, service: &Service) -> bool {
+    endpoint::cluster_ip(service).is_some() && endpoint::choose(spec, Some(service)).is_some()
+}
+
 /// The claim a control plane holds on its datastore schema (its etcd key prefix) on every
 /// DataStore its API server writes to ([`crate::datastore::claim_schema`]).
 #[derive(Debug, Clone)]
