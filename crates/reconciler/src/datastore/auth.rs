@@ -234,6 +234,17 @@ pub fn token_refused(err: &str) -> bool {
     says(err, "invalid auth token")
 }
 
+/// Whether a gateway error is etcd refusing a request whose authentication predates its users'
+/// or roles' last change (`ErrAuthOldRevision`, "revision of auth store is old"). Every tenant
+/// granted changes them: with a simple token (etcd's default) a request that arrived before a
+/// grant and is applied after it is refused, and passes when sent again; a JWT carries the
+/// revision it was issued at, so it needs a new one. etcd's own client answers it with a new
+/// token and the same request.
+#[must_use]
+pub fn token_behind(err: &str) -> bool {
+    says(err, "revision of auth store is old")
+}
+
 /// A request whose "already exists" (or, for removals, "not found") answer means done.
 async fn idempotent(
     ds: &Resolved,
@@ -319,7 +330,7 @@ pub fn enabled_since_session(err: &str) -> bool {
 /// pass turned authentication on after `session` was opened ([`enabled_since_session`]: with
 /// many control planes created at once, the first one granted enables it while the others'
 /// passes are under way), or etcd refuses the session's token ([`token_refused`]: a kept
-/// session's, expired), `session` is opened again, now with a valid token, and the work done
+/// session's, expired; [`token_behind`]: issued before the last grant), `session` is opened again, now with a valid token, and the work done
 /// once more, instead of failing the pass.
 ///
 /// # Errors
@@ -344,10 +355,18 @@ pub async fn claim_and_grant(
         }
         Ok(claimed)
     }
-    match once(ds, session, schema, holder, user).await {
+    let first = match once(ds, session, schema, holder, user).await {
+        // Sent again with the same token first (a simple token's race with a grant); a new
+        // session below when it is still behind (a JWT issued before the grant).
+        Err(e) if session.token.is_some() && token_behind(&e) => {
+            once(ds, session, schema, holder, user).await
+        }
+        done => done,
+    };
+    match first {
         Err(e)
             if (session.token.is_none() && enabled_since_session(&e))
-                || (session.token.is_some() && token_refused(&e)) =>
+                || (session.token.is_some() && (token_refused(&e) || token_behind(&e))) =>
         {
             *session = self::session(ds).await?;
             once(ds, session, schema, holder, user).await
@@ -466,6 +485,17 @@ pub async fn enable(ds: &Resolved, session: &Session) -> Result<Enablement, Stri
     if session.token.is_some() {
         return Ok(Enablement::AlreadyEnabled);
     }
+    match enable_steps(ds, session).await {
+        // Another pass (or manager) turned it on while this token-less session was open: etcd
+        // refuses its requests (no user, or no permission) at whichever step it had reached.
+        Err(e) if says(&e, "user name is empty") || says(&e, "permission denied") => {
+            Ok(Enablement::AlreadyEnabled)
+        }
+        done => done,
+    }
+}
+
+async fn enable_steps(ds: &Resolved, session: &Session) -> Result<Enablement, String> {
     let roles = roles(ds, session).await?;
     let waiting: Vec<String> = super::claimed_schemas(ds, session)
         .await?
@@ -499,12 +529,6 @@ pub async fn enable(ds: &Resolved, session: &Session) -> Result<Enablement, Stri
         &serde_json::json!({"user": name, "role": ROOT}),
     )
     .await?;
-    match gateway(ds, session, "/v3/auth/enable", &serde_json::json!({})).await {
-        Ok(_) => Ok(Enablement::Enabled),
-        // Another manager was first.
-        Err(e) if says(&e, "user name is empty") || says(&e, "permission denied") => {
-            Ok(Enablement::AlreadyEnabled)
-        }
-        Err(e) => Err(e),
-    }
+    gateway(ds, session, "/v3/auth/enable", &serde_json::json!({})).await?;
+    Ok(Enablement::Enabled)
 }

@@ -164,6 +164,8 @@ pub fn owner_reference(kcp: &KamajiControlPlane) -> OwnerReference {
 /// [`Error`] for failures worth a retry with backoff; invalid specs and missing inputs are
 /// reported in status and wait for a change instead.
 pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // In kube-runtime's span of the pass, which names what woke it (`object.reason`).
+    debug!(kcp = %object_key(&kcp), version = kcp.resource_version().unwrap_or_default(), "pass");
     if let (Some(uid), Some(rv)) = (kcp.metadata.uid.as_deref(), kcp.resource_version())
         && ctx.is_superseded(uid, &rv)
     {
