@@ -146,6 +146,10 @@ pub struct Context {
     /// read or wrote, or its last spec or metadata write): that version's watch event carries
     /// nothing the pass did not account for, so it wakes no pass ([`Context::is_own_result`]).
     pub own_results: Mutex<HashMap<String, String>>,
+    /// Per KamajiControlPlane UID whose pass is running, the `resourceVersion`s its watch
+    /// events brought meanwhile ([`Context::hold_event`]): the pass's own writes are only
+    /// known as such once it ends ([`Context::end_pass`]).
+    pub running: Mutex<HashMap<String, Vec<String>>>,
     /// Per KamajiControlPlane UID and event reason, the note last published and when: a pass
     /// repeating it within [`Config::resync`] publishes nothing ([`Context::repeats_event`]).
     pub published: Mutex<HashMap<(String, String), (String, Instant)>>,
@@ -247,6 +251,41 @@ impl Context {
         self.own_results
             .lock()
             .is_ok_and(|m| m.get(uid).is_some_and(|v| v == version))
+    }
+
+    /// Records that a pass of the control plane `uid` begins.
+    pub fn begin_pass(&self, uid: &str) {
+        if let Ok(mut m) = self.running.lock() {
+            m.insert(uid.to_owned(), Vec::new());
+        }
+    }
+
+    /// Holds the watch event of version `version` of the control plane `uid` when its pass is
+    /// running (`true`): the event of the pass's own write can arrive before the pass has
+    /// recorded it ([`Context::own_result`]), and would wake one more pass for nothing.
+    /// [`Context::end_pass`] decides about it.
+    pub fn hold_event(&self, uid: &str, version: &str) -> bool {
+        self.running.lock().is_ok_and(|mut m| match m.get_mut(uid) {
+            Some(held) => {
+                held.push(version.to_owned());
+                true
+            }
+            None => false,
+        })
+    }
+
+    /// Records that the pass of the control plane `uid` ended (after [`Context::own_result`]),
+    /// and returns whether an event held meanwhile brought a version its own writes do not
+    /// account for (another writer's): that one needs a pass.
+    pub fn end_pass(&self, uid: &str) -> bool {
+        let held = self
+            .running
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(uid))
+            .unwrap_or_default();
+        held.iter()
+            .any(|v| !self.is_own_result(uid, v) && !self.is_superseded(uid, v))
     }
 
     /// Forgets the version recorded by [`Context::own_result`] for the control plane `uid`: a
@@ -400,6 +439,7 @@ impl Context {
             verified: Mutex::new(HashMap::new()),
             superseded: Mutex::new(HashMap::new()),
             own_results: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
             published: Mutex::new(HashMap::new()),
             infrastructure_kinds: Mutex::new(HashMap::new()),
             setbacks: Mutex::new(HashMap::new()),
@@ -453,6 +493,29 @@ mod tests {
         assert!(ctx.is_superseded("a", "2"));
         ctx.forget("a");
         assert!(!ctx.is_superseded("a", "2"));
+    }
+
+    /// Events of a control plane whose pass runs are held; at its end only a version its own
+    /// writes do not account for asks for another pass; no pass running, nothing is held.
+    #[tokio::test]
+    async fn events_held_during_a_pass_ask_for_another_only_when_another_writer_made_them() {
+        let ctx = context();
+        assert!(!ctx.hold_event("a", "1"), "no pass running");
+        ctx.begin_pass("a");
+        assert!(ctx.hold_event("a", "2"));
+        assert!(
+            !ctx.hold_event("b", "2"),
+            "another control plane's pass is not running"
+        );
+        assert!(ctx.hold_event("a", "3"));
+        ctx.supersede("a", "2");
+        ctx.own_result("a", "3");
+        assert!(!ctx.end_pass("a"), "2 and 3 are the pass's own writes");
+        assert!(!ctx.hold_event("a", "4"), "the pass ended");
+        ctx.begin_pass("a");
+        assert!(ctx.hold_event("a", "3"));
+        assert!(ctx.hold_event("a", "5"));
+        assert!(ctx.end_pass("a"), "5 is another writer's");
     }
 
     /// An object found holding the desired object is remembered for that version and that

@@ -87,14 +87,29 @@ where
     reflector(writer, watch).applied_objects()
 }
 
-/// Whether `kcp` is at the version the last pass of this process that ended without error
-/// left with its own writes ([`Context::is_own_result`]).
+/// Whether `kcp` is at a version this process's own writes account for: the one the last pass
+/// that ended without error left ([`Context::is_own_result`]), or one a later write of this
+/// process already replaced ([`Context::is_superseded`]: the finalizer and endpoint patches a
+/// pass makes before its status write; their events arrive after the pass that made them).
 fn is_own_result(ctx: &Context, kcp: &KamajiControlPlane) -> bool {
     match (
         kcp.metadata.uid.as_deref(),
         kcp.metadata.resource_version.as_deref(),
     ) {
-        (Some(uid), Some(version)) => ctx.is_own_result(uid, version),
+        (Some(uid), Some(version)) => {
+            ctx.is_own_result(uid, version) || ctx.is_superseded(uid, version)
+        }
+        _ => false,
+    }
+}
+
+/// Whether the event of `kcp` is held because its pass is running ([`Context::hold_event`]).
+fn held(ctx: &Context, kcp: &KamajiControlPlane) -> bool {
+    match (
+        kcp.metadata.uid.as_deref(),
+        kcp.metadata.resource_version.as_deref(),
+    ) {
+        (Some(uid), Some(version)) => ctx.hold_event(uid, version),
         _ => false,
     }
 }
@@ -155,11 +170,12 @@ pub async fn run(
     // Owned objects and DataStores wake only control planes in the store, so filtering the
     // control planes (and the Clusters that map to them) is the whole split.
     let (store, kcp_writer) = reflector::store();
-    // A version a pass of this process left with its own writes, and accounted for, wakes no
-    // pass (the cache still takes it); every other input of that pass has events of its own.
+    // A version a pass of this process left with its own writes, and accounted for, or one its
+    // own later write replaced, wakes no pass (the cache still takes it); every other input of
+    // that pass has events of its own.
     let own = Arc::clone(&ctx);
     let triggers = cached(kcp_writer, kcps, scope.filtered()).filter(move |event| {
-        let skip = matches!(event, Ok(kcp) if is_own_result(&own, kcp));
+        let skip = matches!(event, Ok(kcp) if is_own_result(&own, kcp) || held(&own, kcp));
         if skip {
             own.metrics.own_result_events.inc();
         }
@@ -262,6 +278,34 @@ metadata: {name: demo, namespace: a, resourceVersion: '1'}
 spec:
   controlPlaneRef: {apiGroup: controlplane.cluster.x-k8s.io, kind: KamajiControlPlane, name: demo}
 ";
+
+    /// The versions a pass's own writes account for wake no pass: the one its last write left,
+    /// and the ones a later write of its own replaced (a finalizer or endpoint patch before the
+    /// status write); any other version does.
+    #[tokio::test]
+    async fn only_versions_other_than_the_own_writes_wake_a_pass() {
+        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
+        let ctx = Context::new(
+            kube::Client::try_from(config).expect("client"),
+            crate::context::Config::default(),
+        );
+        let at = |version: &str| -> KamajiControlPlane {
+            serde_yaml::from_str(&format!(
+                "apiVersion: controlplane.cluster.x-k8s.io/v1alpha2\nkind: KamajiControlPlane\nmetadata: {{name: demo, namespace: a, uid: u1, resourceVersion: '{version}'}}\nspec: {{version: v1.36.3}}\n"
+            ))
+            .expect("kcp")
+        };
+        // A pass read 10, patched the finalizer (11) and the endpoint (12), wrote status (13).
+        for replaced in ["10", "11", "12"] {
+            ctx.supersede("u1", replaced);
+        }
+        ctx.own_result("u1", "13");
+        for own in ["11", "12", "13"] {
+            assert!(is_own_result(&ctx, &at(own)), "{own}");
+        }
+        // Another writer's version after them.
+        assert!(!is_own_result(&ctx, &at("14")));
+    }
 
     /// The Cluster watch wakes a control plane when what its pass reads changes (paused, the
     /// network, the infrastructure provisioned, deletion), not when CAPI only writes its own

@@ -67,7 +67,9 @@ pub struct Metrics {
     /// process's own write had already replaced (`kamaji_reconcile_superseded_total`).
     pub superseded_passes: Counter,
     /// Watch events of a KamajiControlPlane that woke no pass: the version a pass of this
-    /// process left with its own writes and accounted for (`kamaji_own_write_events_total`).
+    /// process left with its own writes and accounted for, one its own later write replaced, or
+    /// one held while its pass ran (which asks for another pass at its end if another writer
+    /// made it) (`kamaji_own_write_events_total`).
     pub own_result_events: Counter,
     /// Sessions opened on etcd DataStores (`kamaji_datastore_sessions_opened_total`): a client
     /// certificate issued and, with authentication on, etcd's password check

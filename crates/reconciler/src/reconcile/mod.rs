@@ -164,6 +164,23 @@ pub fn owner_reference(kcp: &KamajiControlPlane) -> OwnerReference {
 /// [`Error`] for failures worth a retry with backoff; invalid specs and missing inputs are
 /// reported in status and wait for a change instead.
 pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let Some(uid) = kcp.metadata.uid.clone() else {
+        return pass(kcp, ctx).await;
+    };
+    // Events of this control plane while its pass runs are held, and looked at once the pass
+    // has recorded what its own writes left: another writer's version runs the next pass at
+    // once, the pass's own versions none.
+    ctx.begin_pass(&uid);
+    let result = pass(kcp, Arc::clone(&ctx)).await;
+    let missed = ctx.end_pass(&uid);
+    match result {
+        Ok(_) if missed => Ok(Action::requeue(std::time::Duration::ZERO)),
+        result => result,
+    }
+}
+
+/// One pass over `kcp` ([`reconcile`]).
+async fn pass(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Result<Action, Error> {
     // In kube-runtime's span of the pass, which names what woke it (`object.reason`).
     debug!(kcp = %object_key(&kcp), version = kcp.resource_version().unwrap_or_default(), "pass");
     if let (Some(uid), Some(rv)) = (kcp.metadata.uid.as_deref(), kcp.resource_version())
