@@ -64,6 +64,31 @@ impl Env {
         .await
     }
 
+    /// Waits until the Cluster (read as v1beta2) has a `spec.controlPlaneEndpoint`: Cluster API
+    /// copies the control plane's (or the infrastructure cluster's) into it on a reconcile of
+    /// its own, after it has read the control plane initialized (capi-contract.md item 14).
+    pub async fn wait_cluster_endpoint(
+        &self,
+        ns: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<DynamicObject> {
+        self.wait_for(
+            self.capi(ns, "v1beta2", "Cluster"),
+            &format!("Cluster {ns}/{name}"),
+            name,
+            "spec.controlPlaneEndpoint set",
+            timeout,
+            |c: &DynamicObject| {
+                c.data["spec"]["controlPlaneEndpoint"]["host"]
+                    .as_str()
+                    .is_some_and(|h| !h.is_empty())
+            },
+            |c| c.data["spec"].to_string(),
+        )
+        .await
+    }
+
     /// Waits until `ok` holds for object `name` of `api`; on time-out the error carries the
     /// object's status (rendered by `status`) and the manager's log.
     #[allow(clippy::too_many_arguments)]

@@ -353,14 +353,17 @@ async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address
         .await
         .unwrap();
     assert_eq!(endpoint_of(&kcp), (host.to_owned(), 443));
+    env.wait_cluster_condition(
+        "tenant-a",
+        "demo",
+        "ControlPlaneInitialized",
+        "True",
+        MINUTE,
+    )
+    .await
+    .unwrap();
     let c = env
-        .wait_cluster_condition(
-            "tenant-a",
-            "demo",
-            "ControlPlaneInitialized",
-            "True",
-            MINUTE,
-        )
+        .wait_cluster_endpoint("tenant-a", "demo", MINUTE)
         .await
         .unwrap();
     assert_eq!(c.data["spec"]["controlPlaneEndpoint"]["host"], host);
@@ -1063,8 +1066,11 @@ async fn b23_missing_optional_fields_get_documented_defaults() {
         kcm.contains(&"--cluster-cidr=10.244.0.0/16".to_owned()),
         "{kcm:?}"
     );
+    env.wait_cluster_condition("tenant-a", "demo", "ControlPlaneAvailable", "True", MINUTE)
+        .await
+        .unwrap();
     let c = env
-        .wait_cluster_condition("tenant-a", "demo", "ControlPlaneAvailable", "True", MINUTE)
+        .wait_cluster_endpoint("tenant-a", "demo", MINUTE)
         .await
         .unwrap();
     assert_eq!(
@@ -1099,8 +1105,11 @@ spec: {{}}
         .wait_kcp_condition("tenant-b", "demo", "Available", "True", 4 * MINUTE)
         .await
         .unwrap();
+    env.wait_cluster_condition("tenant-b", "demo", "ControlPlaneAvailable", "True", MINUTE)
+        .await
+        .unwrap();
     let c = env
-        .wait_cluster_condition("tenant-b", "demo", "ControlPlaneAvailable", "True", MINUTE)
+        .wait_cluster_endpoint("tenant-b", "demo", MINUTE)
         .await
         .unwrap();
     let ep = k.spec.control_plane_endpoint.unwrap();

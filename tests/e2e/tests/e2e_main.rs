@@ -29,18 +29,21 @@ async fn cluster_becomes_available_through_capi_and_kubeadm_discovery_passes() {
     )
     .await
     .unwrap();
+    env.wait_cluster_condition(
+        "tenant-a",
+        "demo",
+        "ControlPlaneAvailable",
+        "True",
+        2 * MINUTE,
+    )
+    .await
+    .unwrap();
+
+    // Cluster.spec.controlPlaneEndpoint equals the KamajiControlPlane's (Cluster API's copy).
     let cluster = env
-        .wait_cluster_condition(
-            "tenant-a",
-            "demo",
-            "ControlPlaneAvailable",
-            "True",
-            2 * MINUTE,
-        )
+        .wait_cluster_endpoint("tenant-a", "demo", MINUTE)
         .await
         .unwrap();
-
-    // Cluster.spec.controlPlaneEndpoint equals the KamajiControlPlane's.
     let kcp = Api::<KamajiControlPlane>::namespaced(env.client(), "tenant-a")
         .get("demo")
         .await

@@ -1491,10 +1491,10 @@ spec: {{cloudName: plain}}
             .unwrap();
     }
     let kcps: Api<KamajiControlPlane> = Api::namespaced(env.client(), ns);
-    let clusters = env.capi(ns, "v1beta2", "Cluster");
     let endpoints = async |name: &str| {
         let kcp = serde_json::to_value(kcps.get(name).await.unwrap()).unwrap();
-        let cluster = clusters.get(name).await.unwrap();
+        // Cluster API's copy, made on a reconcile of its own.
+        let cluster = env.wait_cluster_endpoint(ns, name, MINUTE).await.unwrap();
         (endpoint_in(&kcp), endpoint_in(&cluster.data))
     };
     // OpenStack-shaped: the control plane's own endpoint, written there and nothing else.
