@@ -171,11 +171,28 @@ pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Resul
     // has recorded what its own writes left: another writer's version runs the next pass at
     // once, the pass's own versions none.
     ctx.begin_pass(&uid);
+    // A pass dropped half-way (the controller shutting down) holds no events afterwards.
+    let running = Running {
+        ctx: Arc::clone(&ctx),
+        uid,
+    };
     let result = pass(kcp, Arc::clone(&ctx)).await;
-    let missed = ctx.end_pass(&uid);
+    let missed = ctx.end_pass(&running.uid);
     match result {
         Ok(_) if missed => Ok(Action::requeue(std::time::Duration::ZERO)),
         result => result,
+    }
+}
+
+/// A running pass of the control plane `uid` ([`Context::begin_pass`]); dropped, it is ended.
+struct Running {
+    ctx: Arc<Context>,
+    uid: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.ctx.end_pass(&self.uid);
     }
 }
 
