@@ -87,31 +87,41 @@ where
     reflector(writer, watch).applied_objects()
 }
 
+/// The UID and `resourceVersion` of `kcp`, when it has both.
+fn uid_and_version(kcp: &KamajiControlPlane) -> Option<(&str, &str)> {
+    Some((
+        kcp.metadata.uid.as_deref()?,
+        kcp.metadata.resource_version.as_deref()?,
+    ))
+}
+
 /// Whether `kcp` is at a version this process's own writes account for: the one the last pass
 /// that ended without error left ([`Context::is_own_result`]), or one a later write of this
 /// process already replaced ([`Context::is_superseded`]: the finalizer and endpoint patches a
 /// pass makes before its status write; their events arrive after the pass that made them).
 fn is_own_result(ctx: &Context, kcp: &KamajiControlPlane) -> bool {
-    match (
-        kcp.metadata.uid.as_deref(),
-        kcp.metadata.resource_version.as_deref(),
-    ) {
-        (Some(uid), Some(version)) => {
-            ctx.is_own_result(uid, version) || ctx.is_superseded(uid, version)
-        }
-        _ => false,
-    }
+    uid_and_version(kcp).is_some_and(|(uid, version)| {
+        ctx.is_own_result(uid, version) || ctx.is_superseded(uid, version)
+    })
 }
 
 /// Whether the event of `kcp` is held because its pass is running ([`Context::hold_event`]).
 fn held(ctx: &Context, kcp: &KamajiControlPlane) -> bool {
-    match (
-        kcp.metadata.uid.as_deref(),
-        kcp.metadata.resource_version.as_deref(),
-    ) {
-        (Some(uid), Some(version)) => ctx.hold_event(uid, version),
-        _ => false,
-    }
+    uid_and_version(kcp).is_some_and(|(uid, version)| ctx.hold_event(uid, version))
+}
+
+/// The KamajiControlPlane `cluster.spec.controlPlaneRef` names, if it names one.
+#[must_use]
+pub fn control_plane_of(cluster: &v1beta2::Cluster) -> Option<ObjectRef<KamajiControlPlane>> {
+    let ns = cluster.metadata.namespace.as_deref().unwrap_or_default();
+    cluster
+        .spec
+        .control_plane_ref
+        .as_ref()
+        .filter(|r| {
+            r.kind == "KamajiControlPlane" && r.api_group == kamaji_api::meta::CONTROL_PLANE_GROUP
+        })
+        .map(|r| ObjectRef::new(&r.name).within(ns))
 }
 
 /// A hash of what a pass of the control plane reads of `cluster` ([`ClusterView`], and whether
@@ -224,17 +234,7 @@ pub async fn run(
             // CAPI writes a Cluster many times while it provisions (its status mirrors the
             // control plane's): only a change of what a pass reads wakes the control plane.
             .predicate_filter(cluster_inputs, PredicateConfig::default()),
-            |cluster: v1beta2::Cluster| {
-                let ns = cluster.metadata.namespace.clone().unwrap_or_default();
-                cluster
-                    .spec
-                    .control_plane_ref
-                    .filter(|r| {
-                        r.kind == "KamajiControlPlane"
-                            && r.api_group == kamaji_api::meta::CONTROL_PLANE_GROUP
-                    })
-                    .map(|r| ObjectRef::new(&r.name).within(&ns))
-            },
+            |cluster: v1beta2::Cluster| control_plane_of(&cluster),
         )
         .watches_stream(
             cached(

@@ -330,8 +330,9 @@ pub fn enabled_since_session(err: &str) -> bool {
 /// pass turned authentication on after `session` was opened ([`enabled_since_session`]: with
 /// many control planes created at once, the first one granted enables it while the others'
 /// passes are under way), or etcd refuses the session's token ([`token_refused`]: a kept
-/// session's, expired; [`token_behind`]: issued before the last grant), `session` is opened again, now with a valid token, and the work done
-/// once more, instead of failing the pass.
+/// session's, expired; [`token_behind`]: older than the last grant, and still refused when sent
+/// again), `session` is opened again, now with a valid token, and the work done once more,
+/// instead of failing the pass.
 ///
 /// # Errors
 /// A message when etcd refuses a request or no endpoint answers.

@@ -117,12 +117,8 @@ pub async fn check(
 pub fn awaits(cluster: &v1beta2::Cluster, kcp: &KamajiControlPlane) -> bool {
     cluster.spec.paused != Some(true)
         && cluster.metadata.deletion_timestamp.is_none()
-        && cluster.metadata.namespace == kcp.metadata.namespace
-        && cluster.spec.control_plane_ref.as_ref().is_some_and(|r| {
-            r.name == kcp.name_any()
-                && r.kind == "KamajiControlPlane"
-                && r.api_group == kamaji_api::meta::CONTROL_PLANE_GROUP
-        })
+        && crate::controller::control_plane_of(cluster)
+            .is_some_and(|r| r == kube::runtime::reflector::ObjectRef::from_obj(kcp))
 }
 
 async fn owner_cluster(

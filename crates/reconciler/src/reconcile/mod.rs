@@ -170,28 +170,38 @@ pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Resul
     // Events of this control plane while its pass runs are held, and looked at once the pass
     // has recorded what its own writes left: another writer's version runs the next pass at
     // once, the pass's own versions none.
-    ctx.begin_pass(&uid);
-    // A pass dropped half-way (the controller shutting down) holds no events afterwards.
-    let running = Running {
-        ctx: Arc::clone(&ctx),
-        uid,
-    };
-    let result = pass(kcp, Arc::clone(&ctx)).await;
-    let missed = ctx.end_pass(&running.uid);
+    let running = Running::begin(Arc::clone(&ctx), uid);
+    let result = pass(kcp, ctx).await;
+    let missed = running.end();
     match result {
         Ok(_) if missed => Ok(Action::requeue(std::time::Duration::ZERO)),
         result => result,
     }
 }
 
-/// A running pass of the control plane `uid` ([`Context::begin_pass`]); dropped, it is ended.
+/// A running pass of the control plane `uid` ([`Context::begin_pass`]). Dropped before
+/// [`Running::end`] (the controller shutting down half-way), it ends all the same, so no event
+/// of that control plane is held afterwards.
 struct Running {
     ctx: Arc<Context>,
     uid: String,
 }
 
+impl Running {
+    fn begin(ctx: Arc<Context>, uid: String) -> Self {
+        ctx.begin_pass(&uid);
+        Self { ctx, uid }
+    }
+
+    /// Ends the pass: whether an event held meanwhile needs another ([`Context::end_pass`]).
+    fn end(self) -> bool {
+        self.ctx.end_pass(&self.uid)
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
+        // A no-op after `end`, which removed the entry.
         self.ctx.end_pass(&self.uid);
     }
 }

@@ -412,8 +412,8 @@ async fn roots(
     Ok(None)
 }
 
-/// The tenant side: once its API answered this pass, the kubeadm artifacts; returns when to look again (a back-off while the API does not answer,
-/// since reachability produces no event).
+/// The tenant side: once its API answered this pass, the kubeadm artifacts; returns when to
+/// look again (a back-off while the API does not answer, since reachability produces no event).
 #[allow(clippy::too_many_arguments)]
 async fn tenant(
     kcp: &KamajiControlPlane,
