@@ -130,11 +130,13 @@ pub struct Context {
     /// hash of that write: their drift is accepted until the desired object changes, so a
     /// rewrite never turns into a write loop.
     pub settled_drift: Mutex<HashMap<String, String>>,
-    /// Objects (by UID) found holding the desired object: the `resourceVersion` read and the
-    /// desired hash it was compared with. Both are immutable for that pair, so a pass reading
-    /// the same version for the same desired object skips the comparison (two JSON
-    /// serializations per object per pass; issue 16). At most [`VERIFIED_KEPT`], emptied when
-    /// full.
+    /// Owned objects (by UID) found holding the desired object, or written so by this process:
+    /// the `resourceVersion` read or written and the desired hash it holds. Both are immutable
+    /// for that pair, so a pass reading the same version for the same desired object skips the
+    /// comparison (two JSON serializations per object per pass; issue 16), and the watch event
+    /// of that version wakes no pass ([`Context::known_version`]). A root Secret this process
+    /// created is recorded with an empty hash (it is never compared). At most
+    /// [`VERIFIED_KEPT`], emptied when full.
     pub verified: Mutex<HashMap<String, (String, String)>>,
     /// Per KamajiControlPlane UID, the `resourceVersion`s this process's own successful writes
     /// to it replaced, newest last (at most [`SUPERSEDED_KEPT`]): a pass handed one of them by
@@ -146,10 +148,11 @@ pub struct Context {
     /// read or wrote, or its last spec or metadata write): that version's watch event carries
     /// nothing the pass did not account for, so it wakes no pass ([`Context::is_own_result`]).
     pub own_results: Mutex<HashMap<String, String>>,
-    /// Per KamajiControlPlane UID whose pass is running, the `resourceVersion`s its watch
-    /// events brought meanwhile ([`Context::hold_event`]): the pass's own writes are only
-    /// known as such once it ends ([`Context::end_pass`]).
-    pub running: Mutex<HashMap<String, Vec<String>>>,
+    /// Per KamajiControlPlane UID whose pass is running, the versions watch events brought
+    /// meanwhile, of it ([`Context::hold_event`]) and of the objects it owns
+    /// ([`Context::hold_owned_event`]): the pass's own writes are only known as such once it
+    /// ends ([`Context::end_pass`]).
+    pub running: Mutex<HashMap<String, Vec<Held>>>,
     /// Per KamajiControlPlane UID and event reason, the note last published and when: a pass
     /// repeating it within [`Config::resync`] publishes nothing ([`Context::repeats_event`]).
     pub published: Mutex<HashMap<(String, String), (String, Instant)>>,
@@ -173,6 +176,20 @@ pub struct Context {
     pub clusters: std::sync::OnceLock<Store<Cluster>>,
     /// The watch cache of DataStores (set when the controller starts); [`Context::datastore`].
     pub datastores: std::sync::OnceLock<Store<DataStore>>,
+}
+
+/// A watch event held while a control plane's pass runs ([`Context::running`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// A `resourceVersion` of the KamajiControlPlane itself.
+    ControlPlane(String),
+    /// A `resourceVersion` of an object it owns, with that object's UID.
+    Owned {
+        /// The owned object's UID.
+        uid: String,
+        /// Its `resourceVersion`.
+        version: String,
+    },
 }
 
 /// How many objects [`Context::verified`] holds at most (about fifteen per tenant; a full map
@@ -265,18 +282,36 @@ impl Context {
     /// recorded it ([`Context::own_result`]), and would wake one more pass for nothing.
     /// [`Context::end_pass`] decides about it.
     pub fn hold_event(&self, uid: &str, version: &str) -> bool {
-        self.running.lock().is_ok_and(|mut m| match m.get_mut(uid) {
-            Some(held) => {
-                held.push(version.to_owned());
-                true
-            }
-            None => false,
-        })
+        self.hold(uid, Held::ControlPlane(version.to_owned()))
+    }
+
+    /// Holds the watch event of version `version` of the object `uid` that the control plane
+    /// `owner` owns, when the control plane's pass is running (`true`): an object the pass
+    /// writes can bring its event before the pass has recorded the write
+    /// ([`Context::verified_desired`], [`Context::created`]). [`Context::end_pass`] decides.
+    pub fn hold_owned_event(&self, owner: &str, uid: &str, version: &str) -> bool {
+        let held = Held::Owned {
+            uid: uid.to_owned(),
+            version: version.to_owned(),
+        };
+        self.hold(owner, held)
+    }
+
+    fn hold(&self, owner: &str, held: Held) -> bool {
+        self.running
+            .lock()
+            .is_ok_and(|mut m| match m.get_mut(owner) {
+                Some(events) => {
+                    events.push(held);
+                    true
+                }
+                None => false,
+            })
     }
 
     /// Records that the pass of the control plane `uid` ended (after [`Context::own_result`]),
-    /// and returns whether an event held meanwhile brought a version its own writes do not
-    /// account for (another writer's): that one needs a pass.
+    /// and returns whether an event held meanwhile brought a version its own writes and reads
+    /// do not account for (another writer's): that one needs a pass.
     pub fn end_pass(&self, uid: &str) -> bool {
         let held = self
             .running
@@ -284,8 +319,10 @@ impl Context {
             .ok()
             .and_then(|mut m| m.remove(uid))
             .unwrap_or_default();
-        held.iter()
-            .any(|v| !self.is_own_result(uid, v) && !self.is_superseded(uid, v))
+        held.iter().any(|h| match h {
+            Held::ControlPlane(v) => !self.is_own_result(uid, v) && !self.is_superseded(uid, v),
+            Held::Owned { uid, version } => !self.known_version(uid, version),
+        })
     }
 
     /// Forgets the version recorded by [`Context::own_result`] for the control plane `uid`: a
@@ -349,12 +386,31 @@ impl Context {
     /// Records that the object `uid` at version `version` holds the desired object of hash
     /// `hash` ([`Context::verified`]).
     pub fn verified_desired(&self, uid: &str, version: &str, hash: &str) {
+        if uid.is_empty() || version.is_empty() {
+            return;
+        }
         if let Ok(mut m) = self.verified.lock() {
             if m.len() >= VERIFIED_KEPT {
                 m.clear();
             }
             m.insert(uid.to_owned(), (version.to_owned(), hash.to_owned()));
         }
+    }
+
+    /// Records that this process created the object `uid` at version `version` (a root
+    /// Secret, never compared with a desired object): its watch event wakes no pass.
+    pub fn created(&self, uid: &str, version: &str) {
+        self.verified_desired(uid, version, "");
+    }
+
+    /// Whether a pass of this process wrote the object `uid` at version `version`, or read it
+    /// at that version and found it holding the desired object ([`Context::verified`]): the
+    /// watch event of that version brings nothing the pass did not account for.
+    #[must_use]
+    pub fn known_version(&self, uid: &str, version: &str) -> bool {
+        self.verified
+            .lock()
+            .is_ok_and(|m| m.get(uid).is_some_and(|(v, _)| v == version))
     }
 }
 
@@ -530,6 +586,30 @@ mod tests {
         assert!(!ctx.holds_desired("v", "3", "h1"));
         ctx.verified_desired("u", "4", "h1");
         assert!(!ctx.holds_desired("u", "3", "h1"));
+        assert!(ctx.known_version("u", "4"));
+        assert!(!ctx.known_version("u", "3"));
+        ctx.created("r", "9");
+        assert!(ctx.known_version("r", "9"));
+    }
+
+    /// Events of objects a control plane owns, while its pass runs, are held; at its end only a
+    /// version the pass neither wrote nor verified asks for another pass.
+    #[tokio::test]
+    async fn owned_events_held_during_a_pass_ask_for_another_only_for_versions_it_did_not_write() {
+        let ctx = context();
+        assert!(!ctx.hold_owned_event("a", "s1", "1"), "no pass running");
+        ctx.begin_pass("a");
+        assert!(ctx.hold_owned_event("a", "s1", "2"));
+        assert!(ctx.hold_owned_event("a", "d1", "3"));
+        ctx.verified_desired("s1", "2", "h");
+        ctx.created("d1", "3");
+        assert!(!ctx.end_pass("a"), "both are the pass's own writes");
+        ctx.begin_pass("a");
+        assert!(ctx.hold_owned_event("a", "d1", "4"));
+        assert!(
+            ctx.end_pass("a"),
+            "4 is another writer's (the Deployment's status)"
+        );
     }
 
     /// The version a pass's own writes left is recognised for its control plane only, and

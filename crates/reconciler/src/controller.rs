@@ -13,6 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kamaji_api::cluster::{ClusterView, v1beta2};
 use kamaji_api::meta::{CLUSTER_NAME_LABEL, KAMAJI_NAME_LABEL};
 use kamaji_api::{DataStore, KamajiControlPlane};
@@ -110,6 +111,50 @@ fn held(ctx: &Context, kcp: &KamajiControlPlane) -> bool {
     uid_and_version(kcp).is_some_and(|(uid, version)| ctx.hold_event(uid, version))
 }
 
+/// The watch of the objects of kind `K` that control planes own, their metadata only (owner
+/// references are all it needs: neither the initial list nor an event carries a Secret's data
+/// or a Deployment's spec into this process), for the controller's `owns_stream`. A change
+/// event of a version a pass of this process wrote, or read and verified
+/// ([`Context::known_version`]), wakes no pass, and one arriving while its control plane's pass
+/// runs is held for that pass to decide ([`Context::hold_owned_event`]); deletions and the
+/// initial list always wake their owner.
+fn owned<K>(
+    ctx: Arc<Context>,
+    api: Api<PartialObjectMeta<K>>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    PartialObjectMeta<K>: serde::de::DeserializeOwned,
+{
+    watcher(api, config)
+        .filter(move |event| {
+            let skip =
+                matches!(event, Ok(watcher::Event::Apply(o)) if own_owned(&ctx, &o.metadata));
+            if skip {
+                ctx.metrics.owned_own_write_events.inc();
+            }
+            futures::future::ready(!skip)
+        })
+        .touched_objects()
+}
+
+/// Whether the change event of the owned object with `meta` needs no pass now: a version this
+/// process wrote or verified, or one held while its owner's pass runs.
+fn own_owned(ctx: &Context, meta: &ObjectMeta) -> bool {
+    let (Some(uid), Some(version)) = (meta.uid.as_deref(), meta.resource_version.as_deref()) else {
+        return false;
+    };
+    if ctx.known_version(uid, version) {
+        return true;
+    }
+    meta.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "KamajiControlPlane"
+            && ctx.hold_owned_event(&o.uid, uid, version)
+    })
+}
+
 /// The KamajiControlPlane `cluster.spec.controlPlaneRef` names, if it names one.
 #[must_use]
 pub fn control_plane_of(cluster: &v1beta2::Cluster) -> Option<ObjectRef<KamajiControlPlane>> {
@@ -175,7 +220,7 @@ pub async fn run(
 ) {
     let client = ctx.client.clone();
     let kcps: Api<KamajiControlPlane> = scope.api(&client);
-    let owned = watcher::Config::default().labels(KAMAJI_NAME_LABEL);
+    let labelled = watcher::Config::default().labels(KAMAJI_NAME_LABEL);
     let secrets_cfg = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
     // Owned objects and DataStores wake only control planes in the store, so filtering the
     // control planes (and the Clusters that map to them) is the whole split.
@@ -202,29 +247,27 @@ pub async fn run(
     let (datastores, datastore_writer) = reflector::store();
     let _ = ctx.datastores.set(datastores);
     controller
-        // Owned objects only wake their owner: their metadata (owner references) is all the
-        // watch needs, so neither the initial list nor an event carries a Secret's data or a
-        // Deployment's spec into this process.
-        .owns_stream(
-            watcher(scope.api::<PartialObjectMeta<Secret>>(&client), secrets_cfg).touched_objects(),
-        )
-        .owns_stream(
-            watcher(
-                scope.api::<PartialObjectMeta<Deployment>>(&client),
-                owned.clone(),
-            )
-            .touched_objects(),
-        )
-        .owns_stream(
-            watcher(
-                scope.api::<PartialObjectMeta<Service>>(&client),
-                owned.clone(),
-            )
-            .touched_objects(),
-        )
-        .owns_stream(
-            watcher(scope.api::<PartialObjectMeta<Ingress>>(&client), owned).touched_objects(),
-        )
+        // Owned objects only wake their owner, and not with the versions its passes wrote.
+        .owns_stream(owned::<Secret>(
+            Arc::clone(&ctx),
+            scope.api(&client),
+            secrets_cfg,
+        ))
+        .owns_stream(owned::<Deployment>(
+            Arc::clone(&ctx),
+            scope.api(&client),
+            labelled.clone(),
+        ))
+        .owns_stream(owned::<Service>(
+            Arc::clone(&ctx),
+            scope.api(&client),
+            labelled.clone(),
+        ))
+        .owns_stream(owned::<Ingress>(
+            Arc::clone(&ctx),
+            scope.api(&client),
+            labelled,
+        ))
         .watches_stream(
             cached(
                 cluster_writer,

@@ -71,6 +71,11 @@ pub struct Metrics {
     /// one held while its pass ran (which asks for another pass at its end if another writer
     /// made it) (`kamaji_own_write_events_total`).
     pub own_result_events: Counter,
+    /// Watch events of owned objects (Secrets, Deployments, Services, Ingresses) that woke no
+    /// pass: a version a pass of this process wrote or read and verified, or one held while
+    /// its control plane's pass ran (which asks for another pass at its end unless the pass
+    /// wrote or read that version) (`kamaji_owned_own_write_events_total`).
+    pub owned_own_write_events: Counter,
     /// Sessions opened on etcd DataStores (`kamaji_datastore_sessions_opened_total`): a client
     /// certificate issued and, with authentication on, etcd's password check
     /// ([`crate::datastore::auth::Sessions`]).
@@ -97,6 +102,7 @@ impl Default for Metrics {
         let stale_status_writes = Counter::default();
         let superseded_passes = Counter::default();
         let own_result_events = Counter::default();
+        let owned_own_write_events = Counter::default();
         let datastore_sessions = Counter::default();
         let second_rounds = Counter::default();
         registry.register("reconcile", "Reconcile passes", reconciles.clone());
@@ -152,6 +158,11 @@ impl Default for Metrics {
             own_result_events.clone(),
         );
         registry.register(
+            "owned_own_write_events",
+            "Watch events of owned Secrets, Deployments, Services and Ingresses that woke no pass: a version a pass of this process wrote or read and verified",
+            owned_own_write_events.clone(),
+        );
+        registry.register(
             "datastore_sessions_opened",
             "Sessions opened on etcd DataStores (a client certificate issued and, with authentication on, etcd's password check); kept between passes",
             datastore_sessions.clone(),
@@ -175,6 +186,7 @@ impl Default for Metrics {
             stale_status_writes,
             superseded_passes,
             own_result_events,
+            owned_own_write_events,
             datastore_sessions,
             second_rounds,
             tenant_conditions: Mutex::new(HashMap::new()),

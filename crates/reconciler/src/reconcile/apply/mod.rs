@@ -491,7 +491,12 @@ async fn create_if_absent(
         ..PostParams::default()
     };
     match api.create(&params, secret).await {
-        Ok(_) => Ok(None),
+        Ok(created) => {
+            // Its watch event wakes no pass.
+            let uid = created.uid().unwrap_or_default();
+            ctx.created(&uid, &created.resource_version().unwrap_or_default());
+            Ok(None)
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => api
             .get(&name)
             .await
@@ -628,9 +633,7 @@ where
             let desired_json = serde_json::to_value(&desired)?;
             match drift::drifted(&desired_json, &serde_json::to_value(cur)?) {
                 None => {
-                    if !uid.is_empty() && !version.is_empty() {
-                        ctx.verified_desired(&uid, &version, &hash);
-                    }
+                    ctx.verified_desired(&uid, &version, &hash);
                     return Ok(Outcome::Stored(cur.clone()));
                 }
                 Some(_) if ctx.drift_settled(&uid, &hash) => {
@@ -653,6 +656,12 @@ where
         // applying again would only loop. Accept it until the desired object changes.
         warn!(object = %format!("{kind} {ns}/{name}"), field, "the stored object differs from what kamaji-rs applied; not re-applying it until the desired object changes");
         ctx.settle_drift(&stored.uid().unwrap_or_default(), &hash);
+    } else {
+        // The next pass reading this version skips the comparison, and its watch event wakes
+        // no pass.
+        let uid = stored.uid().unwrap_or_default();
+        let version = stored.resource_version().unwrap_or_default();
+        ctx.verified_desired(&uid, &version, &hash);
     }
     Ok(Outcome::Stored(stored))
 }
