@@ -191,6 +191,7 @@ pub fn plan(
             inputs.now,
             inputs.policy.renewal_window(),
         );
+        let kept = matches!(decision, LeafDecision::Keep) && stored.is_some() && current.is_some();
         let leaf = match (decision, stored) {
             (LeafDecision::Keep, Some(pair)) => LeafCertificate::from_pem(
                 spec.role(),
@@ -205,44 +206,46 @@ pub fn plan(
             )?,
         };
         let renew_at = renew_at(&leaf, inputs.policy)?;
+        let stored_key = |key: &str| {
+            current
+                .and_then(|c| c.data.as_ref())
+                .and_then(|d| d.get(key))
+                .map(|v| v.0.as_slice())
+        };
+        // Konnectivity's Secret also holds the egress selector configuration.
+        let egress = (role == LeafRole::KonnectivityServer)
+            .then(crate::konnectivity::egress_selector_configuration);
+        let egress_ok = egress.as_ref().is_none_or(|want| {
+            stored_key(crate::konnectivity::EGRESS_SELECTOR_KEY) == Some(want.as_bytes())
+        });
         let mut secret = match server {
             None => serving_chain(
                 role,
                 secrets::leaf_secret(target, &leaf),
                 inputs.serving_chain,
             ),
+            // A kept kubeconfig is not rendered: its stored bytes are kept below.
+            Some(_) if kept && server_ok && egress_ok => secrets::kubeconfig_secret(target, ""),
             Some(url) => {
                 let kc = render_kubeconfig(role, inputs.cluster_name, url, trust, &leaf);
                 let mut s = secrets::kubeconfig_secret(target, &kc.to_yaml()?);
-                if role == LeafRole::KonnectivityServer {
+                if let Some(egress) = egress {
                     s.data.get_or_insert_with(BTreeMap::new).insert(
                         crate::konnectivity::EGRESS_SELECTOR_KEY.into(),
-                        k8s_openapi::ByteString(
-                            crate::konnectivity::egress_selector_configuration().into_bytes(),
-                        ),
+                        k8s_openapi::ByteString(egress.into_bytes()),
                     );
                 }
                 s
             }
         };
-        // Konnectivity's Secret also holds the egress selector configuration.
-        let egress_ok = role != LeafRole::KonnectivityServer
-            || current
-                .and_then(|c| c.data.as_ref())
-                .and_then(|d| d.get(crate::konnectivity::EGRESS_SELECTOR_KEY))
-                == secret
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get(crate::konnectivity::EGRESS_SELECTOR_KEY));
         // The served chain follows a CA rotation.
         let chain_ok = server.is_some()
-            || current
-                .and_then(|c| c.data.as_ref())
-                .and_then(|d| d.get(secrets::TLS_CRT_KEY))
+            || stored_key(secrets::TLS_CRT_KEY)
                 == secret
                     .data
                     .as_ref()
-                    .and_then(|d| d.get(secrets::TLS_CRT_KEY));
+                    .and_then(|d| d.get(secrets::TLS_CRT_KEY))
+                    .map(|v| v.0.as_slice());
         let changed = !matches!(decision, LeafDecision::Keep)
             || !chain_ok
             || !server_ok
