@@ -139,73 +139,6 @@ where
         .touched_objects()
 }
 
-/// The watch of the control planes' Deployments, for the controller's `owns_stream`. The
-/// Deployment controller writes a Deployment's status several times as its pods start (its
-/// conditions, then the counters): a change event wakes the control plane only when what a
-/// pass reads of it changed ([`deployment_inputs`]), and, as for the other owned objects
-/// ([`owned`]), not at a version a pass of this process wrote or verified. Deletions and the
-/// initial list always wake their owner. Whole objects, since the counters are in the status;
-/// none is kept.
-fn deployments(
-    ctx: Arc<Context>,
-    api: Api<Deployment>,
-    config: watcher::Config,
-) -> impl futures::Stream<Item = Result<Deployment, watcher::Error>> {
-    let mut seen: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-    watcher(api, config)
-        .filter(move |event| {
-            let uid = |d: &Deployment| d.metadata.uid.clone().unwrap_or_default();
-            let wake = match event {
-                Ok(watcher::Event::Apply(d)) => {
-                    let inputs = deployment_inputs(d);
-                    seen.insert(uid(d), inputs) != Some(inputs) && !own_owned(&ctx, &d.metadata)
-                }
-                Ok(watcher::Event::InitApply(d)) => {
-                    seen.insert(uid(d), deployment_inputs(d));
-                    true
-                }
-                Ok(watcher::Event::Delete(d)) => {
-                    seen.remove(&uid(d));
-                    true
-                }
-                _ => true,
-            };
-            if !wake {
-                ctx.metrics.owned_own_write_events.inc();
-            }
-            futures::future::ready(wake)
-        })
-        .touched_objects()
-}
-
-/// A hash of what a pass reads of Deployment `d`: its generation, labels, annotations (the
-/// desired hash), owner references and deletion, and the status counters
-/// ([`crate::reconcile::status::Replicas::of`]) with `observedGeneration`.
-fn deployment_inputs(d: &Deployment) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    let meta = &d.metadata;
-    meta.generation.hash(&mut hasher);
-    meta.labels.hash(&mut hasher);
-    meta.annotations.hash(&mut hasher);
-    meta.deletion_timestamp.is_some().hash(&mut hasher);
-    for o in meta.owner_references.iter().flatten() {
-        (&o.uid, o.controller).hash(&mut hasher);
-    }
-    if let Some(s) = &d.status {
-        (
-            s.observed_generation,
-            s.replicas,
-            s.ready_replicas,
-            s.available_replicas,
-            s.updated_replicas,
-            s.terminating_replicas,
-        )
-            .hash(&mut hasher);
-    }
-    hasher.finish()
-}
-
 /// Whether the change event of the owned object with `meta` needs no pass now: a version this
 /// process wrote or verified, or one held while its owner's pass runs.
 fn own_owned(ctx: &Context, meta: &ObjectMeta) -> bool {
@@ -320,7 +253,7 @@ pub async fn run(
             scope.api(&client),
             secrets_cfg,
         ))
-        .owns_stream(deployments(
+        .owns_stream(owned::<Deployment>(
             Arc::clone(&ctx),
             scope.api(&client),
             labelled.clone(),
@@ -415,37 +348,6 @@ spec:
         }
         // Another writer's version after them.
         assert!(!is_own_result(&ctx, &at("14")));
-    }
-
-    /// A Deployment's status written again with new conditions only wakes no pass; a counter,
-    /// the observed generation, the spec's generation or the desired-hash annotation does.
-    #[test]
-    fn only_a_change_a_pass_reads_of_the_deployment_wakes_the_control_plane() {
-        let deployment = |extra: &str| -> Deployment {
-            serde_yaml::from_str(&format!(
-                "metadata: {{name: demo, namespace: a, uid: d1, generation: 1, annotations: {{kamaji-rs.io/desired-hash: h1}}}}
-spec: {{selector: {{}}, template: {{}}}}
-status: {{observedGeneration: 1, replicas: 1, updatedReplicas: 1{extra}}}
-"
-            ))
-            .expect("deployment")
-        };
-        let base = deployment_inputs(&deployment(""));
-        let mut conditions = deployment(
-            ", conditions: [{type: Available, status: 'False', reason: MinimumReplicasUnavailable}]",
-        );
-        conditions.metadata.resource_version = Some("7".into());
-        assert_eq!(deployment_inputs(&conditions), base);
-        assert_ne!(
-            deployment_inputs(&deployment(", readyReplicas: 1, availableReplicas: 1")),
-            base
-        );
-        let mut edited = deployment("");
-        edited.metadata.generation = Some(2);
-        assert_ne!(deployment_inputs(&edited), base);
-        let mut rewritten = deployment("");
-        rewritten.metadata.annotations = None;
-        assert_ne!(deployment_inputs(&rewritten), base);
     }
 
     /// The Cluster watch wakes a control plane when what its pass reads changes (paused, the

@@ -72,10 +72,9 @@ pub struct Metrics {
     /// made it) (`kamaji_own_write_events_total`).
     pub own_result_events: Counter,
     /// Watch events of owned objects (Secrets, Deployments, Services, Ingresses) that woke no
-    /// pass: a version a pass of this process wrote or read and verified, a Deployment change
-    /// of nothing a pass reads (its conditions), or one held while its control plane's pass
-    /// ran (which asks for another pass at its end unless the pass wrote or read that version)
-    /// (`kamaji_owned_own_write_events_total`).
+    /// pass: a version a pass of this process wrote or read and verified, or one held while
+    /// its control plane's pass ran (which asks for another pass at its end unless the pass
+    /// wrote or read that version) (`kamaji_owned_own_write_events_total`).
     pub owned_own_write_events: Counter,
     /// Sessions opened on etcd DataStores (`kamaji_datastore_sessions_opened_total`): a client
     /// certificate issued and, with authentication on, etcd's password check
@@ -160,7 +159,7 @@ impl Default for Metrics {
         );
         registry.register(
             "owned_own_write_events",
-            "Watch events of owned Secrets, Deployments, Services and Ingresses that woke no pass: a version a pass of this process wrote or read and verified, or a Deployment change no pass reads",
+            "Watch events of owned Secrets, Deployments, Services and Ingresses that woke no pass: a version a pass of this process wrote or read and verified",
             owned_own_write_events.clone(),
         );
         registry.register(
