@@ -350,6 +350,40 @@ spec:
         assert!(!is_own_result(&ctx, &at("14")));
     }
 
+    /// An owned object's change event wakes no pass at a version a pass wrote or verified; one
+    /// arriving while its owner's pass runs is held, and at the pass's end asks for another
+    /// only when the pass neither wrote nor read that version; any other wakes its owner.
+    #[tokio::test]
+    async fn owned_objects_wake_their_owner_only_with_versions_no_pass_accounted_for() {
+        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
+        let ctx = Context::new(
+            kube::Client::try_from(config).expect("client"),
+            crate::context::Config::default(),
+        );
+        let secret = |version: &str| -> ObjectMeta {
+            serde_yaml::from_str(&format!(
+                "{{name: demo-kubeconfig, namespace: a, uid: s1, resourceVersion: '{version}', ownerReferences: [{{apiVersion: controlplane.cluster.x-k8s.io/v1alpha2, kind: KamajiControlPlane, name: demo, uid: k1, controller: true}}]}}"
+            ))
+            .expect("meta")
+        };
+        ctx.verified_desired("s1", "5", "h");
+        assert!(own_owned(&ctx, &secret("5")), "the pass's own write");
+        assert!(
+            !own_owned(&ctx, &secret("6")),
+            "another writer's, no pass running"
+        );
+        ctx.begin_pass("k1");
+        assert!(
+            own_owned(&ctx, &secret("7")),
+            "held while the owner's pass runs"
+        );
+        assert!(ctx.end_pass("k1"), "the pass did not write 7: another pass");
+        ctx.begin_pass("k1");
+        assert!(own_owned(&ctx, &secret("8")));
+        ctx.verified_desired("s1", "8", "h");
+        assert!(!ctx.end_pass("k1"), "the pass wrote 8");
+    }
+
     /// The Cluster watch wakes a control plane when what its pass reads changes (paused, the
     /// network, the infrastructure provisioned, deletion), not when CAPI only writes its own
     /// status or metadata.

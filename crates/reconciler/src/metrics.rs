@@ -87,6 +87,13 @@ pub struct Metrics {
     tenant_conditions: Mutex<HashMap<String, Vec<(String, String)>>>,
 }
 
+/// A counter registered in `registry` as `name` with `help`.
+fn counter(registry: &mut Registry, name: &str, help: &str) -> Counter {
+    let counter = Counter::default();
+    registry.register(name, help, counter.clone());
+    counter
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("kamaji");
@@ -96,15 +103,6 @@ impl Default for Metrics {
         let pki_generation = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
         let time_to_initialized = Histogram::new(exponential_buckets(1.0, 1.5, 14));
         let tenants = Family::<TenantLabels, Gauge>::default();
-        let ssa_conflicts = Counter::default();
-        let drift_corrections = Counter::default();
-        let setbacks_held = Counter::default();
-        let stale_status_writes = Counter::default();
-        let superseded_passes = Counter::default();
-        let own_result_events = Counter::default();
-        let owned_own_write_events = Counter::default();
-        let datastore_sessions = Counter::default();
-        let second_rounds = Counter::default();
         registry.register("reconcile", "Reconcile passes", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -127,50 +125,50 @@ impl Default for Metrics {
             time_to_initialized.clone(),
         );
         registry.register("tenants", "Tenants by condition status", tenants.clone());
-        registry.register(
+        let ssa_conflicts = counter(
+            &mut registry,
             "ssa_conflicts",
             "Server-side apply conflicts resolved by forcing",
-            ssa_conflicts.clone(),
         );
-        registry.register(
+        let drift_corrections = counter(
+            &mut registry,
             "drift_corrections",
             "Objects applied again because the live object no longer held what kamaji-rs set",
-            drift_corrections.clone(),
         );
-        registry.register(
+        let setbacks_held = counter(
+            &mut registry,
             "status_setbacks_held",
             "Passes whose status was held back: a passing failure of an available control plane, within its grace",
-            setbacks_held.clone(),
         );
-        registry.register(
+        let stale_status_writes = counter(
+            &mut registry,
             "status_writes_stale",
             "Status writes refused (409) because the pass had read a version since replaced",
-            stale_status_writes.clone(),
         );
-        registry.register(
+        let superseded_passes = counter(
+            &mut registry,
             "reconcile_superseded",
             "Passes not run: the copy they were given is one this process's own write replaced",
-            superseded_passes.clone(),
         );
-        registry.register(
+        let own_result_events = counter(
+            &mut registry,
             "own_write_events",
             "KamajiControlPlane watch events that woke no pass: the version a pass of this process left with its own writes",
-            own_result_events.clone(),
         );
-        registry.register(
+        let owned_own_write_events = counter(
+            &mut registry,
             "owned_own_write_events",
             "Watch events of owned Secrets, Deployments, Services and Ingresses that woke no pass: a version a pass of this process wrote or read and verified",
-            owned_own_write_events.clone(),
         );
-        registry.register(
+        let datastore_sessions = counter(
+            &mut registry,
             "datastore_sessions_opened",
             "Sessions opened on etcd DataStores (a client certificate issued and, with authentication on, etcd's password check); kept between passes",
-            datastore_sessions.clone(),
         );
-        registry.register(
+        let second_rounds = counter(
+            &mut registry,
             "reconcile_second_rounds",
             "Passes that ran their steps again from observe: the first round created the Service whose address the rest of the plan needs",
-            second_rounds.clone(),
         );
         Self {
             registry,
