@@ -191,7 +191,8 @@ pub fn plan(
             inputs.now,
             inputs.policy.renewal_window(),
         );
-        let kept = matches!(decision, LeafDecision::Keep) && stored.is_some() && current.is_some();
+        // A stored pair comes from a stored Secret.
+        let kept = matches!(decision, LeafDecision::Keep) && stored.is_some();
         let leaf = match (decision, stored) {
             (LeafDecision::Keep, Some(pair)) => LeafCertificate::from_pem(
                 spec.role(),

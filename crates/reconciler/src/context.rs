@@ -509,13 +509,21 @@ impl Context {
 }
 
 #[cfg(test)]
+impl Context {
+    /// A context with the default settings whose client is never used (nothing listens on
+    /// port 9), for unit tests of the in-memory bookkeeping.
+    pub(crate) fn unconnected() -> Self {
+        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
+        Self::new(Client::try_from(config).expect("client"), Config::default())
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A context whose client is never used (nothing listens on port 9).
     fn context() -> Context {
-        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
-        Context::new(Client::try_from(config).expect("client"), Config::default())
+        Context::unconnected()
     }
 
     /// Every pass of a control plane waiting for something reports the same event: it is

@@ -327,11 +327,7 @@ spec:
     /// status write); any other version does.
     #[tokio::test]
     async fn only_versions_other_than_the_own_writes_wake_a_pass() {
-        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
-        let ctx = Context::new(
-            kube::Client::try_from(config).expect("client"),
-            crate::context::Config::default(),
-        );
+        let ctx = Context::unconnected();
         let at = |version: &str| -> KamajiControlPlane {
             serde_yaml::from_str(&format!(
                 "apiVersion: controlplane.cluster.x-k8s.io/v1alpha2\nkind: KamajiControlPlane\nmetadata: {{name: demo, namespace: a, uid: u1, resourceVersion: '{version}'}}\nspec: {{version: v1.36.3}}\n"
@@ -355,11 +351,7 @@ spec:
     /// only when the pass neither wrote nor read that version; any other wakes its owner.
     #[tokio::test]
     async fn owned_objects_wake_their_owner_only_with_versions_no_pass_accounted_for() {
-        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
-        let ctx = Context::new(
-            kube::Client::try_from(config).expect("client"),
-            crate::context::Config::default(),
-        );
+        let ctx = Context::unconnected();
         let secret = |version: &str| -> ObjectMeta {
             serde_yaml::from_str(&format!(
                 "{{name: demo-kubeconfig, namespace: a, uid: s1, resourceVersion: '{version}', ownerReferences: [{{apiVersion: controlplane.cluster.x-k8s.io/v1alpha2, kind: KamajiControlPlane, name: demo, uid: k1, controller: true}}]}}"
