@@ -46,6 +46,9 @@ pub struct Config {
     /// as Cluster API's `--kubeadmcontrolplane-concurrency`): bounds the memory and API
     /// load of a manager that starts with, or is handed, many control planes at once.
     pub concurrency: u16,
+    /// The `User-Agent` of the provider's requests to tenant API servers (the management
+    /// client's own), so a tenant's audit log names the provider; none when empty.
+    pub user_agent: String,
 }
 
 /// The default of `--kamajicontrolplane-concurrency` (Cluster API's default for its
@@ -68,6 +71,7 @@ impl Default for Config {
             service_account_overlap: Duration::from_hours(25),
             kine_image: DEFAULT_KINE_IMAGE.into(),
             concurrency: DEFAULT_CONCURRENCY,
+            user_agent: String::new(),
         }
     }
 }
@@ -176,6 +180,8 @@ pub struct Context {
     pub clusters: std::sync::OnceLock<Store<Cluster>>,
     /// The watch cache of DataStores (set when the controller starts); [`Context::datastore`].
     pub datastores: std::sync::OnceLock<Store<DataStore>>,
+    /// Tenant clients kept between passes.
+    pub tenant_clients: crate::tenant::Clients,
 }
 
 /// A watch event held while a control plane's pass runs ([`Context::running`]).
@@ -482,6 +488,10 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         let metrics = Metrics::default();
+        let tenant_clients = crate::tenant::Clients::new(
+            http::HeaderValue::from_str(&config.user_agent).ok(),
+            metrics.tenant_clients_built.clone(),
+        );
         let datastore_sessions =
             crate::datastore::auth::Sessions::new(metrics.datastore_sessions.clone());
         Self {
@@ -504,6 +514,7 @@ impl Context {
             control_planes: std::sync::OnceLock::new(),
             clusters: std::sync::OnceLock::new(),
             datastores: std::sync::OnceLock::new(),
+            tenant_clients,
         }
     }
 }

@@ -164,9 +164,10 @@ async fn main() -> Result<()> {
     let mut kube_config = kube::Config::infer()
         .await
         .context("connect to the management cluster")?;
+    let agent = user_agent(&identity, &args.watch_filter);
     kube_config.headers.push((
         http::header::USER_AGENT,
-        http::HeaderValue::from_str(&user_agent(&identity, &args.watch_filter))
+        http::HeaderValue::from_str(&agent)
             .context("POD_NAME or --watch-filter is not a valid User-Agent")?,
     ));
     let client = Client::try_from(kube_config).context("connect to the management cluster")?;
@@ -180,6 +181,7 @@ async fn main() -> Result<()> {
         leaf_policy,
         service_account_overlap: Duration::from_secs(args.service_account_key_overlap_seconds),
         kine_image: args.kine_image.clone(),
+        user_agent: agent,
         ..Config::default()
     };
     let ctx = Arc::new(Context::new(client.clone(), config));

@@ -84,6 +84,9 @@ pub struct Metrics {
     /// created the Service whose address the rest of the plan needs
     /// (`kamaji_reconcile_second_rounds_total`).
     pub second_rounds: Counter,
+    /// Clients built for tenant API servers (`kamaji_tenant_clients_built_total`): each parses
+    /// a kubeconfig and opens its own TLS connections ([`crate::tenant::Clients`]).
+    pub tenant_clients_built: Counter,
     tenant_conditions: Mutex<HashMap<String, Vec<(String, String)>>>,
 }
 
@@ -170,6 +173,11 @@ impl Default for Metrics {
             "reconcile_second_rounds",
             "Passes that ran their steps again from observe: the first round created the Service whose address the rest of the plan needs",
         );
+        let tenant_clients_built = counter(
+            &mut registry,
+            "tenant_clients_built",
+            "Clients built for tenant API servers (each parses a kubeconfig and opens its own TLS connections); those of tenants coming up are kept between passes",
+        );
         Self {
             registry,
             reconciles,
@@ -187,6 +195,7 @@ impl Default for Metrics {
             owned_own_write_events,
             datastore_sessions,
             second_rounds,
+            tenant_clients_built,
             tenant_conditions: Mutex::new(HashMap::new()),
         }
     }

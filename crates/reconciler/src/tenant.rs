@@ -2,6 +2,8 @@
 //! the CAPI admin kubeconfig) and the tenant-side kubeadm artifacts (server-side applied with
 //! the provider's super-admin identity over the management Service address).
 
+use std::num::NonZeroUsize;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -12,6 +14,8 @@ use kube::api::{
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use lru::LruCache;
+use prometheus_client::metrics::counter::Counter;
 
 use crate::error::Error;
 use kamaji_api::meta::{
@@ -19,11 +23,100 @@ use kamaji_api::meta::{
     TENANT_INSTALLED_ANNOTATION,
 };
 
-/// A client for the kubeconfig stored under key `value` of `secret`, with short timeouts.
+/// How many tenant clients [`Clients`] keeps: the passes that reach one tenant while it comes
+/// up (its control plane turning ready, then its status settling) come within seconds of each
+/// other, so a few dozen cover a thousand tenants provisioning at once.
+pub const TENANT_CLIENTS_KEPT: NonZeroUsize = NonZeroUsize::new(64).expect("non-zero");
+
+/// Tenant clients kept between passes (issue 16: building one parses its kubeconfig and each
+/// new client opens a new TLS connection, a quarter of the provider's CPU at 1,000 tenants),
+/// least recently used first out, at most [`TENANT_CLIENTS_KEPT`]. Only the clients of tenants
+/// coming up are kept: a settled tenant is reached once per resync, and keeping its client
+/// (and its idle connection) would only cost memory, most after a restart.
+///
+/// Keyed by the kubeconfig Secret's UID with the `resourceVersion` the client was built from:
+/// a reissued or repointed kubeconfig is a new version, so it gets a new client. A client's
+/// pooled connections that a restarted tenant API server closed are dropped by the client and
+/// reopened; a caller that met an error forgets the client ([`Clients::forget`]) all the same.
+pub struct Clients {
+    kept: Mutex<LruCache<String, (String, Client)>>,
+    user_agent: Option<http::HeaderValue>,
+    built: Counter,
+}
+
+impl Clients {
+    /// None kept yet; the clients send `user_agent` (none when `None` or empty); `built`
+    /// counts the clients built.
+    #[must_use]
+    pub fn new(user_agent: Option<http::HeaderValue>, built: Counter) -> Self {
+        Self {
+            kept: Mutex::new(LruCache::new(TENANT_CLIENTS_KEPT)),
+            user_agent: user_agent.filter(|v| !v.is_empty()),
+            built,
+        }
+    }
+
+    /// The client for the kubeconfig of `secret`: the kept one built from this version of the
+    /// Secret, or a new one ([`client_from_secret`]), kept if `keep` (the tenant is coming up)
+    /// and the Secret has a UID and a version.
+    ///
+    /// # Errors
+    /// [`Error::Tenant`] when the Secret holds no valid kubeconfig.
+    pub async fn get(&self, secret: &Secret, keep: bool) -> Result<Client, Error> {
+        let key = secret
+            .metadata
+            .uid
+            .clone()
+            .zip(secret.metadata.resource_version.clone());
+        if let Some((uid, version)) = &key
+            && let Ok(mut kept) = self.kept.lock()
+            && let Some((v, client)) = kept.get(uid)
+            && v == version
+        {
+            return Ok(client.clone());
+        }
+        let client = client_from_secret(secret, self.user_agent.as_ref()).await?;
+        self.built.inc();
+        if keep
+            && let Some((uid, version)) = key
+            && let Ok(mut kept) = self.kept.lock()
+        {
+            kept.put(uid, (version, client.clone()));
+        }
+        Ok(client)
+    }
+
+    /// Drops the kept client of `secret` (after an error through it).
+    pub fn forget(&self, secret: &Secret) {
+        if let Some(uid) = &secret.metadata.uid
+            && let Ok(mut kept) = self.kept.lock()
+        {
+            kept.pop(uid);
+        }
+    }
+
+    /// How many clients are kept.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.kept.lock().map_or(0, |k| k.len())
+    }
+
+    /// Whether no client is kept.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A new client for the kubeconfig stored under key `value` of `secret`, with short timeouts,
+/// sending `user_agent` when given.
 ///
 /// # Errors
 /// [`Error::Tenant`] when the Secret holds no valid kubeconfig.
-pub async fn client_from_secret(secret: &Secret) -> Result<Client, Error> {
+pub async fn client_from_secret(
+    secret: &Secret,
+    user_agent: Option<&http::HeaderValue>,
+) -> Result<Client, Error> {
     let raw = secret
         .data
         .as_ref()
@@ -37,6 +130,11 @@ pub async fn client_from_secret(secret: &Secret) -> Result<Client, Error> {
     config.connect_timeout = Some(Duration::from_secs(3));
     config.read_timeout = Some(Duration::from_secs(15));
     config.write_timeout = Some(Duration::from_secs(15));
+    if let Some(agent) = user_agent {
+        config
+            .headers
+            .push((http::header::USER_AGENT, agent.clone()));
+    }
     Client::try_from(config).map_err(|e| Error::Tenant(format!("client: {e}")))
 }
 
@@ -374,5 +472,75 @@ mod rewrite_tests {
         assert!(names_resource("*.", "", "pods"));
         assert!(!names_resource("*.", "apps", "deployments"));
         assert!(names_resource("*.*", "widgets.example.com", "widgets"));
+    }
+}
+
+#[cfg(test)]
+mod clients_tests {
+    use super::*;
+
+    /// A kubeconfig Secret of `uid` at `version` (its server is never dialled).
+    fn kubeconfig_secret(uid: &str, version: &str) -> Secret {
+        let kubeconfig = "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: https://127.0.0.1:9\n    insecure-skip-tls-verify: true\nusers:\n- name: t\n  user: {}\ncontexts:\n- name: t\n  context: {cluster: t, user: t}\ncurrent-context: t\n";
+        Secret {
+            metadata: kube::api::ObjectMeta {
+                uid: Some(uid.into()),
+                resource_version: Some(version.into()),
+                ..Default::default()
+            },
+            data: Some(
+                [(
+                    KUBECONFIG_SECRET_KEY.to_owned(),
+                    k8s_openapi::ByteString(kubeconfig.into()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    /// A client is built once per version of a kubeconfig Secret while its tenant comes up, and
+    /// built anew for a new version, after an error, and for a settled tenant (never kept).
+    #[tokio::test]
+    async fn tenant_clients_are_kept_per_secret_version_only_while_the_tenant_comes_up() {
+        let built = Counter::default();
+        let clients = Clients::new(None, built.clone());
+        let v1 = kubeconfig_secret("a", "1");
+        clients.get(&v1, true).await.expect("client");
+        clients.get(&v1, true).await.expect("client");
+        clients.get(&v1, false).await.expect("client");
+        assert_eq!(
+            built.get(),
+            1,
+            "the kept client serves every pass of that version"
+        );
+        assert_eq!(clients.len(), 1);
+        let v2 = kubeconfig_secret("a", "2");
+        clients.get(&v2, true).await.expect("client");
+        assert_eq!(
+            built.get(),
+            2,
+            "a new version of the Secret gets a new client"
+        );
+        assert_eq!(clients.len(), 1, "and replaces the old one");
+        clients.forget(&v2);
+        assert!(clients.is_empty());
+        clients.get(&v2, true).await.expect("client");
+        assert_eq!(built.get(), 3, "a forgotten client is built again");
+        let settled = kubeconfig_secret("b", "1");
+        clients.get(&settled, false).await.expect("client");
+        clients.get(&settled, false).await.expect("client");
+        assert_eq!(built.get(), 5, "a settled tenant's client is not kept");
+        assert_eq!(clients.len(), 1);
+        let broken = Secret::default();
+        assert!(clients.get(&broken, true).await.is_err());
+        assert_eq!(built.get(), 5);
+        for i in 0..=TENANT_CLIENTS_KEPT.get() {
+            clients
+                .get(&kubeconfig_secret(&format!("n{i}"), "1"), true)
+                .await
+                .expect("client");
+        }
+        assert_eq!(clients.len(), TENANT_CLIENTS_KEPT.get(), "bounded");
     }
 }

@@ -29,7 +29,7 @@ use kube::runtime::watcher;
 
 use crate::datastore::{etcd_datastore, start_datastore};
 use crate::manager::{Identity, Manager};
-use crate::tenant_api::TenantApis;
+use crate::tenant_api::{TenantApiSnapshot, TenantApis};
 
 /// The name of every simulated tenant's Cluster and KamajiControlPlane (one per namespace).
 const TENANT: &str = "demo";
@@ -429,11 +429,11 @@ pub struct Figures {
     pub available_shares: CpuShares,
     /// The tenant-API stand-in's answers until every tenant read `Available`, as
     /// [`TenantApiCounts::snapshot`](crate::tenant_api::TenantApiCounts::snapshot).
-    pub tenant_api_until_available: [u64; 5],
+    pub tenant_api_until_available: TenantApiSnapshot,
     /// The stand-in's answers over the idle time.
-    pub idle_tenant_api: [u64; 5],
-    /// The stand-in's answers to the restarted manager until it had reconciled every tenant.
-    pub restart_tenant_api: [u64; 5],
+    pub idle_tenant_api: TenantApiSnapshot,
+    /// The stand-in's answers until the restarted manager had reconciled every tenant.
+    pub restart_tenant_api: TenantApiSnapshot,
     /// The manager's CPU over [`BenchOptions::idle`].
     pub idle_cpu: Duration,
     /// Its passes meanwhile.
@@ -485,19 +485,31 @@ pub fn writes(requests: &BTreeMap<String, usize>, leases: bool) -> BTreeMap<Stri
 /// The writes of `events` other than leader-election Leases, one line each: verb, resource,
 /// object and, where the audit policy logs it, the request body.
 /// `now - before`, count by count.
-fn minus(now: [u64; 5], before: [u64; 5]) -> [u64; 5] {
-    let mut out = now;
-    for (o, b) in out.iter_mut().zip(before) {
-        *o = o.saturating_sub(b);
+fn minus(now: TenantApiSnapshot, before: TenantApiSnapshot) -> TenantApiSnapshot {
+    let sub = |mut out: [u64; 5], before: [u64; 5]| {
+        for (o, b) in out.iter_mut().zip(before) {
+            *o = o.saturating_sub(b);
+        }
+        out
+    };
+    TenantApiSnapshot {
+        provider: sub(now.provider, before.provider),
+        others: sub(now.others, before.others),
     }
-    out
 }
 
-/// The stand-in's counts as one line.
-fn tenant_api_line(c: [u64; 5]) -> String {
+/// The stand-in's counts as one line: the provider's, then the other clients'.
+fn tenant_api_line(s: TenantApiSnapshot) -> String {
+    let counts = |c: [u64; 5]| {
+        format!(
+            "{} TLS connections, {} GET /readyz, {} applies, {} GETs, {} other",
+            c[0], c[1], c[2], c[3], c[4]
+        )
+    };
     format!(
-        "{} TLS connections, {} GET /readyz, {} applies, {} GETs, {} other",
-        c[0], c[1], c[2], c[3], c[4]
+        "the provider {}; other clients (Cluster API's cluster cache) {}",
+        counts(s.provider),
+        counts(s.others)
     )
 }
 

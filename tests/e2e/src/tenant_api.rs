@@ -44,10 +44,15 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 /// default, `6443`).
 pub const TENANT_PORT: u16 = 6443;
 
-/// Requests the stand-in answered, by kind.
+/// The `User-Agent` prefix of the provider's requests (the manager's own, which its tenant
+/// clients send too); every other client (Cluster API's cluster cache, which reaches each
+/// tenant through its kubeconfig) is counted apart.
+pub const PROVIDER_USER_AGENT: &str = "kamaji-rs-manager/";
+
+/// Requests one group of clients made, by kind.
 #[derive(Debug, Default)]
-pub struct TenantApiCounts {
-    /// TLS connections accepted.
+pub struct Counts {
+    /// TLS connections accepted (counted by their first request's client).
     pub connections: AtomicU64,
     /// `GET /readyz`.
     pub readyz: AtomicU64,
@@ -59,7 +64,7 @@ pub struct TenantApiCounts {
     pub other: AtomicU64,
 }
 
-impl TenantApiCounts {
+impl Counts {
     /// `(connections, readyz, applies, gets, other)` now.
     #[must_use]
     pub fn snapshot(&self) -> [u64; 5] {
@@ -71,6 +76,48 @@ impl TenantApiCounts {
             &self.other,
         ]
         .map(|c| c.load(Ordering::Relaxed))
+    }
+}
+
+/// Requests the stand-in answered: the provider's and everyone else's.
+#[derive(Debug, Default)]
+pub struct TenantApiCounts {
+    /// The provider's ([`PROVIDER_USER_AGENT`]).
+    pub provider: Counts,
+    /// Every other client's.
+    pub others: Counts,
+}
+
+/// [`TenantApiCounts`] at one time, each as [`Counts::snapshot`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TenantApiSnapshot {
+    /// The provider's.
+    pub provider: [u64; 5],
+    /// Every other client's.
+    pub others: [u64; 5],
+}
+
+impl TenantApiCounts {
+    /// Both groups now.
+    #[must_use]
+    pub fn snapshot(&self) -> TenantApiSnapshot {
+        TenantApiSnapshot {
+            provider: self.provider.snapshot(),
+            others: self.others.snapshot(),
+        }
+    }
+
+    /// The group of a request with these headers.
+    fn of(&self, headers: &hyper::HeaderMap) -> &Counts {
+        let provider = headers
+            .get(hyper::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with(PROVIDER_USER_AGENT));
+        if provider {
+            &self.provider
+        } else {
+            &self.others
+        }
     }
 }
 
@@ -147,12 +194,17 @@ impl TenantApis {
                         let Ok(tls) = acceptor.accept(stream).await else {
                             return;
                         };
-                        counts.connections.fetch_add(1, Ordering::Relaxed);
+                        let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
                         let service = hyper::service::service_fn(move |req| {
                             let (counts, tenants) = (Arc::clone(&counts), Arc::clone(&tenants));
+                            let group = counts.of(req.headers());
+                            if first.swap(false, Ordering::Relaxed) {
+                                group.connections.fetch_add(1, Ordering::Relaxed);
+                            }
                             async move {
+                                let group = counts.of(req.headers());
                                 Ok::<_, std::convert::Infallible>(
-                                    answer(req, ip, &counts, &tenants).await,
+                                    answer(req, ip, group, &tenants).await,
                                 )
                             }
                         });
@@ -217,7 +269,7 @@ async fn acceptor(
 async fn answer(
     req: Request<Incoming>,
     ip: IpAddr,
-    counts: &TenantApiCounts,
+    counts: &Counts,
     tenants: &Tenants,
 ) -> Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();

@@ -266,13 +266,13 @@ async fn the_simulated_scale_bench_provisions_every_tenant_and_a_resync_writes_n
         restart_writes.is_empty(),
         "the restarted manager wrote while re-verifying: {restart_writes:?}\n{figures}"
     );
-    let [connections, readyz, applies, ..] = figures.tenant_api_until_available;
+    let [connections, readyz, applies, ..] = figures.tenant_api_until_available.provider;
     assert!(
         connections >= 10 && readyz >= 10 && applies >= 10,
         "the tenants' APIs were not used: {figures}"
     );
     assert_eq!(
-        figures.restart_tenant_api[2], 0,
+        figures.restart_tenant_api.provider[2], 0,
         "the restarted manager applied tenant artifacts again: {figures}"
     );
     // Re-verifying ten tenants' claims and grants on the one DataStore takes one session

@@ -363,7 +363,10 @@ async fn round(
         now: SystemTime::now(),
     };
     let planned = Instant::now();
-    let plan = match plan::plan(spec, &observed, &datastore, owner_reference(kcp), &settings)? {
+    let planned_result = off_the_worker(settings.algorithm.generates_slowly(), || {
+        plan::plan(spec, &observed, &datastore, owner_reference(kcp), &settings)
+    });
+    let plan = match planned_result? {
         Ok(plan) => plan,
         Err(missing) => {
             report.warn(missing.reason, &missing.message);
@@ -704,9 +707,25 @@ async fn publish(
     }
 }
 
+/// Runs `work`; when it is `slow` (RSA key generation takes up to seconds per key), the
+/// runtime's worker thread running it is handed to another thread meanwhile
+/// ([`tokio::task::block_in_place`]), so other passes, watches and leader election go on
+/// while it computes, even when as many passes as the runtime has workers (two on two cores)
+/// generate keys at once. On a current-thread runtime (unit tests) `work` just runs.
+fn off_the_worker<T>(slow: bool, work: impl FnOnce() -> T) -> T {
+    let multi_threaded = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if slow && multi_threaded {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// A condition reported twice in a pass is written once, as last reported (the API server
     /// refuses a status with a type twice: `Duplicate value`).
@@ -732,5 +751,42 @@ mod tests {
                 (types::SPEC_VALID, "True")
             ]
         );
+    }
+
+    /// On a runtime whose workers are all busy (here its one worker), slow work (RSA key
+    /// generation) leaves its worker: another task's timer keeps firing meanwhile. Run as
+    /// ECDSA work (not slow), the same work holds the worker and the timer stalls.
+    #[test]
+    fn slow_work_leaves_the_one_worker_so_other_tasks_go_on() {
+        let ticks_during = |slow: bool| {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                tokio::spawn(async move {
+                    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+                    let counting = std::sync::Arc::clone(&ticks);
+                    let ticker = tokio::spawn(async move {
+                        loop {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            counting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    });
+                    // Let the ticker start.
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
+                    off_the_worker(slow, || std::thread::sleep(Duration::from_millis(300)));
+                    let during = ticks.load(std::sync::atomic::Ordering::Relaxed) - before;
+                    ticker.abort();
+                    during
+                })
+                .await
+                .expect("task")
+            })
+        };
+        assert!(ticks_during(true) >= 10, "slow work held the worker");
+        assert_eq!(ticks_during(false), 0, "fast work runs in place");
     }
 }

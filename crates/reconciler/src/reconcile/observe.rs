@@ -206,8 +206,11 @@ pub async fn observe(
     {
         // A kubeconfig that does not load is reissued by this pass; the tenant counts as
         // unreachable until then.
-        if let Ok(client) = tenant::client_from_secret(kubeconfig).await {
+        if let Ok(client) = ctx.tenant_clients.get(kubeconfig, !initialized).await {
             reachable = tenant::readyz(&client).await;
+            if !reachable {
+                ctx.tenant_clients.forget(kubeconfig);
+            }
         }
     }
     let ca_state = secrets.get(

@@ -359,7 +359,7 @@ async fn roots(
             .secrets
             .get(&trust.super_admin_secret)
             .ok_or_else(|| Error::Tenant(format!("Secret {} missing", trust.super_admin_secret)))?;
-        let client = tenant::client_from_secret(secret).await?;
+        let client = ctx.tenant_clients.get(secret, false).await?;
         if tenant::set_authentication_trust(
             &client,
             &trust.client_ca,
@@ -390,7 +390,7 @@ async fn roots(
             .secrets
             .get(&encryption.migrate_with)
             .ok_or_else(|| Error::Tenant(format!("Secret {} missing", encryption.migrate_with)))?;
-        let client = tenant::client_from_secret(secret).await?;
+        let client = ctx.tenant_clients.get(secret, false).await?;
         let rewritten = tenant::rewrite(&client, &encryption.migrate).await?;
         info!(
             namespace = ns,
@@ -448,7 +448,7 @@ async fn tenant(
         });
     };
     ctx.waiting.reset(&key);
-    match bootstrap_tenant(kcp, objects, super_admin).await {
+    match bootstrap_tenant(ctx, kcp, objects, super_admin).await {
         Ok(client) => {
             report.push(Cond::yes(
                 types::TENANT_BOOTSTRAPPED,
@@ -838,31 +838,46 @@ async fn konnectivity_agents(
 /// completely), with the provider's super-admin identity; returns that client for the pass's
 /// other reads of the tenant.
 async fn bootstrap_tenant(
+    ctx: &Context,
     kcp: &KamajiControlPlane,
     tenant: &TenantObjects,
     super_admin: Option<&Secret>,
 ) -> Result<kube::Client, Error> {
     let super_admin =
         super_admin.ok_or_else(|| Error::Tenant("super-admin kubeconfig missing".into()))?;
-    let client = tenant::client_from_secret(super_admin).await?;
-    let found = tenant::cluster_info(&client).await?;
+    let coming_up = !super::observe::is_initialized(kcp);
+    let client = ctx.tenant_clients.get(super_admin, coming_up).await?;
+    let applied = apply_tenant_artifacts(kcp, tenant, &client).await;
+    if applied.is_err() {
+        ctx.tenant_clients.forget(super_admin);
+    }
+    applied.map(|()| client)
+}
+
+/// [`bootstrap_tenant`]'s reads and writes through `client`.
+async fn apply_tenant_artifacts(
+    kcp: &KamajiControlPlane,
+    tenant: &TenantObjects,
+    client: &kube::Client,
+) -> Result<(), Error> {
+    let found = tenant::cluster_info(client).await?;
     if found.kubeconfig == tenant.cluster_info
         && found.artifacts_hash.as_deref() == Some(tenant.hash.as_str())
     {
-        return Ok(client);
+        return Ok(());
     }
     let (cluster_info, rest) = tenant
         .objects
         .split_last()
         .ok_or_else(|| Error::Tenant("no tenant objects".into()))?;
-    tenant::apply(&client, rest).await?;
-    let removed = tenant::remove_applied(&client, &tenant.removed).await?;
-    tenant::apply(&client, std::slice::from_ref(cluster_info)).await?;
+    tenant::apply(client, rest).await?;
+    let removed = tenant::remove_applied(client, &tenant.removed).await?;
+    tenant::apply(client, std::slice::from_ref(cluster_info)).await?;
     info!(
         kcp = %object_key(kcp),
         objects = tenant.objects.len(),
         removed,
         "applied tenant artifacts"
     );
-    Ok(client)
+    Ok(())
 }
