@@ -28,8 +28,9 @@ use kamaji_api::meta::{
 /// other, so a few dozen cover a thousand tenants provisioning at once.
 pub const TENANT_CLIENTS_KEPT: NonZeroUsize = NonZeroUsize::new(64).expect("non-zero");
 
-/// Tenant clients kept between passes (issue 16: building one parses its kubeconfig and each
-/// new client opens a new TLS connection, a quarter of the provider's CPU at 1,000 tenants),
+/// Tenant clients kept between passes for the kubeadm artifacts (issue 16: building one parses
+/// its kubeconfig and each new client opens a new TLS connection), not for `/readyz`
+/// ([`Clients::fresh`]),
 /// least recently used first out, at most [`TENANT_CLIENTS_KEPT`]. Only the clients of tenants
 /// coming up are kept: a settled tenant is reached once per resync, and keeping its client
 /// (and its idle connection) would only cost memory, most after a restart.
@@ -75,14 +76,25 @@ impl Clients {
         {
             return Ok(client.clone());
         }
-        let client = client_from_secret(secret, self.user_agent.as_ref()).await?;
-        self.built.inc();
+        let client = self.fresh(secret).await?;
         if keep
             && let Some((uid, version)) = key
             && let Ok(mut kept) = self.kept.lock()
         {
             kept.put(uid, (version, client.clone()));
         }
+        Ok(client)
+    }
+
+    /// A new client for the kubeconfig of `secret`, neither taken from the kept ones nor kept:
+    /// for the reachability probe through the endpoint, whose point is a new connection (a
+    /// kept connection would hide a load balancer that refuses new ones).
+    ///
+    /// # Errors
+    /// [`Error::Tenant`] when the Secret holds no valid kubeconfig.
+    pub async fn fresh(&self, secret: &Secret) -> Result<Client, Error> {
+        let client = client_from_secret(secret, self.user_agent.as_ref()).await?;
+        self.built.inc();
         Ok(client)
     }
 
@@ -527,14 +539,17 @@ mod clients_tests {
         assert!(clients.is_empty());
         clients.get(&v2, true).await.expect("client");
         assert_eq!(built.get(), 3, "a forgotten client is built again");
+        clients.fresh(&v2).await.expect("client");
+        assert_eq!(built.get(), 4, "a probe's client is always new");
+        assert_eq!(clients.len(), 1, "and never kept");
         let settled = kubeconfig_secret("b", "1");
         clients.get(&settled, false).await.expect("client");
         clients.get(&settled, false).await.expect("client");
-        assert_eq!(built.get(), 5, "a settled tenant's client is not kept");
+        assert_eq!(built.get(), 6, "a settled tenant's client is not kept");
         assert_eq!(clients.len(), 1);
         let broken = Secret::default();
         assert!(clients.get(&broken, true).await.is_err());
-        assert_eq!(built.get(), 5);
+        assert_eq!(built.get(), 6);
         for i in 0..=TENANT_CLIENTS_KEPT.get() {
             clients
                 .get(&kubeconfig_secret(&format!("n{i}"), "1"), true)

@@ -206,11 +206,10 @@ pub async fn observe(
     {
         // A kubeconfig that does not load is reissued by this pass; the tenant counts as
         // unreachable until then.
-        if let Ok(client) = ctx.tenant_clients.get(kubeconfig, !initialized).await {
+        // A new connection each time: one kept from an earlier pass would hide an endpoint
+        // that refuses new connections.
+        if let Ok(client) = ctx.tenant_clients.fresh(kubeconfig).await {
             reachable = tenant::readyz(&client).await;
-            if !reachable {
-                ctx.tenant_clients.forget(kubeconfig);
-            }
         }
     }
     let ca_state = secrets.get(
