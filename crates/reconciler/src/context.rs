@@ -46,6 +46,12 @@ pub struct Config {
     /// as Cluster API's `--kubeadmcontrolplane-concurrency`): bounds the memory and API
     /// load of a manager that starts with, or is handed, many control planes at once.
     pub concurrency: u16,
+    /// How long a control plane's pass waits after the last event that asked for it
+    /// (`--reconcile-debounce-milliseconds`; kube-runtime's trailing-edge debounce): events in
+    /// quick succession (a new Deployment's status written twice by its controller, Cluster
+    /// API's writes of the Cluster) wake one pass instead of one each. Every pass, requeues
+    /// and retries included, starts this much later.
+    pub debounce: Duration,
     /// The `User-Agent` of the provider's requests to tenant API servers (the management
     /// client's own), so a tenant's audit log names the provider; none when empty.
     pub user_agent: String,
@@ -54,6 +60,9 @@ pub struct Config {
 /// The default of `--kamajicontrolplane-concurrency` (Cluster API's default for its
 /// `KubeadmControlPlane` controller).
 pub const DEFAULT_CONCURRENCY: u16 = 10;
+
+/// The default of `--reconcile-debounce-milliseconds`.
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(500);
 
 /// The default of `--kine-image`: kine v0.17.5 under the name its project publishes it.
 pub const DEFAULT_KINE_IMAGE: &str = "docker.io/rancher/kine:v0.17.5";
@@ -71,6 +80,7 @@ impl Default for Config {
             service_account_overlap: Duration::from_hours(25),
             kine_image: DEFAULT_KINE_IMAGE.into(),
             concurrency: DEFAULT_CONCURRENCY,
+            debounce: DEFAULT_DEBOUNCE,
             user_agent: String::new(),
         }
     }

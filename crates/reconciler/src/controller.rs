@@ -171,17 +171,40 @@ pub fn control_plane_of(cluster: &v1beta2::Cluster) -> Option<ObjectRef<KamajiCo
 
 /// A hash of what a pass of the control plane reads of `cluster` ([`ClusterView`], and whether
 /// it is being deleted): the Cluster watch wakes a control plane only when it changes.
+///
+/// `own` is the control plane's `spec.controlPlaneEndpoint` (host, port) when it has one. A
+/// Cluster endpoint equal to it hashes as no endpoint: Cluster API copying the endpoint a
+/// pass wrote on the control plane into the Cluster leaves the preset endpoint a pass reads
+/// (host and port) as it was, so it wakes no pass.
 #[allow(clippy::unnecessary_wraps)] // the shape of a kube-runtime predicate
-fn cluster_inputs(cluster: &v1beta2::Cluster) -> Option<u64> {
+fn cluster_inputs(cluster: &v1beta2::Cluster, own: Option<&(String, i32)>) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    ClusterView::from(cluster).hash(&mut hasher);
+    let mut view = ClusterView::from(cluster);
+    if view.control_plane_endpoint.as_ref() == own {
+        view.control_plane_endpoint = None;
+    }
+    view.hash(&mut hasher);
     cluster
         .metadata
         .deletion_timestamp
         .is_some()
         .hash(&mut hasher);
     Some(hasher.finish())
+}
+
+/// The `spec.controlPlaneEndpoint` (host, port) of the control plane `cluster` names, from the
+/// control planes' watch cache, when set.
+fn own_endpoint(
+    store: &Store<KamajiControlPlane>,
+    cluster: &v1beta2::Cluster,
+) -> Option<(String, i32)> {
+    let kcp = store.get(&control_plane_of(cluster)?)?;
+    let e = kcp.spec.control_plane_endpoint.as_ref()?;
+    Some((
+        e.host.clone().filter(|h| !h.is_empty())?,
+        e.port.filter(|p| *p != 0)?,
+    ))
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime's Controller::run expects
@@ -240,6 +263,7 @@ pub async fn run(
     let _ = ctx.control_planes.set(store.clone());
     let default_ds = ctx.config.default_datastore.clone();
     let ds_store = store.clone();
+    let endpoint_store = store.clone();
     // Clusters and DataStores are read by every pass: from these watch caches (the watches
     // that wake their control planes fill them), not from the API server each time.
     let (clusters, cluster_writer) = reflector::store();
@@ -276,7 +300,12 @@ pub async fn run(
             )
             // CAPI writes a Cluster many times while it provisions (its status mirrors the
             // control plane's): only a change of what a pass reads wakes the control plane.
-            .predicate_filter(cluster_inputs, PredicateConfig::default()),
+            .predicate_filter(
+                move |cluster: &v1beta2::Cluster| {
+                    cluster_inputs(cluster, own_endpoint(&endpoint_store, cluster).as_ref())
+                },
+                PredicateConfig::default(),
+            ),
             |cluster: v1beta2::Cluster| control_plane_of(&cluster),
         )
         .watches_stream(
@@ -293,7 +322,11 @@ pub async fn run(
                 )
             },
         )
-        .with_config(controller::Config::default().concurrency(ctx.config.concurrency))
+        .with_config(
+            controller::Config::default()
+                .concurrency(ctx.config.concurrency)
+                .debounce(ctx.config.debounce),
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(|res| async move {
@@ -377,32 +410,76 @@ spec:
     }
 
     /// The Cluster watch wakes a control plane when what its pass reads changes (paused, the
-    /// network, the infrastructure provisioned, deletion), not when CAPI only writes its own
-    /// status or metadata.
+    /// network, the infrastructure provisioned, an endpoint other than the control plane's
+    /// own, deletion), not when CAPI only writes its own status or metadata, or copies the
+    /// control plane's endpoint into the Cluster.
     #[test]
     fn only_a_change_a_pass_reads_of_the_cluster_wakes_the_control_plane() {
-        let base = cluster_inputs(&cluster(CLUSTER));
+        let own = ("10.0.0.7".to_owned(), 6443);
+        let base = cluster_inputs(&cluster(CLUSTER), Some(&own));
         let mirrored = cluster(&format!(
             "{CLUSTER}status:\n  phase: Provisioning\n  conditions: [{{type: Available, status: 'False', reason: X, lastTransitionTime: '2026-12-06T00:00:00Z'}}]\n"
         ));
         let mut relabelled = mirrored.clone();
         relabelled.metadata.resource_version = Some("2".into());
         relabelled.metadata.finalizers = Some(vec!["cluster.cluster.x-k8s.io".into()]);
-        assert_eq!(cluster_inputs(&mirrored), base);
-        assert_eq!(cluster_inputs(&relabelled), base);
+        let copied = cluster(&format!(
+            "{CLUSTER}  controlPlaneEndpoint: {{host: 10.0.0.7, port: 6443}}\n"
+        ));
+        assert_eq!(cluster_inputs(&mirrored, Some(&own)), base);
+        assert_eq!(cluster_inputs(&relabelled, Some(&own)), base);
+        assert_eq!(
+            cluster_inputs(&copied, Some(&own)),
+            base,
+            "the own endpoint copied"
+        );
+        assert_ne!(
+            cluster_inputs(&copied, None),
+            cluster_inputs(&cluster(CLUSTER), None),
+            "an endpoint the control plane does not have"
+        );
         let changed = [
             format!("{CLUSTER}  paused: true\n"),
             format!("{CLUSTER}  clusterNetwork: {{apiServerPort: 7443}}\n"),
             format!("{CLUSTER}status: {{initialization: {{infrastructureProvisioned: true}}}}\n"),
+            format!("{CLUSTER}  controlPlaneEndpoint: {{host: 10.0.0.7, port: 443}}\n"),
+            format!("{CLUSTER}  controlPlaneEndpoint: {{host: 10.0.0.8, port: 6443}}\n"),
         ];
         for yaml in &changed {
-            assert_ne!(cluster_inputs(&cluster(yaml)), base, "{yaml}");
+            assert_ne!(cluster_inputs(&cluster(yaml), Some(&own)), base, "{yaml}");
         }
         let mut deleting = cluster(CLUSTER);
         deleting.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::now(),
             ));
-        assert_ne!(cluster_inputs(&deleting), base);
+        assert_ne!(cluster_inputs(&deleting, Some(&own)), base);
+    }
+
+    /// The own endpoint is the named control plane's, from the watch cache, when it has a
+    /// valid one.
+    #[test]
+    fn the_own_endpoint_is_the_named_control_planes_when_set() {
+        let (store, mut writer) = reflector::store::<KamajiControlPlane>();
+        let kcp = |endpoint: &str| -> KamajiControlPlane {
+            serde_yaml::from_str(&format!(
+                "apiVersion: controlplane.cluster.x-k8s.io/v1alpha2\nkind: KamajiControlPlane\nmetadata: {{name: demo, namespace: a}}\nspec: {{version: v1.36.3{endpoint}}}\n"
+            ))
+            .expect("kcp")
+        };
+        assert_eq!(own_endpoint(&store, &cluster(CLUSTER)), None, "not cached");
+        writer.apply_watcher_event(&watcher::Event::Apply(kcp("")));
+        assert_eq!(own_endpoint(&store, &cluster(CLUSTER)), None, "none set");
+        writer.apply_watcher_event(&watcher::Event::Apply(kcp(
+            ", controlPlaneEndpoint: {host: 10.0.0.7, port: 6443}",
+        )));
+        assert_eq!(
+            own_endpoint(&store, &cluster(CLUSTER)),
+            Some(("10.0.0.7".to_owned(), 6443))
+        );
+        writer.apply_watcher_event(&watcher::Event::Apply(kcp(
+            ", controlPlaneEndpoint: {host: '', port: 0}",
+        )));
+        assert_eq!(own_endpoint(&store, &cluster(CLUSTER)), None, "not valid");
     }
 }

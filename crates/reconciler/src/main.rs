@@ -2,6 +2,7 @@
 //! `--namespace` to watch one namespace, `--watch-filter` to split tenants by label, leader
 //! election, metrics and health probes).
 
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,6 +68,11 @@ struct Args {
         default_value_t = kamaji_reconciler::context::DEFAULT_CONCURRENCY,
         value_parser = clap::value_parser!(u16).range(1..))]
     kamajicontrolplane_concurrency: u16,
+    /// Milliseconds a control plane's pass waits after the last event that asked for it, so
+    /// events in quick succession wake one pass; 0 runs a pass at each event.
+    #[arg(long, env = "RECONCILE_DEBOUNCE_MILLISECONDS",
+        default_value_t = u64::try_from(kamaji_reconciler::context::DEFAULT_DEBOUNCE.as_millis()).unwrap_or(500))]
+    reconcile_debounce_milliseconds: u64,
     /// Seconds between drift checks of healthy control planes.
     #[arg(long, env = "RESYNC_SECONDS", default_value_t = 600)]
     resync_seconds: u64,
@@ -177,6 +183,7 @@ async fn main() -> Result<()> {
         management_domain: args.cluster_domain.clone(),
         resync: Duration::from_secs(args.resync_seconds),
         concurrency: args.kamajicontrolplane_concurrency,
+        debounce: Duration::from_millis(args.reconcile_debounce_milliseconds),
         transient_grace: Duration::from_secs(args.transient_failure_grace_seconds),
         leaf_policy,
         service_account_overlap: Duration::from_secs(args.service_account_key_overlap_seconds),
@@ -281,5 +288,14 @@ mod tests {
         let args = Args::parse_from(["manager", "--transient-failure-grace-seconds=5"]);
         assert_eq!(args.transient_failure_grace_seconds, 5);
         assert!(Args::try_parse_from(["manager", "--transient-failure-grace-seconds=-1"]).is_err());
+    }
+
+    #[test]
+    fn the_reconcile_debounce_defaults_to_500_milliseconds_and_is_set_by_its_flag() {
+        let args = Args::parse_from(["manager"]);
+        assert_eq!(args.reconcile_debounce_milliseconds, 500);
+        let args = Args::parse_from(["manager", "--reconcile-debounce-milliseconds=0"]);
+        assert_eq!(args.reconcile_debounce_milliseconds, 0);
+        assert!(Args::try_parse_from(["manager", "--reconcile-debounce-milliseconds=-1"]).is_err());
     }
 }
