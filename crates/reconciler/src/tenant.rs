@@ -232,6 +232,33 @@ pub async fn remove_applied(client: &Client, objects: &[DynamicObject]) -> Resul
     Ok(deleted)
 }
 
+/// Whether the tenant may hold objects an earlier apply of kamaji-rs left, which
+/// [`remove_applied`] must then look for: `cluster_info` (as read before this apply) names a
+/// kubeconfig or an applied set (a complete apply), or `first` exists in the tenant. `first` is
+/// the first object of every apply (the join RBAC, which every set holds and
+/// [`crate::reconcile::plan::TenantObjects::objects`] puts before any addon's objects, applied
+/// one after another in that order), so an apply that stopped half-way left it. A tenant with
+/// neither was never applied to: its objects of addons `spec.addons` leaves out are not
+/// kamaji-rs's, and the first bootstrap does not read each of them (about 20 GETs).
+///
+/// # Errors
+/// [`Error::Tenant`] when the tenant refuses to let `first` be read.
+pub async fn applied_before(
+    client: &Client,
+    cluster_info: &ClusterInfo,
+    first: &DynamicObject,
+) -> Result<bool, Error> {
+    if cluster_info.kubeconfig.is_some() || cluster_info.artifacts_hash.is_some() {
+        return Ok(true);
+    }
+    let (api, kind, name) = api_of(client, first)?;
+    let found = api
+        .get_metadata_opt(&name)
+        .await
+        .map_err(|e| Error::Tenant(format!("read {kind} {name}: {e}")))?;
+    Ok(found.is_some())
+}
+
 /// The dynamic API of `obj`'s kind and namespace, its kind and its name.
 fn api_of(
     client: &Client,

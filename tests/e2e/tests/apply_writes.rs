@@ -343,3 +343,49 @@ async fn a_datastore_session_is_kept_between_passes_and_opened_again_when_etcd_r
         auth::Enablement::AlreadyEnabled
     ));
 }
+
+/// The first bootstrap of a tenant never applied to does not look for objects of undeclared
+/// addons one by one: the tenant may hold one kamaji-rs applied only when its cluster-info
+/// names a kubeconfig or an applied set, or the first object of every apply (the join RBAC)
+/// exists, which an apply that stopped half-way left. A real kube-apiserver plays the tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_tenant_an_earlier_apply_reached_is_searched_for_objects_of_removed_addons() {
+    use kamaji_reconciler::tenant::{ClusterInfo, applied_before};
+    use kube::api::DynamicObject;
+    let cluster = LocalCluster::builder().capi(false).start().await.unwrap();
+    let client = cluster.client();
+    let first: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "kubeadm:get-nodes"},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]}))
+    .unwrap();
+    let never = ClusterInfo::default();
+    assert!(
+        !applied_before(&client, &never, &first).await.unwrap(),
+        "a tenant without cluster-info and without the first object was never applied to"
+    );
+    let completed = ClusterInfo {
+        kubeconfig: Some("apiVersion: v1\nkind: Config\n".into()),
+        artifacts_hash: Some("0123".into()),
+    };
+    assert!(applied_before(&client, &completed, &first).await.unwrap());
+    let without_hash = ClusterInfo {
+        kubeconfig: Some("apiVersion: v1\nkind: Config\n".into()),
+        artifacts_hash: None,
+    };
+    assert!(
+        applied_before(&client, &without_hash, &first)
+            .await
+            .unwrap(),
+        "a cluster-info an older kamaji-rs applied, without the set's hash"
+    );
+    // An apply that stopped after its first object.
+    cluster
+        .apply_value(&serde_json::to_value(&first).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        applied_before(&client, &never, &first).await.unwrap(),
+        "the first object of an apply that stopped half-way"
+    );
+}

@@ -266,10 +266,16 @@ async fn the_simulated_scale_bench_provisions_every_tenant_and_a_resync_writes_n
         restart_writes.is_empty(),
         "the restarted manager wrote while re-verifying: {restart_writes:?}\n{figures}"
     );
-    let [connections, readyz, applies, ..] = figures.tenant_api_until_available.provider;
+    let [connections, readyz, applies, gets, _] = figures.tenant_api_until_available.provider;
     assert!(
         connections >= 10 && readyz >= 10 && applies >= 10,
         "the tenants' APIs were not used: {figures}"
+    );
+    // A tenant never applied to is not searched for objects of the addons it leaves out (about
+    // 20 GETs each): cluster-info and the first object of the apply are read.
+    assert!(
+        gets <= 4 * 10,
+        "{gets} GETs of tenant objects for 10 tenants coming up: {figures}"
     );
     assert_eq!(
         figures.restart_tenant_api.provider[2], 0,

@@ -870,8 +870,19 @@ async fn apply_tenant_artifacts(
         .objects
         .split_last()
         .ok_or_else(|| Error::Tenant("no tenant objects".into()))?;
+    // Read before this apply creates the first object.
+    let search = match rest.first() {
+        Some(first) if !tenant.removed.is_empty() => {
+            tenant::applied_before(client, &found, first).await?
+        }
+        _ => false,
+    };
     tenant::apply(client, rest).await?;
-    let removed = tenant::remove_applied(client, &tenant.removed).await?;
+    let removed = if search {
+        tenant::remove_applied(client, &tenant.removed).await?
+    } else {
+        0
+    };
     tenant::apply(client, std::slice::from_ref(cluster_info)).await?;
     info!(
         kcp = %object_key(kcp),
