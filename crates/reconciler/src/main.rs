@@ -2,6 +2,11 @@
 //! `--namespace` to watch one namespace, `--watch-filter` to split tenants by label, leader
 //! election, metrics and health probes).
 
+/// jemalloc instead of glibc's allocator: at 1,000 simulated tenants the manager spent about
+/// a fifth of its CPU in glibc's `malloc` and `free`; with jemalloc it used 15 % less CPU per
+/// tenant at the same peak RSS (`make bench-sim`, README).
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
