@@ -62,7 +62,7 @@ pub struct Config {
 pub const DEFAULT_CONCURRENCY: u16 = 10;
 
 /// The default of `--reconcile-debounce-milliseconds`.
-pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(500);
+pub const DEFAULT_DEBOUNCE_MILLISECONDS: u64 = 500;
 
 /// The default of `--kine-image`: kine v0.17.5 under the name its project publishes it.
 pub const DEFAULT_KINE_IMAGE: &str = "docker.io/rancher/kine:v0.17.5";
@@ -80,7 +80,7 @@ impl Default for Config {
             service_account_overlap: Duration::from_hours(25),
             kine_image: DEFAULT_KINE_IMAGE.into(),
             concurrency: DEFAULT_CONCURRENCY,
-            debounce: DEFAULT_DEBOUNCE,
+            debounce: Duration::from_millis(DEFAULT_DEBOUNCE_MILLISECONDS),
             user_agent: String::new(),
         }
     }

@@ -76,7 +76,7 @@ struct Args {
     /// Milliseconds a control plane's pass waits after the last event that asked for it, so
     /// events in quick succession wake one pass; 0 runs a pass at each event.
     #[arg(long, env = "RECONCILE_DEBOUNCE_MILLISECONDS",
-        default_value_t = u64::try_from(kamaji_reconciler::context::DEFAULT_DEBOUNCE.as_millis()).unwrap_or(500))]
+        default_value_t = kamaji_reconciler::context::DEFAULT_DEBOUNCE_MILLISECONDS)]
     reconcile_debounce_milliseconds: u64,
     /// Seconds between drift checks of healthy control planes.
     #[arg(long, env = "RESYNC_SECONDS", default_value_t = 600)]
