@@ -90,8 +90,9 @@ bench: tools host-limits
 
 ## bench-sim: the simulated scale benchmark (TENANTS=100 at once, their pods on kwok's fake
 ## Nodes): provisioning time, the manager's CPU, requests and memory per tenant, idle CPU,
-## restart. TENANTS, REPLICAS, NODES, IDLE_SECONDS (default 300); SHARDS=2: two watch-filter values
-## with two leader-elected manager replicas each split the tenants, and a leader is killed.
+## restart. TENANTS, REPLICAS, NODES, IDLE_SECONDS (default 300), RESTARTS (default 1, each
+## measured on its own); SHARDS=2: two watch-filter values with two leader-elected manager
+## replicas each split the tenants, and a leader is killed.
 bench-sim: tools
 	$(CARGO) build -q --release --locked -p kamaji-reconciler --bin manager
 	$(CARGO) run -q --release --locked -p kamaji-e2e --example scale_sim

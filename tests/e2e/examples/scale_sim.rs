@@ -3,7 +3,8 @@
 //! kwok's fake Nodes). Knobs: `TENANTS` (default 100) tenants of `REPLICAS` (default 1) pods
 //! created at once on `NODES` (default 10) Nodes, `IDLE_SECONDS` (default 300) watched idle.
 //! Prints the provisioning times, the manager's CPU, requests by verb and resource and peak
-//! RSS, its idle CPU and writes, and what a restart costs ([`kamaji_e2e::sim::Figures`]).
+//! RSS, its idle CPU and writes, and what a restart costs ([`kamaji_e2e::sim::Figures`]);
+//! `RESTARTS` (default 1) restarts, each measured on its own.
 //!
 //! `SHARDS` (default 1): with 2 or more, the tenants are split by `cluster.x-k8s.io/watch-filter`
 //! label across that many values, each served by two manager replicas with leader election
@@ -40,6 +41,7 @@ async fn run() -> Result<()> {
         replicas: i32::try_from(knob("REPLICAS", 1))?,
         nodes: usize::try_from(knob("NODES", 10).max(1))?,
         idle: Duration::from_secs(knob("IDLE_SECONDS", 300)),
+        restarts: usize::try_from(knob("RESTARTS", 1).max(1))?,
     };
     let shards = usize::try_from(knob("SHARDS", 1))?;
     let run = async {

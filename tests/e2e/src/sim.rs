@@ -365,6 +365,10 @@ pub struct BenchOptions {
     pub nodes: usize,
     /// How long the manager is watched idle once every tenant is provisioned.
     pub idle: Duration,
+    /// How many times the manager is then killed and started again (at least 1): each
+    /// restart is measured on its own ([`Restart`]), so several give the spread of a restart's
+    /// figures within one run.
+    pub restarts: usize,
 }
 
 /// The provisioning conditions: all `True`, with `status.availableReplicas` at
@@ -432,8 +436,6 @@ pub struct Figures {
     pub tenant_api_until_available: TenantApiSnapshot,
     /// The stand-in's answers over the idle time.
     pub idle_tenant_api: TenantApiSnapshot,
-    /// The stand-in's answers until the restarted manager had reconciled every tenant.
-    pub restart_tenant_api: TenantApiSnapshot,
     /// The manager's CPU over [`BenchOptions::idle`].
     pub idle_cpu: Duration,
     /// Its passes meanwhile.
@@ -448,20 +450,30 @@ pub struct Figures {
     /// The manager's own log lines on its idle status writes (`writing status`, with the
     /// fields that changed), for diagnosis.
     pub idle_status_log: Vec<String>,
+    /// Each restart after the idle time, in order.
+    pub restarts: Vec<Restart>,
+}
+
+/// What one restart of [`bench`] cost: the manager killed (SIGKILL) and started again, until
+/// its log showed every tenant reconciled.
+#[derive(Debug, Clone)]
+pub struct Restart {
     /// From the restart until every tenant had been reconciled again.
     pub reverified: Duration,
     /// The restarted manager's requests until then plus 5 s.
-    pub restart_requests: BTreeMap<String, usize>,
-    /// The restarted manager's writes other than Leases, as [`Figures::idle_writes`].
-    pub restart_writes: Vec<String>,
-    /// The restarted manager's CPU until then.
-    pub restart_cpu: Duration,
-    /// The sessions the restarted manager opened on the DataStore until then.
-    pub restart_sessions: f64,
+    pub requests: BTreeMap<String, usize>,
+    /// Its writes other than Leases, as [`Figures::idle_writes`].
+    pub writes: Vec<String>,
+    /// Its CPU until then.
+    pub cpu: Duration,
+    /// The sessions it opened on the DataStore until then.
+    pub sessions: f64,
     /// Where the machine's CPU went from the restart until every tenant was reconciled again.
-    pub restart_shares: CpuShares,
-    /// The restarted manager's peak RSS, bytes.
-    pub restart_peak_rss: u64,
+    pub shares: CpuShares,
+    /// Its peak RSS, bytes.
+    pub peak_rss: u64,
+    /// The stand-in's answers until it had reconciled every tenant.
+    pub tenant_api: TenantApiSnapshot,
 }
 
 /// The write requests of `requests` (keys starting with a write verb) the API server did not
@@ -638,26 +650,32 @@ impl std::fmt::Display for Figures {
         for w in self.idle_writes.iter().chain(&self.idle_status_log) {
             writeln!(f, "  {w}")?;
         }
-        writeln!(
-            f,
-            "restart: every tenant reconciled again after {:.1} s; requests {}, writes without Leases: {}, Lease writes {}; CPU {:.2} s, peak RSS {:.1} MiB; DataStore sessions opened {}",
-            self.reverified.as_secs_f64(),
-            total(&self.restart_requests),
-            listed(&writes(&self.restart_requests, false)),
-            total(&writes(&self.restart_requests, true))
-                - total(&writes(&self.restart_requests, false)),
-            self.restart_cpu.as_secs_f64(),
-            mib(self.restart_peak_rss),
-            self.restart_sessions
-        )?;
-        writeln!(
-            f,
-            "  tenant-API stand-in meanwhile: {}",
-            tenant_api_line(self.restart_tenant_api)
-        )?;
-        writeln!(f, "  {}", self.restart_shares)?;
-        for w in &self.restart_writes {
-            writeln!(f, "  {w}")?;
+        for (i, r) in self.restarts.iter().enumerate() {
+            let label = if self.restarts.len() > 1 {
+                format!("restart {}", i + 1)
+            } else {
+                "restart".to_owned()
+            };
+            writeln!(
+                f,
+                "{label}: every tenant reconciled again after {:.1} s; requests {}, writes without Leases: {}, Lease writes {}; CPU {:.2} s, peak RSS {:.1} MiB; DataStore sessions opened {}",
+                r.reverified.as_secs_f64(),
+                total(&r.requests),
+                listed(&writes(&r.requests, false)),
+                total(&writes(&r.requests, true)) - total(&writes(&r.requests, false)),
+                r.cpu.as_secs_f64(),
+                mib(r.peak_rss),
+                r.sessions
+            )?;
+            writeln!(
+                f,
+                "  tenant-API stand-in meanwhile: {}",
+                tenant_api_line(r.tenant_api)
+            )?;
+            writeln!(f, "  {}", r.shares)?;
+            for w in &r.writes {
+                writeln!(f, "  {w}")?;
+            }
         }
         Ok(())
     }
@@ -931,6 +949,7 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         replicas,
         nodes,
         idle,
+        restarts,
     } = options;
     let mut env = SimEnv::start(nodes).await?;
     let client = env.client();
@@ -1000,37 +1019,10 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         );
     }
 
-    // Restart: SIGKILL, start again, wait until the log shows every tenant reconciled.
-    env.kill_manager();
-    let restart_mark = env.manager_requests()?.len();
-    let restart_tenant_api_before = env.tenant_apis.counts.snapshot();
-    let restarted = Instant::now();
-    let cpu_restart = CpuMark::of(&env)?;
-    env.start_manager()?;
-    let deadline = Instant::now() + Duration::from_mins(10);
-    let reverified = loop {
-        let log = env.manager_full_log();
-        let keys = reconciled(&log);
-        if keys.len() >= tenants {
-            break restarted.elapsed();
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "after the restart only {} of {tenants} tenants were reconciled in 10 min",
-                keys.len()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let pid = env.manager_pid().context("no manager")?;
-    let restart_usage = ProcessUsage::of(pid)?;
-    let restart_sessions = env.manager_metric(SESSIONS).await;
-    let restart_shares = cpu_restart.until(&CpuMark::of(&env)?);
-    // A write a pass of the restart makes reaches the audit log within this margin.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let restart_tenant_api = minus(env.tenant_apis.counts.snapshot(), restart_tenant_api_before);
-    let restart_events = env.manager_requests()?.split_off(restart_mark);
-    let restart_requests = requests_by_verb_and_resource(&restart_events);
+    let mut measured = Vec::with_capacity(restarts.max(1));
+    for _ in 0..restarts.max(1) {
+        measured.push(restart(&mut env, tenants).await?);
+    }
     Ok(Figures {
         options,
         created,
@@ -1054,20 +1046,61 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         available_shares,
         tenant_api_until_available,
         idle_tenant_api,
-        restart_tenant_api,
         idle_cpu: idle_after.cpu.saturating_sub(idle_before.cpu),
         idle_passes,
         idle_requests,
         idle_peak_rss: idle_after.peak_rss,
         idle_writes: write_lines(&idle_events),
         idle_status_log,
+        restarts: measured,
+    })
+}
+
+/// Kills the manager (SIGKILL), starts it again and waits until its log shows every one of
+/// `tenants` tenants reconciled, then 5 s more for the audit log to show any write it made.
+///
+/// # Errors
+/// When it does not start, or does not reconcile every tenant within 10 minutes.
+async fn restart(env: &mut SimEnv, tenants: usize) -> Result<Restart> {
+    env.kill_manager();
+    let mark = env.manager_requests()?.len();
+    let tenant_api_before = env.tenant_apis.counts.snapshot();
+    let restarted = Instant::now();
+    let cpu_mark = CpuMark::of(&env)?;
+    env.start_manager()?;
+    let deadline = Instant::now() + Duration::from_mins(10);
+    let reverified = loop {
+        let log = env.manager_full_log();
+        let keys = reconciled(&log);
+        if keys.len() >= tenants {
+            break restarted.elapsed();
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "after the restart only {} of {tenants} tenants were reconciled in 10 min",
+                keys.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let pid = env.manager_pid().context("no manager")?;
+    let usage = ProcessUsage::of(pid)?;
+    let sessions = env.manager_metric(SESSIONS).await;
+    let shares = cpu_mark.until(&CpuMark::of(&env)?);
+    // A write a pass of the restart makes reaches the audit log within this margin.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let tenant_api = minus(env.tenant_apis.counts.snapshot(), tenant_api_before);
+    let events = env.manager_requests()?.split_off(mark);
+    let requests = requests_by_verb_and_resource(&events);
+    Ok(Restart {
         reverified,
-        restart_requests,
-        restart_writes: write_lines(&restart_events),
-        restart_cpu: restart_usage.cpu,
-        restart_sessions,
-        restart_shares,
-        restart_peak_rss: restart_usage.peak_rss,
+        writes: write_lines(&events),
+        requests,
+        cpu: usage.cpu,
+        sessions,
+        shares,
+        peak_rss: usage.peak_rss,
+        tenant_api,
     })
 }
 

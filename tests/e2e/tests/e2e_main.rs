@@ -236,6 +236,7 @@ async fn the_simulated_scale_bench_provisions_every_tenant_and_a_resync_writes_n
         replicas: 1,
         nodes: 2,
         idle: Duration::from_secs(20),
+        restarts: 1,
     })
     .await
     .unwrap();
@@ -261,7 +262,8 @@ async fn the_simulated_scale_bench_provisions_every_tenant_and_a_resync_writes_n
         idle_writes.is_empty(),
         "the idle manager wrote: {idle_writes:?}\n{figures}"
     );
-    let restart_writes = kamaji_e2e::sim::writes(&figures.restart_requests, false);
+    let restart = &figures.restarts[0];
+    let restart_writes = kamaji_e2e::sim::writes(&restart.requests, false);
     assert!(
         restart_writes.is_empty(),
         "the restarted manager wrote while re-verifying: {restart_writes:?}\n{figures}"
@@ -278,15 +280,15 @@ async fn the_simulated_scale_bench_provisions_every_tenant_and_a_resync_writes_n
         "{gets} GETs of tenant objects for 10 tenants coming up: {figures}"
     );
     assert_eq!(
-        figures.restart_tenant_api.provider[2], 0,
+        restart.tenant_api.provider[2], 0,
         "the restarted manager applied tenant artifacts again: {figures}"
     );
     // Re-verifying ten tenants' claims and grants on the one DataStore takes one session
     // (opening one is a bcrypt check in etcd once authentication is on).
     assert!(
-        (figures.restart_sessions - 1.0).abs() < f64::EPSILON,
+        (restart.sessions - 1.0).abs() < f64::EPSILON,
         "the restarted manager opened {} DataStore sessions: {figures}",
-        figures.restart_sessions
+        restart.sessions
     );
 }
 
