@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
@@ -26,6 +26,7 @@ use tracing::{info, warn};
 
 use crate::context::Context;
 use crate::error::Error;
+use crate::lean::{self, Lean};
 use crate::reconcile::{self, object_key};
 
 /// The label Cluster API's `--watch-filter` convention selects on: a manager started with
@@ -65,12 +66,13 @@ impl Scope {
     }
 }
 
-/// The watch of `api` filling the cache `writer` writes, its objects without
-/// `metadata.managedFields` (passes never read them; with them a cached object is about twice
-/// the size): the objects applied, for a controller's trigger.
+/// The watch of `api` filling the cache `writer` writes, its objects parsed without
+/// `metadata.managedFields` ([`Lean`]: passes never read them, and with them a cached object
+/// is about twice the size and each list page parses into a tree of maps per object): the
+/// objects applied, for a controller's trigger.
 fn cached<K>(
     writer: reflector::store::Writer<K>,
-    api: Api<K>,
+    api: Api<Lean<K>>,
     config: watcher::Config,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>>
 where
@@ -82,9 +84,7 @@ where
         + Sync
         + 'static,
 {
-    let watch = watcher(api, config)
-        .default_backoff()
-        .modify(|o: &mut K| o.meta_mut().managed_fields = None);
+    let watch = watcher(api, config).map_ok(lean::event).default_backoff();
     reflector(writer, watch).applied_objects()
 }
 
@@ -113,14 +113,15 @@ fn held(ctx: &Context, kcp: &KamajiControlPlane) -> bool {
 
 /// The watch of the objects of kind `K` that control planes own, their metadata only (owner
 /// references are all it needs: neither the initial list nor an event carries a Secret's data
-/// or a Deployment's spec into this process), for the controller's `owns_stream`. A change
+/// or a Deployment's spec into this process) and that without `managedFields` ([`Lean`]),
+/// for the controller's `owns_stream`. A change
 /// event of a version a pass of this process wrote, or read and verified
 /// ([`Context::known_version`]), wakes no pass, and one arriving while its control plane's pass
 /// runs is held for that pass to decide ([`Context::hold_owned_event`]); deletions and the
 /// initial list always wake their owner.
 fn owned<K>(
     ctx: Arc<Context>,
-    api: Api<PartialObjectMeta<K>>,
+    api: Api<Lean<PartialObjectMeta<K>>>,
     config: watcher::Config,
 ) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>>
 where
@@ -128,6 +129,7 @@ where
     PartialObjectMeta<K>: serde::de::DeserializeOwned,
 {
     watcher(api, config)
+        .map_ok(lean::event)
         .filter(move |event| {
             let skip =
                 matches!(event, Ok(watcher::Event::Apply(o)) if own_owned(&ctx, &o.metadata));
@@ -242,7 +244,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let kcps: Api<KamajiControlPlane> = scope.api(&client);
+    let kcps: Api<Lean<KamajiControlPlane>> = scope.api(&client);
     let labelled = watcher::Config::default().labels(KAMAJI_NAME_LABEL);
     let secrets_cfg = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
     // Owned objects and DataStores wake only control planes in the store, so filtering the
@@ -295,7 +297,7 @@ pub async fn run(
         .watches_stream(
             cached(
                 cluster_writer,
-                scope.api::<v1beta2::Cluster>(&client),
+                scope.api::<Lean<v1beta2::Cluster>>(&client),
                 scope.filtered(),
             )
             // CAPI writes a Cluster many times while it provisions (its status mirrors the
@@ -311,7 +313,7 @@ pub async fn run(
         .watches_stream(
             cached(
                 datastore_writer,
-                Api::<DataStore>::all(client.clone()),
+                Api::<Lean<DataStore>>::all(client.clone()),
                 watcher::Config::default(),
             ),
             move |ds: DataStore| {

@@ -18,6 +18,7 @@ pub mod error;
 pub mod gateway_api;
 pub mod infrastructure;
 pub mod leader;
+pub mod lean;
 pub mod metrics;
 pub mod reconcile;
 pub mod server;
