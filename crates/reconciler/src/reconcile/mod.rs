@@ -31,6 +31,7 @@ use self::gates::Gate;
 use self::status::{Cond, Replicas, StatusInputs};
 use crate::context::Context;
 use crate::error::Error;
+use crate::lean::Lean;
 
 /// What a step tells the driver: go on with a value, or stop the pass here.
 #[derive(Debug)]
@@ -546,12 +547,12 @@ async fn patch_at_version(
     if let Some(rv) = version {
         patch["metadata"]["resourceVersion"] = rv.as_str().into();
     }
-    let api = Api::<KamajiControlPlane>::namespaced(
+    let api = Api::<Lean<KamajiControlPlane>>::namespaced(
         ctx.client.clone(),
         &kcp.namespace().unwrap_or_default(),
     );
     let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
-    let written = if status {
+    let Lean(written) = if status {
         api.patch_status(&kcp.name_any(), &params, &patch).await
     } else {
         api.patch(&kcp.name_any(), &params, &patch).await

@@ -18,6 +18,7 @@ use super::validate::ValidSpec;
 use crate::context::Context;
 use crate::datastore::{self, Override, Problem, Resolved};
 use crate::error::{Error, KubeContext};
+use crate::lean::Lean;
 use crate::tenant;
 
 /// What the observe step read.
@@ -158,7 +159,8 @@ pub async fn observe(
     ctx: &Context,
 ) -> Result<Observed, Error> {
     let ns = &spec.namespace;
-    let secrets_api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    // Objects are read without `managedFields` ([`Lean`]): no step reads them.
+    let secrets_api = Api::<Lean<Secret>>::namespaced(ctx.client.clone(), ns);
     let lp = ListParams::default().labels(&format!(
         "{CLUSTER_NAME_LABEL}={}",
         spec.names.cluster_label_value()
@@ -171,7 +173,7 @@ pub async fn observe(
         .ctx(|| format!("list Secrets of Cluster {ns}/{}", spec.cluster_name))?
         .items
         .into_iter()
-        .map(|s| (s.name_any(), s))
+        .map(|Lean(s)| (s.name_any(), s))
         .collect();
     let initialized = is_initialized(kcp);
     if initialized {
@@ -188,18 +190,20 @@ pub async fn observe(
                     .await
                     .ctx(|| format!("get Secret {ns}/{name}"))?
             {
-                secrets.insert(name, s);
+                secrets.insert(name, s.0);
             }
         }
     }
-    let deployment = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
+    let deployment = Api::<Lean<Deployment>>::namespaced(ctx.client.clone(), ns)
         .get_opt(&spec.names.deployment())
         .await
-        .ctx(|| "get Deployment".into())?;
-    let service = Api::<Service>::namespaced(ctx.client.clone(), ns)
+        .ctx(|| "get Deployment".into())?
+        .map(|d| d.0);
+    let service = Api::<Lean<Service>>::namespaced(ctx.client.clone(), ns)
         .get_opt(&spec.names.service())
         .await
-        .ctx(|| "get Service".into())?;
+        .ctx(|| "get Service".into())?
+        .map(|s| s.0);
     let mut reachable = false;
     if Replicas::of(deployment.as_ref()).available > 0
         && let Some(kubeconfig) = secrets.get(&spec.names.kubeconfig_secret())

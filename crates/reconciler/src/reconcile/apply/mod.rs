@@ -43,6 +43,7 @@ use super::{Flow, Report, object_key};
 use crate::context::Context;
 use crate::error::{Error, KubeContext};
 use crate::infrastructure::InfrastructureCluster;
+use crate::lean::Lean;
 use crate::tenant;
 
 /// How long a pass waits before looking again at a state that produces no event for this
@@ -484,14 +485,14 @@ async fn create_if_absent(
     ns: &str,
     secret: &Secret,
 ) -> Result<Option<Secret>, Error> {
-    let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    let api = Api::<Lean<Secret>>::namespaced(ctx.client.clone(), ns);
     let name = secret.name_any();
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
     };
-    match api.create(&params, secret).await {
-        Ok(created) => {
+    match api.create(&params, &Lean(secret.clone())).await {
+        Ok(Lean(created)) => {
             // Its watch event wakes no pass.
             let uid = created.uid().unwrap_or_default();
             ctx.created(&uid, &created.resource_version().unwrap_or_default());
@@ -500,7 +501,7 @@ async fn create_if_absent(
         Err(kube::Error::Api(e)) if e.code == 409 => api
             .get(&name)
             .await
-            .map(Some)
+            .map(|s| Some(s.0))
             .ctx(|| format!("re-read Secret {ns}/{name}")),
         Err(e) => Err(Error::Kube {
             action: format!("create Secret {ns}/{name}"),
@@ -606,7 +607,8 @@ where
         .get_or_insert_with(Default::default)
         .insert(DESIRED_HASH_ANNOTATION.into(), hash.clone());
     let name = desired.name_any();
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    // Objects are read without `managedFields` ([`Lean`]): no step reads them.
+    let api: Api<Lean<K>> = Api::namespaced(ctx.client.clone(), ns);
     let kind = K::kind(&());
     let (observed, read) = match known {
         Known::Listed(o) => (o, false),
@@ -616,6 +618,7 @@ where
         api.get_opt(&name)
             .await
             .ctx(|| format!("get {kind} {ns}/{name}"))?
+            .map(|o| o.0)
     } else {
         None
     };
@@ -671,7 +674,7 @@ where
 /// controller.
 async fn server_side_apply<K>(
     ctx: &Context,
-    api: &Api<K>,
+    api: &Api<Lean<K>>,
     desired: &K,
     was_absent: bool,
     owner: &OwnerReference,
@@ -690,11 +693,11 @@ where
         )
         .await
     {
-        Ok(o) => Ok(Outcome::Stored(o)),
+        Ok(Lean(o)) => Ok(Outcome::Stored(o)),
         Err(kube::Error::Api(e)) if e.code == 409 => {
             ctx.metrics.ssa_conflicts.inc();
             if was_absent
-                && let Some(now) = api
+                && let Some(Lean(now)) = api
                     .get_opt(&name)
                     .await
                     .ctx(|| format!("get {kind} {ns}/{name}"))?
@@ -708,7 +711,7 @@ where
                 &Patch::Apply(desired),
             )
             .await
-            .map(Outcome::Stored)
+            .map(|Lean(o)| Outcome::Stored(o))
             .ctx(|| format!("apply {kind} {ns}/{name} (forced after a conflict)"))
         }
         Err(e) => Err(Error::Kube {
