@@ -1066,7 +1066,7 @@ async fn restart(env: &mut SimEnv, tenants: usize) -> Result<Restart> {
     let mark = env.manager_requests()?.len();
     let tenant_api_before = env.tenant_apis.counts.snapshot();
     let restarted = Instant::now();
-    let cpu_mark = CpuMark::of(&env)?;
+    let cpu_mark = CpuMark::of(env)?;
     env.start_manager()?;
     let deadline = Instant::now() + Duration::from_mins(10);
     let reverified = loop {
@@ -1086,7 +1086,7 @@ async fn restart(env: &mut SimEnv, tenants: usize) -> Result<Restart> {
     let pid = env.manager_pid().context("no manager")?;
     let usage = ProcessUsage::of(pid)?;
     let sessions = env.manager_metric(SESSIONS).await;
-    let shares = cpu_mark.until(&CpuMark::of(&env)?);
+    let shares = cpu_mark.until(&CpuMark::of(env)?);
     // A write a pass of the restart makes reaches the audit log within this margin.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let tenant_api = minus(env.tenant_apis.counts.snapshot(), tenant_api_before);
