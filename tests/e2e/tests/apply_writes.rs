@@ -88,20 +88,16 @@ fn default_datastore(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_nothing() {
-    let cluster = LocalCluster::builder().capi(false).start().await.unwrap();
-    // A real etcd as the DataStore: the manager claims the tenant's schema there first.
-    let (etcd, ca) = datastore_etcd(cluster.tools(), &cluster.dir().join("datastore")).await;
+/// The `default` DataStore on `etcd`, trusting and presenting `ca`.
+async fn apply_datastore(
+    cluster: &LocalCluster,
+    etcd: &kamaji_testenv::Etcd,
+    ca: &kamaji_testenv::pki::CertPair,
+) {
     let b64 = |s: &str| {
         use base64::Engine as _;
         base64::engine::general_purpose::STANDARD.encode(s)
     };
-    cluster
-        .apply_value(&serde_json::json!({
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant-a"}}))
-        .await
-        .unwrap();
     cluster
         .apply_value(&serde_json::json!({
             "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "DataStore",
@@ -116,11 +112,20 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
         }))
         .await
         .unwrap();
-    // F0 (shared/cases/README.md) with the owner reference Cluster API sets.
+}
+
+/// F0 (shared/cases/README.md) in namespace `ns`, created here, with the owner reference
+/// Cluster API sets.
+async fn apply_f0(cluster: &LocalCluster, ns: &str) {
+    cluster
+        .apply_value(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+        .await
+        .unwrap();
     cluster
         .apply_value(&serde_json::json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": "demo", "namespace": "tenant-a"},
+            "metadata": {"name": "demo", "namespace": ns},
             "spec": {"clusterNetwork": {
                 "services": {"cidrBlocks": ["10.96.0.0/12"]},
                 "pods": {"cidrBlocks": ["10.244.0.0/16"]},
@@ -131,12 +136,12 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
         .await
         .unwrap();
     let clusters: Api<kamaji_api::cluster::v1beta2::Cluster> =
-        Api::namespaced(cluster.client(), "tenant-a");
+        Api::namespaced(cluster.client(), ns);
     let uid = clusters.get("demo").await.unwrap().metadata.uid.unwrap();
     cluster
         .apply_value(&serde_json::json!({
             "apiVersion": "controlplane.cluster.x-k8s.io/v1alpha1", "kind": "KamajiControlPlane",
-            "metadata": {"name": "demo", "namespace": "tenant-a", "ownerReferences": [{
+            "metadata": {"name": "demo", "namespace": ns, "ownerReferences": [{
                 "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "demo",
                 "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
             "spec": {"version": kamaji_testenv::KUBERNETES_VERSION, "replicas": 2,
@@ -145,6 +150,15 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
         }))
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_nothing() {
+    let cluster = LocalCluster::builder().capi(false).start().await.unwrap();
+    // A real etcd as the DataStore: the manager claims the tenant's schema there first.
+    let (etcd, ca) = datastore_etcd(cluster.tools(), &cluster.dir().join("datastore")).await;
+    apply_datastore(&cluster, &etcd, &ca).await;
+    apply_f0(&cluster, "tenant-a").await;
 
     let client = cluster
         .user_client(MANAGER, &["system:masters"])
@@ -387,5 +401,103 @@ async fn only_a_tenant_an_earlier_apply_reached_is_searched_for_objects_of_remov
     assert!(
         applied_before(&client, &never, &first).await.unwrap(),
         "the first object of an apply that stopped half-way"
+    );
+}
+
+/// A new control plane's Secrets are not read by name one by one before they are written
+/// (issue 16: 8 `GET`s per tenant, each answered 404): when one metadata-only list of the
+/// namespace holds every Secret there, a name it lacks is absent. A namespace holding more
+/// Secrets than that page is read by name as before, so a Secret of one of the control plane's
+/// names that another object controls is still found and never written (the field report of
+/// sibling clusters), wherever it sorts. Negative control: trusting the first page of a
+/// namespace that holds more makes the pass write over the other controller's Secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_control_planes_secrets_are_found_absent_by_one_list_of_a_namespace_that_fits_a_page()
+{
+    use k8s_openapi::api::core::v1::Secret;
+    let cluster = LocalCluster::builder().capi(false).start().await.unwrap();
+    let (etcd, ca) = datastore_etcd(cluster.tools(), &cluster.dir().join("datastore")).await;
+    apply_datastore(&cluster, &etcd, &ca).await;
+    apply_f0(&cluster, "small").await;
+    apply_f0(&cluster, "crowded").await;
+    // More Secrets than a page, and one of the control plane's names another object controls,
+    // sorting after all of them.
+    for i in 0..120 {
+        cluster
+            .apply_value(&serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("a-{i:03}"), "namespace": "crowded"}}))
+            .await
+            .unwrap();
+    }
+    let foreign = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "demo-scheduler.kubeconfig", "namespace": "crowded",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "other",
+                "uid": "00000000-0000-0000-0000-000000000001", "controller": true}]},
+        "stringData": {"value": "someone else's"}});
+    cluster.apply_value(&foreign).await.unwrap();
+
+    let client = cluster
+        .user_client(MANAGER, &["system:masters"])
+        .await
+        .unwrap();
+    let ctx = Arc::new(Context::new(client, Config::default()));
+    for ns in ["small", "crowded"] {
+        let kcps: Api<KamajiControlPlane> = Api::namespaced(cluster.client(), ns);
+        let kcp = Arc::new(kcps.get("demo").await.unwrap());
+        kamaji_reconciler::reconcile::reconcile(kcp, ctx.clone())
+            .await
+            .unwrap();
+    }
+    let reads = |ns: &str, verb: &str| -> Vec<String> {
+        cluster
+            .audit_events()
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.user.username == MANAGER && e.stage == "ResponseComplete")
+            .filter(|e| e.verb == verb)
+            .filter(|e| {
+                e.object_ref
+                    .as_ref()
+                    .is_some_and(|o| o.resource == "secrets" && o.namespace.as_deref() == Some(ns))
+            })
+            .map(|e| e.request_u_r_i)
+            .collect()
+    };
+    // The small namespace: no Secret read by name; one list without a selector in each of the
+    // first pass's two rounds (the second runs once the Service has its address).
+    assert_eq!(reads("small", "get"), Vec::<String>::new());
+    let unlabelled: Vec<_> = reads("small", "list")
+        .into_iter()
+        .filter(|uri| !uri.contains("labelSelector"))
+        .collect();
+    assert_eq!(unlabelled.len(), 2, "{unlabelled:?}");
+    let small: Api<Secret> = Api::namespaced(cluster.client(), "small");
+    assert!(small.get_opt("demo-kubeconfig").await.unwrap().is_some());
+
+    // The crowded one: read by name, the other controller's Secret found and left as it was.
+    assert!(!reads("crowded", "get").is_empty());
+    let crowded: Api<Secret> = Api::namespaced(cluster.client(), "crowded");
+    let kept = crowded.get("demo-scheduler.kubeconfig").await.unwrap();
+    assert_eq!(kept.metadata.owner_references.unwrap().len(), 1);
+    assert_eq!(
+        kept.data.unwrap().get("value").map(|v| v.0.clone()),
+        Some(b"someone else's".to_vec()),
+        "the other controller's Secret was written"
+    );
+    let kcp = Api::<KamajiControlPlane>::namespaced(cluster.client(), "crowded")
+        .get("demo")
+        .await
+        .unwrap();
+    let conditions = kcp.status.and_then(|s| s.conditions).unwrap_or_default();
+    let certificates = conditions
+        .iter()
+        .find(|c| c.type_ == kamaji_api::conditions::types::CERTIFICATES_AVAILABLE)
+        .expect("CertificatesAvailable");
+    assert_eq!(certificates.status, "False", "{certificates:?}");
+    assert!(
+        certificates.message.contains("controlled by"),
+        "{certificates:?}"
     );
 }

@@ -257,6 +257,14 @@ async fn the_simulated_scale_bench_provisions_every_tenant_and_a_resync_writes_n
         cluster_writes.is_empty(),
         "the manager wrote to Clusters: {cluster_writes:?}\n{figures}"
     );
+    // Each tenant's namespace holds only its Secrets: one list of it says which are absent,
+    // and none is read by name first (8 `GET`s per tenant before).
+    let secret_gets = figures
+        .provisioning_requests
+        .get("get secrets refused 404")
+        .copied()
+        .unwrap_or_default();
+    assert_eq!(secret_gets, 0, "{figures}");
     let idle_writes = kamaji_e2e::sim::writes(&figures.idle_requests, true);
     assert!(
         idle_writes.is_empty(),

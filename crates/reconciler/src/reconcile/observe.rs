@@ -40,6 +40,10 @@ pub struct Observed {
     pub control_plane_pods: Option<ControlPlanePods>,
     /// While a CA rotation replaces workers: the Cluster's Machines.
     pub worker_machines: Option<Vec<super::plan::ca_rotation::WorkerMachine>>,
+    /// The names of every Secret in the namespace, read by the apply step at most once per
+    /// pass (on the first Secret it writes that [`Observed::secrets`] lacks): `None` inside
+    /// when they did not fit in one page ([`crate::reconcile::apply`]).
+    pub namespace_secrets: tokio::sync::OnceCell<Option<std::collections::BTreeSet<String>>>,
 }
 
 /// The fingerprints of every control-plane pod (terminating ones included), in pod order, and
@@ -249,6 +253,7 @@ pub async fn observe(
         reachable,
         control_plane_pods,
         worker_machines,
+        namespace_secrets: tokio::sync::OnceCell::new(),
     })
 }
 

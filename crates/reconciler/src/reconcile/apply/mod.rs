@@ -97,7 +97,6 @@ pub async fn apply(
         Ok(service) => service,
         Err((type_, msg)) => return Ok(Flow::Stop(conflict(report, type_, msg))),
     };
-    let stored = |s: &Secret| observed.secrets.get(&s.name_any());
     let cp = match plan.control_plane {
         Ok(cp) => cp,
         // The Service this pass created (or changed) now gives what the plan waited for: the
@@ -116,8 +115,7 @@ pub async fn apply(
     let mut super_admin = None;
     for leaf in cp.leaves {
         let role = leaf.role;
-        let current = stored(&leaf.secret);
-        match apply_owned(ctx, ns, leaf.secret, current, owner).await? {
+        match apply_secret(ctx, ns, leaf.secret, observed, owner).await? {
             Outcome::Stored(s) if role == LeafRole::SuperAdmin => super_admin = Some(s),
             Outcome::Stored(_) => {}
             Outcome::Conflict(msg) => {
@@ -204,9 +202,7 @@ async fn rotation_writes(
     for secret in writes {
         let name = secret.name_any();
         info!(secret = %format!("{ns}/{name}"), "{what}: writing the next step");
-        if let Outcome::Conflict(msg) =
-            apply_owned(ctx, ns, secret, observed.secrets.get(&name), owner).await?
-        {
+        if let Outcome::Conflict(msg) = apply_secret(ctx, ns, secret, observed, owner).await? {
             return Ok(Some(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
         }
     }
@@ -252,8 +248,7 @@ async fn front(
 ) -> Result<Result<k8s_openapi::api::core::v1::Service, (&'static str, String)>, Error> {
     let owner = &plan.owner;
     let ds = plan.datastore_client.clone();
-    let ds_observed = observed.secrets.get(&ds.name_any());
-    if let Outcome::Conflict(msg) = apply_owned(ctx, ns, ds, ds_observed, owner).await? {
+    if let Outcome::Conflict(msg) = apply_secret(ctx, ns, ds, observed, owner).await? {
         return Ok(Err((types::DATASTORE_READY, msg)));
     }
     let service = match apply_known(
@@ -571,13 +566,72 @@ where
     apply_known(ctx, ns, desired, Known::Listed(observed), owner).await
 }
 
+/// How many Secrets one metadata-only list of a namespace reads for [`known_absent`]: a
+/// namespace holding more (many clusters in one namespace) is not listed further, and each
+/// Secret is read by name instead.
+const NAMESPACE_SECRETS_PAGE: u32 = 100;
+
+/// [`apply_owned`] for a Secret of the control plane, knowing from [`known_absent`] whether
+/// one the labelled list lacks exists: a Secret of a new control plane is not read by name
+/// before it is written (one list of the namespace instead of a `GET` per Secret).
+async fn apply_secret(
+    ctx: &Context,
+    ns: &str,
+    secret: Secret,
+    observed: &Observed,
+    owner: &OwnerReference,
+) -> Result<Outcome<Secret>, Error> {
+    let name = secret.name_any();
+    let known = match observed.secrets.get(&name) {
+        Some(listed) => Known::Listed(Some(listed)),
+        None if known_absent(ctx, ns, observed, &name).await? => Known::Read(None),
+        None => Known::Listed(None),
+    };
+    apply_known(ctx, ns, secret, known, owner).await
+}
+
+/// Whether no Secret named `name` exists in `ns`, as one metadata-only list of the namespace's
+/// Secrets says, read once per pass ([`Observed::namespace_secrets`]); `false` when the
+/// namespace holds more than [`NAMESPACE_SECRETS_PAGE`] Secrets.
+///
+/// # Errors
+/// [`Error::Kube`] when the list fails.
+async fn known_absent(
+    ctx: &Context,
+    ns: &str,
+    observed: &Observed,
+    name: &str,
+) -> Result<bool, Error> {
+    let names = observed
+        .namespace_secrets
+        .get_or_try_init(|| async {
+            let list = Api::<Lean<kube::core::PartialObjectMeta<Secret>>>::namespaced(
+                ctx.client.clone(),
+                ns,
+            )
+            .list(&kube::api::ListParams::default().limit(NAMESPACE_SECRETS_PAGE))
+            .await
+            .ctx(|| format!("list the Secrets of namespace {ns}"))?;
+            let whole = list.metadata.continue_.as_deref().is_none_or(str::is_empty);
+            Ok::<_, Error>(whole.then(|| {
+                list.items
+                    .into_iter()
+                    .map(|Lean(s)| s.name_any())
+                    .collect::<std::collections::BTreeSet<_>>()
+            }))
+        })
+        .await?;
+    Ok(names.as_ref().is_some_and(|n| !n.contains(name)))
+}
+
 /// What a pass knows of an object before [`apply_known`] writes it.
 #[derive(Debug, Clone, Copy)]
 enum Known<'a, K> {
     /// Found in a list by label, or not found there (it may still exist without the label,
     /// case B01: then it is read by name first).
     Listed(Option<&'a K>),
-    /// Read by name earlier in the same pass (the observe step's Deployment and Service):
+    /// Read by name earlier in the same pass (the observe step's Deployment and Service), or,
+    /// for a Secret, absent from the whole namespace's list ([`known_absent`]):
     /// `None` is absent, and is not read again (an object created in between is caught by the
     /// apply: [`server_side_apply`] with `was_absent`).
     Read(Option<&'a K>),

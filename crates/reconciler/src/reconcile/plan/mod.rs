@@ -893,6 +893,7 @@ pub(crate) mod tests {
             reachable: false,
             control_plane_pods: None,
             worker_machines: None,
+            namespace_secrets: tokio::sync::OnceCell::new(),
         }
     }
 
