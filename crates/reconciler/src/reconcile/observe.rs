@@ -170,7 +170,8 @@ pub async fn observe(
         spec.names.cluster_label_value()
     ));
     // A Secret without the label (a kubeconfig written by someone else, case B01) is not
-    // listed here; the apply step reads it by name before it writes.
+    // listed here; the apply step looks for it in a list of the namespace, or reads it by
+    // name, before it writes.
     let mut secrets: BTreeMap<String, Secret> = secrets_api
         .list(&lp)
         .await
