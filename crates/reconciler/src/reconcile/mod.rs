@@ -40,9 +40,10 @@ pub enum Flow<T> {
     Continue(T),
     /// Stop; look again as the action says.
     Stop(Action),
-    /// Run the steps again from observe, in this pass: the step wrote what the plan was
-    /// waiting for (the Service whose address the endpoint and the serving certificate need).
-    Again,
+    /// Run the steps again, in this pass: the step wrote what the plan was waiting for (the
+    /// Service whose address the endpoint and the serving certificate need). From this
+    /// observation ([`observe::after_own_writes`]) when given, else from observe.
+    Again(Option<Box<observe::Observed>>),
 }
 
 /// What a pass found, for the status and events the driver writes at its end.
@@ -311,28 +312,36 @@ async fn steps(
     // plan waits for: the second round, in the same pass, writes that rest (one status write
     // and one pass fewer than leaving it to the pass the Service's event wakes).
     let mut rounds = 0;
+    let mut observed = None;
     loop {
         rounds += 1;
-        match Box::pin(round(kcp, ctx, &spec, infrastructure.as_ref(), report)).await? {
+        let infrastructure = infrastructure.as_ref();
+        match Box::pin(round(kcp, ctx, &spec, infrastructure, observed, report)).await? {
             Flow::Continue(action) | Flow::Stop(action) => return Ok(Some(action)),
-            Flow::Again if rounds < 2 => {
+            Flow::Again(next) if rounds < 2 => {
                 ctx.metrics.second_rounds.inc();
+                observed = next;
             }
             // The Service went away in between: its event wakes the next pass.
-            Flow::Again => return Ok(Some(Action::await_change())),
+            Flow::Again(_) => return Ok(Some(Action::await_change())),
         }
     }
 }
 
-/// One round of the steps after validation: observe, plan, apply.
+/// One round of the steps after validation: observe (unless the first round gave what it
+/// would read: `observed`), plan, apply.
 async fn round(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     spec: &validate::ValidSpec,
     infrastructure: Option<&crate::infrastructure::InfrastructureCluster>,
+    observed: Option<Box<observe::Observed>>,
     report: &mut Report,
 ) -> Result<Flow<Action>, Error> {
-    let observed = observe::observe(kcp, spec, ctx).await?;
+    let observed = match observed {
+        Some(observed) => *observed,
+        None => observe::observe(kcp, spec, ctx).await?,
+    };
     report.facts = Some(Facts::of(spec, &observed));
     let datastore = match observe::datastore(spec, ctx).await {
         Ok((ds, ready)) => {
@@ -398,7 +407,7 @@ async fn round(
             Ok(Flow::Continue(applied.requeue))
         }
         Flow::Stop(action) => Ok(Flow::Stop(action)),
-        Flow::Again => Ok(Flow::Again),
+        Flow::Again(next) => Ok(Flow::Again(next)),
     }
 }
 

@@ -221,27 +221,13 @@ pub async fn observe(
             reachable = tenant::readyz(&client).await;
         }
     }
-    let ca_state = secrets.get(
-        &spec
-            .names
-            .internal_secret(kamaji_api::names::InternalSecret::CaRotation),
-    );
-    let (ca_rotating, replacing_workers) = super::plan::ca_rotation::under_way(ca_state);
-    let encryption_rotating = super::plan::encryption_rotation::under_way(
-        secrets.get(
-            &spec
-                .names
-                .internal_secret(kamaji_api::names::InternalSecret::Encryption),
-        ),
-        spec.encryption_key_rotation.as_deref(),
-        &spec.encrypted_resources,
-    );
-    let control_plane_pods = if rotating(spec, &secrets) || ca_rotating || encryption_rotating {
+    let reads = RotationReads::of(spec, &secrets);
+    let control_plane_pods = if reads.control_plane_pods {
         Some(pod_fingerprints(spec, ctx, deployment.as_ref()).await?)
     } else {
         None
     };
-    let worker_machines = if replacing_workers {
+    let worker_machines = if reads.worker_machines {
         Some(worker_machines(spec, ctx).await?)
     } else {
         None
@@ -256,6 +242,75 @@ pub async fn observe(
         worker_machines,
         namespace_secrets: tokio::sync::OnceCell::new(),
     })
+}
+
+/// What the observe step reads besides the Secrets, Deployment and Service while a rotation is
+/// under way, as the control plane's Secrets (`secrets`, by name) say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RotationReads {
+    /// The control-plane pods' fingerprints ([`Observed::control_plane_pods`]): a
+    /// service-account key, CA or encryption key rotation is under way.
+    pub control_plane_pods: bool,
+    /// The Cluster's Machines ([`Observed::worker_machines`]): a CA rotation replaces workers.
+    pub worker_machines: bool,
+}
+
+impl RotationReads {
+    /// What `secrets` call for.
+    #[must_use]
+    pub fn of(spec: &ValidSpec, secrets: &BTreeMap<String, Secret>) -> Self {
+        let ca_state = secrets.get(
+            &spec
+                .names
+                .internal_secret(kamaji_api::names::InternalSecret::CaRotation),
+        );
+        let (ca_rotating, replacing_workers) = super::plan::ca_rotation::under_way(ca_state);
+        let encryption_rotating = super::plan::encryption_rotation::under_way(
+            secrets.get(
+                &spec
+                    .names
+                    .internal_secret(kamaji_api::names::InternalSecret::Encryption),
+            ),
+            spec.encryption_key_rotation.as_deref(),
+            &spec.encrypted_resources,
+        );
+        Self {
+            control_plane_pods: rotating(spec, secrets) || ca_rotating || encryption_rotating,
+            worker_machines: replacing_workers,
+        }
+    }
+}
+
+/// The observation a second round of a pass starts from ([`super::Flow::Again`]), after a
+/// round that found no Deployment (a new control plane) wrote `written` and the Service
+/// `service`: this round's, with each written Secret that carries the Cluster's label (as the
+/// labelled list would find it) and the Service as stored, so that the second round reads
+/// nothing again: the Deployment is still the round's own to create, and the API is not
+/// reached without it. `None` when the round found a Deployment, or when what it wrote starts
+/// or ends a rotation (its reads change: [`RotationReads`]): the second round observes anew.
+#[must_use]
+pub fn after_own_writes(
+    spec: &ValidSpec,
+    observed: &Observed,
+    written: Vec<Secret>,
+    service: Service,
+) -> Option<Box<Observed>> {
+    if observed.deployment.is_some() {
+        return None;
+    }
+    let before = RotationReads::of(spec, &observed.secrets);
+    let mut next = observed.clone();
+    let label = spec.names.cluster_label_value();
+    for secret in written {
+        if secret.labels().get(CLUSTER_NAME_LABEL) == Some(&label) {
+            next.secrets.insert(secret.name_any(), secret);
+        }
+    }
+    if RotationReads::of(spec, &next.secrets) != before {
+        return None;
+    }
+    next.service = Some(service);
+    Some(Box::new(next))
 }
 
 /// The Cluster's Machines (label `cluster.x-k8s.io/cluster-name`): name, creation time and
@@ -344,4 +399,94 @@ async fn pod_fingerprints(
         encryption: of(super::plan::encryption_rotation::ENCRYPTION_KEYS_ANNOTATION),
         rolled_out,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::validate::tests::{fixture, valid};
+
+    fn secret(name: &str, labels: &[(&str, &str)], data: &[(&str, &str)]) -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                "resourceVersion": "1",
+                "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>()},
+            "data": data.iter().map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+        }))
+        .unwrap()
+    }
+
+    fn first_round(namespace_listed: bool) -> Observed {
+        let cell = tokio::sync::OnceCell::new();
+        if namespace_listed {
+            cell.set(Some(std::iter::once("other".to_owned()).collect()))
+                .unwrap();
+        }
+        Observed {
+            secrets: BTreeMap::new(),
+            deployment: None,
+            service: None,
+            initialized: false,
+            reachable: false,
+            control_plane_pods: None,
+            worker_machines: None,
+            namespace_secrets: cell,
+        }
+    }
+
+    /// A new control plane's second round starts from the first round's observation with what
+    /// it wrote: the labelled Secrets (an unlabelled one would not be listed), the Service and
+    /// the namespace's list; it observes anew after a round that found a Deployment, or whose
+    /// writes start a rotation (the pods must then be read).
+    #[test]
+    fn a_second_round_reads_again_only_what_the_first_round_did_not_write() {
+        let spec = valid(&fixture(serde_json::json!({})));
+        let label = spec.names.cluster_label_value();
+        let labelled = [(CLUSTER_NAME_LABEL, label.as_str())];
+        let ca = secret(&spec.names.ca_secret(), &labelled, &[("tls.crt", "Y2E=")]);
+        let unlabelled = secret("unlabelled", &[], &[]);
+        let service = Service {
+            metadata: kube::api::ObjectMeta {
+                name: Some(spec.names.service()),
+                ..Default::default()
+            },
+            ..Service::default()
+        };
+        let next = after_own_writes(
+            &spec,
+            &first_round(true),
+            vec![ca.clone(), unlabelled],
+            service.clone(),
+        )
+        .expect("a new control plane's second round reuses the first round's observation");
+        assert_eq!(
+            next.secrets.keys().collect::<Vec<_>>(),
+            vec![&ca.name_any()]
+        );
+        assert_eq!(next.secrets[&ca.name_any()], ca);
+        assert_eq!(next.service, Some(service.clone()));
+        assert!(next.deployment.is_none() && !next.reachable);
+        assert_eq!(
+            next.namespace_secrets.get(),
+            Some(&Some(std::iter::once("other".to_owned()).collect()))
+        );
+
+        let mut with_deployment = first_round(false);
+        with_deployment.deployment = Some(Deployment::default());
+        assert!(
+            after_own_writes(&spec, &with_deployment, vec![ca.clone()], service.clone()).is_none()
+        );
+
+        let rotation = spec
+            .names
+            .internal_secret(kamaji_api::names::InternalSecret::ServiceAccountRotation);
+        let next_key = super::super::plan::sa_rotation::NEXT_KEY;
+        let started = secret(&rotation, &labelled, &[(next_key, "a2V5")]);
+        assert!(
+            after_own_writes(&spec, &first_round(false), vec![ca, started], service).is_none(),
+            "a rotation the round started needs the pods read"
+        );
+    }
 }

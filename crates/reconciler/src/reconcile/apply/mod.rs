@@ -86,23 +86,26 @@ pub async fn apply(
     report: &mut Report,
 ) -> Result<Flow<Applied>, Error> {
     let ns = spec.namespace.as_str();
-    if let Some(stop) = roots(ctx, ns, observed, &plan, report).await? {
+    // The Secrets this round writes before the Service, for a second round's observation.
+    let mut written = Vec::new();
+    if let Some(stop) = roots(ctx, ns, observed, &plan, report, &mut written).await? {
         return Ok(Flow::Stop(stop));
     }
     if let Some(after) = plan.certificate_authorities.roll_workers_after {
         machines::roll_machine_deployments(&ctx.client, ns, &spec.cluster_name, after).await?;
     }
     let owner = &plan.owner;
-    let service = match front(ctx, ns, &plan, observed).await? {
+    let service = match front(ctx, ns, &plan, observed, &mut written).await? {
         Ok(service) => service,
         Err((type_, msg)) => return Ok(Flow::Stop(conflict(report, type_, msg))),
     };
     let cp = match plan.control_plane {
         Ok(cp) => cp,
         // The Service this pass created (or changed) now gives what the plan waited for: the
-        // steps run again from observe in this pass instead of in the pass its event wakes.
+        // steps run again in this pass instead of in the pass its event wakes.
         Err(_) if observed.service.is_none() && super::plan::endpoint_known(spec, &service) => {
-            return Ok(Flow::Again);
+            let next = super::observe::after_own_writes(spec, observed, written, service);
+            return Ok(Flow::Again(next));
         }
         Err(waiting) => {
             report.push(waiting);
@@ -189,7 +192,8 @@ pub async fn apply(
 }
 
 /// Writes the Secrets of a rotation step, in order (a root only after the rotation Secret
-/// holds what it replaces). Stops at a Secret another object controls.
+/// holds what it replaces); returns them as stored. Stops at a Secret another object controls
+/// (`Err` with the action).
 async fn rotation_writes(
     ctx: &Context,
     ns: &str,
@@ -198,15 +202,19 @@ async fn rotation_writes(
     writes: Vec<Secret>,
     what: &str,
     report: &mut Report,
-) -> Result<Option<Action>, Error> {
+) -> Result<Result<Vec<Secret>, Action>, Error> {
+    let mut stored = Vec::with_capacity(writes.len());
     for secret in writes {
         let name = secret.name_any();
         info!(secret = %format!("{ns}/{name}"), "{what}: writing the next step");
-        if let Outcome::Conflict(msg) = apply_secret(ctx, ns, secret, observed, owner).await? {
-            return Ok(Some(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
+        match apply_secret(ctx, ns, secret, observed, owner).await? {
+            Outcome::Stored(s) => stored.push(s),
+            Outcome::Conflict(msg) => {
+                return Ok(Err(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
+            }
         }
     }
-    Ok(None)
+    Ok(Ok(stored))
 }
 
 /// `requeue`, or earlier when state that produces no event changes first: `spec.rollout.after`
@@ -237,19 +245,21 @@ fn template_of(d: &Deployment) -> Option<&k8s_openapi::api::core::v1::PodTemplat
     d.spec.as_ref().map(|s| &s.template)
 }
 
-/// Writes what the endpoint needs: the datastore client Secret, the Service and the Ingress.
-/// Returns the Service as stored, or the condition type and message of the first object
-/// another object controls.
+/// Writes what the endpoint needs: the datastore client Secret (added to `written` as stored),
+/// the Service and the Ingress. Returns the Service as stored, or the condition type and
+/// message of the first object another object controls.
 async fn front(
     ctx: &Context,
     ns: &str,
     plan: &Plan,
     observed: &Observed,
+    written: &mut Vec<Secret>,
 ) -> Result<Result<k8s_openapi::api::core::v1::Service, (&'static str, String)>, Error> {
     let owner = &plan.owner;
     let ds = plan.datastore_client.clone();
-    if let Outcome::Conflict(msg) = apply_secret(ctx, ns, ds, observed, owner).await? {
-        return Ok(Err((types::DATASTORE_READY, msg)));
+    match apply_secret(ctx, ns, ds, observed, owner).await? {
+        Outcome::Stored(stored) => written.push(stored),
+        Outcome::Conflict(msg) => return Ok(Err((types::DATASTORE_READY, msg))),
     }
     let service = match apply_known(
         ctx,
@@ -303,46 +313,29 @@ fn conflict(report: &mut Report, type_: &'static str, msg: String) -> Action {
 /// The claim on the datastore schema and the tenant's etcd user
 /// ([`datastore::claim_and_grant`]), then the roots: a stored one must not
 /// be controlled by another object; a new one is created if absent; then the step of a key
-/// rotation. `Some(action)` stops the pass.
+/// rotation. `Some(action)` stops the pass. The Secrets it writes are added to `written`, as
+/// stored.
 async fn roots(
     ctx: &Context,
     ns: &str,
     observed: &Observed,
     plan: &Plan,
     report: &mut Report,
+    written: &mut Vec<Secret>,
 ) -> Result<Option<Action>, Error> {
     // First the schema claim: a control plane refused there writes nothing at all.
     if let Some(stop) = datastore::claim_and_grant(ctx, &plan.schema_claim, report).await? {
         return Ok(Some(stop));
     }
-    let roots = plan.roots.secrets.iter();
-    for root in roots.chain(std::iter::once(&plan.roots.encryption)) {
-        let theirs = match root {
-            Root::Stored(s) => s.clone(),
-            Root::New(s) => match create_if_absent(ctx, ns, s).await? {
-                None => {
-                    info!(secret = %s.name_any(), "generated key material");
-                    continue;
-                }
-                // Another writer won: the leaves of this plan are signed by a root that was
-                // not stored. The next pass reads theirs (unless another object controls it).
-                Some(theirs) if foreign_controller(&theirs, &plan.owner).is_none() => {
-                    return Ok(Some(Action::requeue(Duration::from_secs(1))));
-                }
-                Some(theirs) => theirs,
-            },
-        };
-        if let Some(msg) = foreign_controller(&theirs, &plan.owner) {
-            return Ok(Some(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
-        }
+    if let Some(stop) = stored_roots(ctx, ns, plan, report, written).await? {
+        return Ok(Some(stop));
     }
     let keys = &plan.service_account;
     let writes = keys.writes.clone();
     let what = "service-account key rotation";
-    if let Some(stop) =
-        rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await?
-    {
-        return Ok(Some(stop));
+    match rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await? {
+        Ok(stored) => written.extend(stored),
+        Err(stop) => return Ok(Some(stop)),
     }
     for cond in keys.condition.iter().cloned() {
         report.push(cond);
@@ -371,10 +364,9 @@ async fn roots(
     }
     let writes = authorities.writes.clone();
     let what = "certificate-authority rotation";
-    if let Some(stop) =
-        rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await?
-    {
-        return Ok(Some(stop));
+    match rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await? {
+        Ok(stored) => written.extend(stored),
+        Err(stop) => return Ok(Some(stop)),
     }
     for cond in authorities.condition.iter().cloned() {
         report.push(cond);
@@ -397,13 +389,46 @@ async fn roots(
     }
     let writes = encryption.write.clone().into_iter().collect();
     let what = "encryption configuration change";
-    if let Some(stop) =
-        rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await?
-    {
-        return Ok(Some(stop));
+    match rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await? {
+        Ok(stored) => written.extend(stored),
+        Err(stop) => return Ok(Some(stop)),
     }
     for cond in encryption.conditions.iter().cloned() {
         report.push(cond);
+    }
+    Ok(None)
+}
+
+/// The roots of `plan`: a stored one must not be controlled by another object; a new one is
+/// created if absent (added to `written` as stored). `Some(action)` stops the pass.
+async fn stored_roots(
+    ctx: &Context,
+    ns: &str,
+    plan: &Plan,
+    report: &mut Report,
+    written: &mut Vec<Secret>,
+) -> Result<Option<Action>, Error> {
+    let roots = plan.roots.secrets.iter();
+    for root in roots.chain(std::iter::once(&plan.roots.encryption)) {
+        let theirs = match root {
+            Root::Stored(s) => s.clone(),
+            Root::New(s) => match create_if_absent(ctx, ns, s).await? {
+                Created::Now(stored) => {
+                    info!(secret = %s.name_any(), "generated key material");
+                    written.push(stored);
+                    continue;
+                }
+                // Another writer won: the leaves of this plan are signed by a root that was
+                // not stored. The next pass reads theirs (unless another object controls it).
+                Created::Existing(theirs) if foreign_controller(&theirs, &plan.owner).is_none() => {
+                    return Ok(Some(Action::requeue(Duration::from_secs(1))));
+                }
+                Created::Existing(theirs) => theirs,
+            },
+        };
+        if let Some(msg) = foreign_controller(&theirs, &plan.owner) {
+            return Ok(Some(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
+        }
     }
     Ok(None)
 }
@@ -474,12 +499,16 @@ async fn tenant(
     }
 }
 
-/// Creates `secret` unless a Secret of its name exists; returns the existing one then.
-async fn create_if_absent(
-    ctx: &Context,
-    ns: &str,
-    secret: &Secret,
-) -> Result<Option<Secret>, Error> {
+/// What [`create_if_absent`] found.
+enum Created {
+    /// No Secret of its name existed: this one, as stored.
+    Now(Secret),
+    /// One existed: that one, as stored.
+    Existing(Secret),
+}
+
+/// Creates `secret` unless a Secret of its name exists.
+async fn create_if_absent(ctx: &Context, ns: &str, secret: &Secret) -> Result<Created, Error> {
     let api = Api::<Lean<Secret>>::namespaced(ctx.client.clone(), ns);
     let name = secret.name_any();
     let params = PostParams {
@@ -491,12 +520,12 @@ async fn create_if_absent(
             // Its watch event wakes no pass.
             let uid = created.uid().unwrap_or_default();
             ctx.created(&uid, &created.resource_version().unwrap_or_default());
-            Ok(None)
+            Ok(Created::Now(created))
         }
         Err(kube::Error::Api(e)) if e.code == 409 => api
             .get(&name)
             .await
-            .map(|s| Some(s.0))
+            .map(|s| Created::Existing(s.0))
             .ctx(|| format!("re-read Secret {ns}/{name}")),
         Err(e) => Err(Error::Kube {
             action: format!("create Secret {ns}/{name}"),
