@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
 use super::inspect;
-use super::spec::{CertAndKey, KeyAlgorithm, LeafRole, LeafSpec};
+use super::spec::{CertAndKey, KeyAlgorithm, LeafRole, LeafSpec, key_pair_from_pem};
 use super::{BACKDATE, CA_VALIDITY, LEAF_VALIDITY};
 use crate::error::{Error, gen_err, parse_err};
 
@@ -122,11 +122,11 @@ impl CertificateAuthority {
     /// signing fails.
     pub fn cross_sign(&self, successor: &Self) -> Result<String, Error> {
         let what = "cross-signed CA certificate";
-        let own_key = KeyPair::from_pem(self.key_pem()).map_err(|e| parse_err("CA key", e))?;
+        let own_key = key_pair_from_pem(self.key_pem()).map_err(|e| parse_err("CA key", e))?;
         let issuer = Issuer::from_ca_cert_pem(self.cert_pem(), &own_key)
             .map_err(|e| parse_err("CA certificate", e))?;
         let successor_key =
-            KeyPair::from_pem(successor.key_pem()).map_err(|e| parse_err("CA key", e))?;
+            key_pair_from_pem(successor.key_pem()).map_err(|e| parse_err("CA key", e))?;
         let own_end = inspect::CertificateInfo::from_pem(self.cert_pem())?.not_after;
         let info = inspect::CertificateInfo::from_pem(successor.cert_pem())?;
         let common_name = info.common_name.clone().unwrap_or_default();
@@ -187,7 +187,7 @@ impl CertificateAuthority {
         validity: Duration,
     ) -> Result<LeafCertificate, Error> {
         let what = spec.common_name();
-        let ca_key = KeyPair::from_pem(self.key_pem()).map_err(|e| parse_err("CA key", e))?;
+        let ca_key = key_pair_from_pem(self.key_pem()).map_err(|e| parse_err("CA key", e))?;
         let issuer = Issuer::from_ca_cert_pem(self.cert_pem(), &ca_key)
             .map_err(|e| parse_err("CA certificate", e))?;
         let key = algorithm.generate(what)?;
@@ -211,9 +211,11 @@ impl CertificateAuthority {
         params.use_authority_key_identifier_extension = true;
         params.serial_number = Some(serial(&key, spec.common_name(), now));
         let cert = params.signed_by(&key, &issuer).map_err(gen_err(what))?;
+        let material = CertAndKey::new(cert.pem(), key.serialize_pem());
+        inspect::remember_issued(material.cert_pem(), material.key_pem(), self.cert_pem());
         Ok(LeafCertificate {
             role: spec.role(),
-            material: CertAndKey::new(cert.pem(), key.serialize_pem()),
+            material,
         })
     }
 }
@@ -386,7 +388,7 @@ impl ServiceAccountKeyPair {
     /// # Errors
     /// [`Error::Parse`] if the key does not parse.
     pub fn from_private_pem(private_pem: &str) -> Result<Self, Error> {
-        let key = KeyPair::from_pem(private_pem)
+        let key = key_pair_from_pem(private_pem)
             .map_err(|e| parse_err("service-account private key", e))?;
         Ok(Self {
             public_pem: key.public_key_pem(),
