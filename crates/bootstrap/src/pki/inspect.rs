@@ -237,9 +237,9 @@ pub fn is_signed_by(cert_pem: &str, ca_cert_pem: &str) -> Result<bool, Error> {
 /// Remembers what issuing a leaf makes true by construction: `key_pem` is the key of
 /// `cert_pem`, and the CA of `ca_cert_pem` signed it (a [`super::CertificateAuthority`]'s key
 /// always belongs to its certificate: it was generated together, or `from_pem` checked it).
-/// The next pass asks both of every leaf
-/// the pass before issued, and each asked afresh is a public-key operation (2.6 % of the
-/// manager's CPU at 300 new tenants, `perf`, issue 16); remembered, it is a hash.
+/// The next pass asks both of every leaf the pass before issued, and each asked afresh is a
+/// public-key operation (2.6 % of the manager's CPU at 300 new tenants, `perf`, issue 16);
+/// remembered, it is a hash.
 pub(crate) fn remember_issued(cert_pem: &str, key_pem: &str, ca_cert_pem: &str) {
     verdicts::remember(verdicts::Check::KeyMatches, cert_pem, key_pem, true);
     verdicts::remember(verdicts::Check::SignedBy, cert_pem, ca_cert_pem, true);
