@@ -13,6 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
 use crate::metrics::Metrics;
+use crate::reconcile::status::DeploymentView;
 
 /// Settings of the manager (from the command line).
 #[derive(Debug, Clone)]
@@ -192,6 +193,10 @@ pub struct Context {
     pub datastores: std::sync::OnceLock<Store<DataStore>>,
     /// Tenant clients kept between passes.
     pub tenant_clients: crate::tenant::Clients,
+    /// Per KamajiControlPlane UID, its Deployment as the last pass that ended without error saw
+    /// it: a Deployment event showing nothing else a pass reads wakes no pass
+    /// ([`Context::deployment_wakes`]).
+    pub deployments_seen: Mutex<HashMap<String, DeploymentView>>,
 }
 
 /// A watch event held while a control plane's pass runs ([`Context::running`]).
@@ -205,6 +210,8 @@ pub enum Held {
         uid: String,
         /// Its `resourceVersion`.
         version: String,
+        /// For the control-plane Deployment, what a pass reads of that version.
+        deployment: Option<DeploymentView>,
     },
 }
 
@@ -305,10 +312,18 @@ impl Context {
     /// `owner` owns, when the control plane's pass is running (`true`): an object the pass
     /// writes can bring its event before the pass has recorded the write
     /// ([`Context::verified_desired`], [`Context::created`]). [`Context::end_pass`] decides.
-    pub fn hold_owned_event(&self, owner: &str, uid: &str, version: &str) -> bool {
+    /// `deployment` is what a pass reads of that version, for the control-plane Deployment.
+    pub fn hold_owned_event(
+        &self,
+        owner: &str,
+        uid: &str,
+        version: &str,
+        deployment: Option<&DeploymentView>,
+    ) -> bool {
         let held = Held::Owned {
             uid: uid.to_owned(),
             version: version.to_owned(),
+            deployment: deployment.cloned(),
         };
         self.hold(owner, held)
     }
@@ -335,9 +350,48 @@ impl Context {
             .ok()
             .and_then(|mut m| m.remove(uid))
             .unwrap_or_default();
-        held.iter().any(|h| match h {
-            Held::ControlPlane(v) => !self.is_own_result(uid, v) && !self.is_superseded(uid, v),
-            Held::Owned { uid, version } => !self.known_version(uid, version),
+        // Every held event is looked at (no short cut), so each dismissed one is counted.
+        held.iter()
+            .filter(|h| match h {
+                Held::ControlPlane(v) => !self.is_own_result(uid, v) && !self.is_superseded(uid, v),
+                Held::Owned {
+                    uid: owned,
+                    version,
+                    deployment,
+                } => {
+                    if self.known_version(owned, version) {
+                        return false;
+                    }
+                    let unchanged = deployment
+                        .as_ref()
+                        .is_some_and(|d| !self.deployment_wakes(uid, d));
+                    if unchanged {
+                        self.metrics.unchanged_deployment_events.inc();
+                    }
+                    !unchanged
+                }
+            })
+            .count()
+            > 0
+    }
+
+    /// Records what the pass of the control plane `uid` that just ended without error saw of
+    /// its Deployment (`None`: none, or the pass did not get that far).
+    pub fn saw_deployment(&self, uid: &str, deployment: Option<DeploymentView>) {
+        if let Ok(mut m) = self.deployments_seen.lock() {
+            match deployment {
+                Some(d) => m.insert(uid.to_owned(), d),
+                None => m.remove(uid),
+            };
+        }
+    }
+
+    /// Whether the control plane `uid`'s Deployment as `deployment` shows a pass anything the
+    /// last pass did not see ([`DeploymentView::wakes`]); `true` when no pass recorded one.
+    #[must_use]
+    pub fn deployment_wakes(&self, uid: &str, deployment: &DeploymentView) -> bool {
+        self.deployments_seen.lock().map_or(true, |m| {
+            m.get(uid).is_none_or(|seen| deployment.wakes(seen))
         })
     }
 
@@ -355,6 +409,9 @@ impl Context {
             m.remove(uid);
         }
         if let Ok(mut m) = self.own_results.lock() {
+            m.remove(uid);
+        }
+        if let Ok(mut m) = self.deployments_seen.lock() {
             m.remove(uid);
         }
         if let Ok(mut m) = self.published.lock() {
@@ -525,6 +582,7 @@ impl Context {
             clusters: std::sync::OnceLock::new(),
             datastores: std::sync::OnceLock::new(),
             tenant_clients,
+            deployments_seen: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -626,15 +684,18 @@ mod tests {
     #[tokio::test]
     async fn owned_events_held_during_a_pass_ask_for_another_only_for_versions_it_did_not_write() {
         let ctx = context();
-        assert!(!ctx.hold_owned_event("a", "s1", "1"), "no pass running");
+        assert!(
+            !ctx.hold_owned_event("a", "s1", "1", None),
+            "no pass running"
+        );
         ctx.begin_pass("a");
-        assert!(ctx.hold_owned_event("a", "s1", "2"));
-        assert!(ctx.hold_owned_event("a", "d1", "3"));
+        assert!(ctx.hold_owned_event("a", "s1", "2", None));
+        assert!(ctx.hold_owned_event("a", "d1", "3", None));
         ctx.verified_desired("s1", "2", "h");
         ctx.created("d1", "3");
         assert!(!ctx.end_pass("a"), "both are the pass's own writes");
         ctx.begin_pass("a");
-        assert!(ctx.hold_owned_event("a", "d1", "4"));
+        assert!(ctx.hold_owned_event("a", "d1", "4", None));
         assert!(
             ctx.end_pass("a"),
             "4 is another writer's (the Deployment's status)"

@@ -27,6 +27,7 @@ use tracing::{info, warn};
 use crate::context::Context;
 use crate::error::Error;
 use crate::lean::{self, Lean};
+use crate::reconcile::status::DeploymentView;
 use crate::reconcile::{self, object_key};
 
 /// The label Cluster API's `--watch-filter` convention selects on: a manager started with
@@ -132,7 +133,7 @@ where
         .map_ok(lean::event)
         .filter(move |event| {
             let skip =
-                matches!(event, Ok(watcher::Event::Apply(o)) if own_owned(&ctx, &o.metadata));
+                matches!(event, Ok(watcher::Event::Apply(o)) if own_owned(&ctx, &o.metadata, None));
             if skip {
                 ctx.metrics.owned_own_write_events.inc();
             }
@@ -141,20 +142,129 @@ where
         .touched_objects()
 }
 
+/// A control-plane Deployment as the controller's watch parses it: its metadata (without
+/// `managedFields`, [`Lean`]), `spec.replicas` and status, what [`DeploymentView`] needs. The
+/// parser skips the rest of the spec (the pod template, most of the object) without building
+/// it.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct WatchedDeployment {
+    /// `metadata`.
+    pub metadata: ObjectMeta,
+    /// `spec.replicas`.
+    #[serde(default)]
+    pub spec: Option<WatchedDeploymentSpec>,
+    /// `status`.
+    #[serde(default)]
+    pub status: Option<k8s_openapi::api::apps::v1::DeploymentStatus>,
+}
+
+/// The part of a Deployment's spec [`WatchedDeployment`] keeps.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+pub struct WatchedDeploymentSpec {
+    /// `spec.replicas`.
+    #[serde(default)]
+    pub replicas: Option<i32>,
+}
+
+impl WatchedDeployment {
+    /// What a pass reads of this Deployment.
+    #[must_use]
+    pub fn view(&self) -> DeploymentView {
+        DeploymentView::of_parts(
+            &self.metadata,
+            self.spec.as_ref().and_then(|s| s.replicas),
+            self.status.as_ref(),
+        )
+    }
+}
+
+impl kube::Resource for WatchedDeployment {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind((): &()) -> std::borrow::Cow<'_, str> {
+        <Deployment as kube::Resource>::kind(&())
+    }
+
+    fn group((): &()) -> std::borrow::Cow<'_, str> {
+        <Deployment as kube::Resource>::group(&())
+    }
+
+    fn version((): &()) -> std::borrow::Cow<'_, str> {
+        <Deployment as kube::Resource>::version(&())
+    }
+
+    fn plural((): &()) -> std::borrow::Cow<'_, str> {
+        <Deployment as kube::Resource>::plural(&())
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The watch of control-plane Deployments ([`WatchedDeployment`]) for the controller's
+/// `owns_stream`: as [`owned`], and a change event showing nothing a pass reads that its
+/// control plane's last pass did not see ([`Context::deployment_wakes`]) wakes no pass either
+/// (the Deployment controller's status writes that change no counter a pass acts on).
+fn owned_deployments(
+    ctx: Arc<Context>,
+    api: Api<Lean<WatchedDeployment>>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<WatchedDeployment, watcher::Error>> {
+    watcher(api, config)
+        .map_ok(lean::event)
+        .filter(move |event| {
+            let skip = match event {
+                Ok(watcher::Event::Apply(d)) => unchanged_deployment(&ctx, d),
+                _ => false,
+            };
+            futures::future::ready(!skip)
+        })
+        .touched_objects()
+}
+
+/// Whether the change event of the control-plane Deployment `d` needs no pass now: a version
+/// this process wrote or verified, one held while its owner's pass runs, or one showing
+/// nothing the owner's last pass did not see.
+fn unchanged_deployment(ctx: &Context, d: &WatchedDeployment) -> bool {
+    let view = d.view();
+    if own_owned(ctx, &d.metadata, Some(&view)) {
+        ctx.metrics.owned_own_write_events.inc();
+        return true;
+    }
+    let unchanged =
+        controller_uid(&d.metadata).is_some_and(|owner| !ctx.deployment_wakes(owner, &view));
+    if unchanged {
+        ctx.metrics.unchanged_deployment_events.inc();
+    }
+    unchanged
+}
+
+/// The UID of the KamajiControlPlane that controls the object with `meta`.
+fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true) && o.kind == "KamajiControlPlane")
+        .map(|o| o.uid.as_str())
+}
+
 /// Whether the change event of the owned object with `meta` needs no pass now: a version this
-/// process wrote or verified, or one held while its owner's pass runs.
-fn own_owned(ctx: &Context, meta: &ObjectMeta) -> bool {
+/// process wrote or verified, or one held while its owner's pass runs (with `deployment`, what
+/// a pass reads of that version of the control-plane Deployment).
+fn own_owned(ctx: &Context, meta: &ObjectMeta, deployment: Option<&DeploymentView>) -> bool {
     let (Some(uid), Some(version)) = (meta.uid.as_deref(), meta.resource_version.as_deref()) else {
         return false;
     };
     if ctx.known_version(uid, version) {
         return true;
     }
-    meta.owner_references.iter().flatten().any(|o| {
-        o.controller == Some(true)
-            && o.kind == "KamajiControlPlane"
-            && ctx.hold_owned_event(&o.uid, uid, version)
-    })
+    controller_uid(meta).is_some_and(|owner| ctx.hold_owned_event(owner, uid, version, deployment))
 }
 
 /// The KamajiControlPlane `cluster.spec.controlPlaneRef` names, if it names one.
@@ -279,7 +389,7 @@ pub async fn run(
             scope.api(&client),
             secrets_cfg,
         ))
-        .owns_stream(owned::<Deployment>(
+        .owns_stream(owned_deployments(
             Arc::clone(&ctx),
             scope.api(&client),
             labelled.clone(),
@@ -394,21 +504,82 @@ spec:
             .expect("meta")
         };
         ctx.verified_desired("s1", "5", "h");
-        assert!(own_owned(&ctx, &secret("5")), "the pass's own write");
+        assert!(own_owned(&ctx, &secret("5"), None), "the pass's own write");
         assert!(
-            !own_owned(&ctx, &secret("6")),
+            !own_owned(&ctx, &secret("6"), None),
             "another writer's, no pass running"
         );
         ctx.begin_pass("k1");
         assert!(
-            own_owned(&ctx, &secret("7")),
+            own_owned(&ctx, &secret("7"), None),
             "held while the owner's pass runs"
         );
         assert!(ctx.end_pass("k1"), "the pass did not write 7: another pass");
         ctx.begin_pass("k1");
-        assert!(own_owned(&ctx, &secret("8")));
+        assert!(own_owned(&ctx, &secret("8"), None));
         ctx.verified_desired("s1", "8", "h");
         assert!(!ctx.end_pass("k1"), "the pass wrote 8");
+    }
+
+    /// A control-plane Deployment as the watch parses it.
+    fn watched(version: &str, status: &str) -> WatchedDeployment {
+        serde_yaml::from_str(&format!(
+            "metadata: {{name: demo, namespace: a, uid: d1, generation: 1, resourceVersion: '{version}', ownerReferences: [{{apiVersion: controlplane.cluster.x-k8s.io/v1alpha2, kind: KamajiControlPlane, name: demo, uid: k1, controller: true}}]}}\nspec: {{replicas: 1}}\nstatus: {status}\n"
+        ))
+        .expect("deployment")
+    }
+
+    const AVAILABLE: &str = "{observedGeneration: 1, replicas: 1, updatedReplicas: 1, readyReplicas: 1, availableReplicas: 1}";
+
+    /// A control-plane Deployment's change event wakes its owner unless it shows nothing a pass
+    /// acts on that the owner's last pass did not see; one arriving while that pass runs is
+    /// decided at its end by what it saw; after a pass that saw none (it failed), every event
+    /// wakes.
+    #[tokio::test]
+    async fn a_deployment_event_showing_a_pass_nothing_new_wakes_no_pass() {
+        let ctx = Context::unconnected();
+        assert!(
+            !unchanged_deployment(&ctx, &watched("5", "{}")),
+            "no pass saw it"
+        );
+        ctx.saw_deployment("k1", Some(watched("5", "{}").view()));
+        assert!(
+            unchanged_deployment(&ctx, &watched("6", "{observedGeneration: 1}")),
+            "the Deployment controller's first status write"
+        );
+        assert!(!unchanged_deployment(&ctx, &watched("7", AVAILABLE)));
+
+        ctx.begin_pass("k1");
+        assert!(
+            unchanged_deployment(&ctx, &watched("8", "{observedGeneration: 1}")),
+            "held"
+        );
+        ctx.saw_deployment("k1", Some(watched("5", "{}").view()));
+        assert!(!ctx.end_pass("k1"), "nothing the pass did not see");
+        ctx.begin_pass("k1");
+        assert!(unchanged_deployment(&ctx, &watched("9", AVAILABLE)), "held");
+        ctx.saw_deployment("k1", Some(watched("5", "{}").view()));
+        assert!(ctx.end_pass("k1"), "available after the pass read it");
+
+        ctx.saw_deployment("k1", None);
+        assert!(!unchanged_deployment(
+            &ctx,
+            &watched("10", "{observedGeneration: 1}")
+        ));
+    }
+
+    /// The watch's parse of a Deployment (without its pod template) shows what the pass's
+    /// full parse shows.
+    #[test]
+    fn the_watched_deployment_views_as_the_full_one() {
+        let full: Deployment = serde_yaml::from_str(
+            "metadata: {name: demo, namespace: a, uid: d1, generation: 3, resourceVersion: '9', labels: {a: b}, annotations: {x: y}, managedFields: [{manager: m, operation: Apply, fieldsType: FieldsV1, fieldsV1: {f:spec: {}}}], ownerReferences: [{apiVersion: controlplane.cluster.x-k8s.io/v1alpha2, kind: KamajiControlPlane, name: demo, uid: k1, controller: true}]}\nspec: {replicas: 3, selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: kube-apiserver, image: i, args: [--a, --b]}]}}}\nstatus: {observedGeneration: 2, replicas: 3, updatedReplicas: 1, readyReplicas: 2, availableReplicas: 2, terminatingReplicas: 1}\n",
+        )
+        .expect("deployment");
+        let json = serde_json::to_string(&full).expect("json");
+        let Lean(watched): Lean<WatchedDeployment> = serde_json::from_str(&json).expect("parse");
+        assert_eq!(watched.view(), DeploymentView::of(&full));
+        assert_eq!(watched.metadata.managed_fields, None);
     }
 
     /// The Cluster watch wakes a control plane when what its pass reads changes (paused, the

@@ -76,6 +76,11 @@ pub struct Metrics {
     /// its control plane's pass ran (which asks for another pass at its end unless the pass
     /// wrote or read that version) (`kamaji_owned_own_write_events_total`).
     pub owned_own_write_events: Counter,
+    /// Control-plane Deployment watch events that woke no pass because they show nothing a
+    /// pass reads that its control plane's last pass did not see
+    /// ([`crate::reconcile::status::DeploymentView`]), also those held while that pass ran
+    /// (`kamaji_unchanged_deployment_events_total`).
+    pub unchanged_deployment_events: Counter,
     /// Sessions opened on etcd DataStores (`kamaji_datastore_sessions_opened_total`): a client
     /// certificate issued and, with authentication on, etcd's password check
     /// ([`crate::datastore::auth::Sessions`]).
@@ -98,6 +103,7 @@ fn counter(registry: &mut Registry, name: &str, help: &str) -> Counter {
 }
 
 impl Default for Metrics {
+    #[allow(clippy::too_many_lines)] // one registration per metric, nothing else
     fn default() -> Self {
         let mut registry = Registry::with_prefix("kamaji");
         let reconciles = Counter::default();
@@ -163,6 +169,11 @@ impl Default for Metrics {
             "owned_own_write_events",
             "Watch events of owned Secrets, Deployments, Services and Ingresses that woke no pass: a version a pass of this process wrote or read and verified",
         );
+        let unchanged_deployment_events = counter(
+            &mut registry,
+            "unchanged_deployment_events",
+            "Control-plane Deployment watch events that woke no pass: nothing a pass reads changed since its control plane's last pass (the Deployment controller's status writes that change no counter a pass acts on)",
+        );
         let datastore_sessions = counter(
             &mut registry,
             "datastore_sessions_opened",
@@ -193,6 +204,7 @@ impl Default for Metrics {
             superseded_passes,
             own_result_events,
             owned_own_write_events,
+            unchanged_deployment_events,
             datastore_sessions,
             second_rounds,
             tenant_clients_built,

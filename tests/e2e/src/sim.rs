@@ -44,6 +44,10 @@ const SESSIONS: &str = "kamaji_datastore_sessions_opened_total";
 /// created the Service whose address the rest of the plan needs).
 const SECOND_ROUNDS: &str = "kamaji_reconcile_second_rounds_total";
 
+/// The manager's counter of control-plane Deployment events that woke no pass because they
+/// showed nothing a pass acts on that the last pass had not seen.
+const UNCHANGED_DEPLOYMENT_EVENTS: &str = "kamaji_unchanged_deployment_events_total";
+
 /// The simulated cluster's service network: room for a Service per tenant at 1,000 tenants.
 pub const SIM_SERVICE_CIDR: &str = "10.0.0.0/20";
 
@@ -428,6 +432,11 @@ pub struct Figures {
     pub available_cpu: Duration,
     /// The manager's requests to the management cluster until every tenant read `Available`.
     pub available_requests: BTreeMap<String, usize>,
+    /// The manager's passes until every tenant read `Available` (`kamaji_reconcile_total`).
+    pub available_passes: f64,
+    /// Deployment events that woke no pass until then, because they showed nothing a pass acts
+    /// on that the last pass had not seen (`kamaji_unchanged_deployment_events_total`).
+    pub available_unchanged_deployment_events: f64,
     /// Where the machine's CPU went from the first creation until every tenant read
     /// `Available`: the whole management cluster's cost, of which the manager's is a part.
     pub available_shares: CpuShares,
@@ -624,6 +633,13 @@ impl std::fmt::Display for Figures {
             total(&self.available_requests),
             total(&self.available_requests) as f64 / n,
             w as f64 / n
+        )?;
+        writeln!(
+            f,
+            "  passes until then {} ({:.1} per tenant); Deployment events that woke no pass (nothing new to a pass) {}",
+            self.available_passes,
+            self.available_passes / n,
+            self.available_unchanged_deployment_events
         )?;
         writeln!(
             f,
@@ -983,6 +999,9 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
     let available_shares = cpu_start.until(&CpuMark::of(&env)?);
     let available_usage = ProcessUsage::of(pid)?;
     let available_requests = requests_by_verb_and_resource(&env.manager_requests()?[mark..]);
+    let available_passes = env.manager_metric(PASSES).await - passes_before;
+    let available_unchanged_deployment_events =
+        env.manager_metric(UNCHANGED_DEPLOYMENT_EVENTS).await;
     let tenant_api_until_available = env.tenant_apis.counts.snapshot();
     let per_tenant = seen.sorted();
     let available = seen.sorted_available();
@@ -1043,6 +1062,8 @@ pub async fn bench(options: BenchOptions) -> Result<Figures> {
         available_max: available[tenants - 1],
         available_cpu: available_usage.cpu.saturating_sub(before.cpu),
         available_requests,
+        available_passes,
+        available_unchanged_deployment_events,
         available_shares,
         tenant_api_until_available,
         idle_tenant_api,

@@ -248,6 +248,13 @@ async fn the_simulated_scale_bench_provisions_every_tenant_and_a_resync_writes_n
         "passes with a second round: {}\n{figures}",
         figures.provisioning_second_rounds
     );
+    // The Deployment controller's first status write on a new control plane (its revision,
+    // `observedGeneration`, no replica yet) wakes no pass: nothing in it is new to a pass.
+    assert!(
+        figures.available_unchanged_deployment_events >= 1.0,
+        "Deployment events dismissed: {}\n{figures}",
+        figures.available_unchanged_deployment_events
+    );
     // The Cluster's endpoint is Cluster API's copy of the control plane's: never written here.
     let cluster_writes: Vec<_> = kamaji_e2e::sim::writes(&figures.available_requests, true)
         .into_iter()

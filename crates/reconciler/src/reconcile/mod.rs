@@ -237,6 +237,11 @@ async fn pass(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Result<Action,
     ctx.metrics.reconciles.inc();
     let mut report = Report::default();
     let result = Box::pin(steps(&kcp, &ctx, &mut report)).await;
+    let seen = report
+        .facts
+        .as_ref()
+        .and_then(|f| f.deployment.as_ref())
+        .map(status::DeploymentView::of);
     let write = match &result {
         Ok(None) => Ok(Written::Done(None)), // finalizer released: the object is going away
         Ok(Some(_)) => finish(&kcp, &ctx, report).await,
@@ -251,6 +256,12 @@ async fn pass(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Result<Action,
     ctx.metrics
         .duration
         .observe(started.elapsed().as_secs_f64());
+    if let Some(uid) = kcp.metadata.uid.as_deref() {
+        // Only a pass that ended as it computed has seen its Deployment for later events: after
+        // a failure or a held status every Deployment event wakes a pass.
+        let ended = result.is_ok() && matches!(write, Ok(Written::Done(_)));
+        ctx.saw_deployment(uid, seen.filter(|_| ended));
+    }
     let action = result?;
     ctx.errors.reset(&object_key(&kcp));
     match write? {
