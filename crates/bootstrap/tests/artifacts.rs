@@ -610,3 +610,39 @@ fn ipv6_endpoint_is_bracketed() {
         "https://[fd00::10]:6443"
     );
 }
+
+/// The addon templates are parsed once per process and each build changes its own copy: a
+/// tenant built between two builds of another (another version, image and DNS address)
+/// leaves the other's objects as they were, and gets its own.
+#[test]
+fn a_build_changes_its_own_copy_of_the_addon_templates() {
+    let first = artifacts(&f0("v1.36.3")).1.to_yaml().unwrap();
+    let mut other = f0("v1.23.17");
+    other.network.service_cidrs = vec!["10.128.0.0/16".into()];
+    let (_, between) = artifacts(&other);
+    let coredns = between.coredns.as_ref().unwrap();
+    assert_eq!(
+        coredns.service.spec.as_ref().unwrap().cluster_ip.as_deref(),
+        Some("10.128.0.10")
+    );
+    let image = |a: &TenantArtifacts| {
+        a.coredns
+            .as_ref()
+            .unwrap()
+            .deployment
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .image
+            .clone()
+            .unwrap()
+    };
+    let again = artifacts(&f0("v1.36.3")).1;
+    assert_ne!(image(&between), image(&again));
+    assert_eq!(again.to_yaml().unwrap(), first);
+}

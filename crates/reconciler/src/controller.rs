@@ -207,6 +207,12 @@ impl kube::Resource for WatchedDeployment {
     }
 }
 
+/// How many Deployments one page of the Deployment watch's initial list holds. Each arrives
+/// whole (the pod template and the managed fields too, about 17 KiB), and a page is read in
+/// full before it is parsed: at kube-runtime's 500 a restarted manager's peak RSS at 1,000
+/// tenants rose by about 10 MiB.
+const DEPLOYMENT_LIST_PAGE: u32 = 50;
+
 /// The watch of control-plane Deployments ([`WatchedDeployment`]) for the controller's
 /// `owns_stream`: as [`owned`], and a change event showing nothing a pass reads that its
 /// control plane's last pass did not see ([`Context::deployment_wakes`]) wakes no pass either
@@ -392,7 +398,7 @@ pub async fn run(
         .owns_stream(owned_deployments(
             Arc::clone(&ctx),
             scope.api(&client),
-            labelled.clone(),
+            labelled.clone().page_size(DEPLOYMENT_LIST_PAGE),
         ))
         .owns_stream(owned::<Service>(
             Arc::clone(&ctx),

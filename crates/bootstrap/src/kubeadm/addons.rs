@@ -5,6 +5,7 @@
 //! inject YAML); everything that varies is set on the typed objects afterwards.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
@@ -175,7 +176,9 @@ pub fn kube_proxy(tenant: &Tenant) -> Result<KubeProxyObjects, Error> {
         ..ConfigMap::default()
     };
     config_map.metadata.labels = Some(labels(&[("app", "kube-proxy")]));
-    let mut daemon_set: DaemonSet = from_template("kube-proxy DaemonSet", KUBE_PROXY_DAEMONSET)?;
+    static TEMPLATE: OnceLock<DaemonSet> = OnceLock::new();
+    let mut daemon_set: DaemonSet =
+        from_template(&TEMPLATE, "kube-proxy DaemonSet", KUBE_PROXY_DAEMONSET)?;
     let hash = config_hash(config_map.data.as_ref().unwrap_or(&BTreeMap::new()));
     for template in daemon_set.spec.iter_mut().map(|s| &mut s.template) {
         template
@@ -355,7 +358,11 @@ pub fn corefile(dns_domain: &str, disable_cluster_domain_cache: bool) -> String 
 /// [`Error::Template`].
 pub fn coredns(tenant: &Tenant) -> Result<CoreDnsObjects, Error> {
     let ns = Some("kube-system");
-    let mut deployment: Deployment = from_template("CoreDNS Deployment", COREDNS_DEPLOYMENT)?;
+    static DEPLOYMENT: OnceLock<Deployment> = OnceLock::new();
+    static SERVICE: OnceLock<Service> = OnceLock::new();
+    static CLUSTER_ROLE: OnceLock<ClusterRole> = OnceLock::new();
+    let mut deployment: Deployment =
+        from_template(&DEPLOYMENT, "CoreDNS Deployment", COREDNS_DEPLOYMENT)?;
     for c in deployment
         .spec
         .iter_mut()
@@ -364,7 +371,7 @@ pub fn coredns(tenant: &Tenant) -> Result<CoreDnsObjects, Error> {
     {
         c.image = Some(tenant.coredns_image().to_owned());
     }
-    let mut service: Service = from_template("CoreDNS Service", COREDNS_SERVICE)?;
+    let mut service: Service = from_template(&SERVICE, "CoreDNS Service", COREDNS_SERVICE)?;
     let ips: Vec<String> = tenant
         .network()
         .dns_service_ips()
@@ -383,7 +390,7 @@ pub fn coredns(tenant: &Tenant) -> Result<CoreDnsObjects, Error> {
             metadata: meta("coredns", ns),
             ..ServiceAccount::default()
         },
-        cluster_role: from_template("CoreDNS ClusterRole", COREDNS_CLUSTER_ROLE)?,
+        cluster_role: from_template(&CLUSTER_ROLE, "CoreDNS ClusterRole", COREDNS_CLUSTER_ROLE)?,
         cluster_role_binding: cluster_role_binding(
             "system:coredns",
             "system:coredns",

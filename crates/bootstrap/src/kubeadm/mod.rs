@@ -514,12 +514,21 @@ pub(crate) fn to_yaml<T: Serialize>(what: &str, v: &T) -> Result<String, Error> 
     })
 }
 
-pub(crate) fn from_template<T: serde::de::DeserializeOwned>(
+/// `yaml`, a template compiled into the program, parsed as `T`: parsed once per process into
+/// `parsed` and cloned from there afterwards (every pass builds the tenant's objects, and a
+/// YAML parse of a template costs many times a clone of what it yields:
+/// `cargo bench -p kamaji-bootstrap --bench kubeadm`).
+pub(crate) fn from_template<T: serde::de::DeserializeOwned + Clone>(
+    parsed: &'static std::sync::OnceLock<T>,
     what: &str,
     yaml: &str,
 ) -> Result<T, Error> {
-    serde_yaml::from_str(yaml).map_err(|source| Error::Template {
+    if let Some(t) = parsed.get() {
+        return Ok(t.clone());
+    }
+    let t = serde_yaml::from_str(yaml).map_err(|source| Error::Template {
         what: what.into(),
         source,
-    })
+    })?;
+    Ok(parsed.get_or_init(|| t).clone())
 }
