@@ -72,6 +72,9 @@ fn config_hash(data: &BTreeMap<String, String>) -> String {
     format!("sha256:{}", hex::encode(h.finalize()))
 }
 
+/// [`KUBE_PROXY_DAEMONSET`] as parsed once ([`from_template`]).
+static KUBE_PROXY_DAEMONSET_PARSED: OnceLock<DaemonSet> = OnceLock::new();
+
 const KUBE_PROXY_DAEMONSET: &str = r"
 apiVersion: apps/v1
 kind: DaemonSet
@@ -176,9 +179,11 @@ pub fn kube_proxy(tenant: &Tenant) -> Result<KubeProxyObjects, Error> {
         ..ConfigMap::default()
     };
     config_map.metadata.labels = Some(labels(&[("app", "kube-proxy")]));
-    static TEMPLATE: OnceLock<DaemonSet> = OnceLock::new();
-    let mut daemon_set: DaemonSet =
-        from_template(&TEMPLATE, "kube-proxy DaemonSet", KUBE_PROXY_DAEMONSET)?;
+    let mut daemon_set: DaemonSet = from_template(
+        &KUBE_PROXY_DAEMONSET_PARSED,
+        "kube-proxy DaemonSet",
+        KUBE_PROXY_DAEMONSET,
+    )?;
     let hash = config_hash(config_map.data.as_ref().unwrap_or(&BTreeMap::new()));
     for template in daemon_set.spec.iter_mut().map(|s| &mut s.template) {
         template
@@ -222,6 +227,9 @@ pub fn kube_proxy(tenant: &Tenant) -> Result<KubeProxyObjects, Error> {
         daemon_set,
     })
 }
+
+/// [`COREDNS_DEPLOYMENT`] as parsed once ([`from_template`]).
+static COREDNS_DEPLOYMENT_PARSED: OnceLock<Deployment> = OnceLock::new();
 
 const COREDNS_DEPLOYMENT: &str = r#"
 apiVersion: apps/v1
@@ -295,6 +303,9 @@ spec:
           - {key: Corefile, path: Corefile}
 "#;
 
+/// [`COREDNS_SERVICE`] as parsed once ([`from_template`]).
+static COREDNS_SERVICE_PARSED: OnceLock<Service> = OnceLock::new();
+
 const COREDNS_SERVICE: &str = r#"
 apiVersion: v1
 kind: Service
@@ -315,6 +326,9 @@ spec:
   - {name: metrics, port: 9153, protocol: TCP, targetPort: 9153}
   selector: {k8s-app: kube-dns}
 "#;
+
+/// [`COREDNS_CLUSTER_ROLE`] as parsed once ([`from_template`]).
+static COREDNS_CLUSTER_ROLE_PARSED: OnceLock<ClusterRole> = OnceLock::new();
 
 const COREDNS_CLUSTER_ROLE: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
@@ -358,11 +372,11 @@ pub fn corefile(dns_domain: &str, disable_cluster_domain_cache: bool) -> String 
 /// [`Error::Template`].
 pub fn coredns(tenant: &Tenant) -> Result<CoreDnsObjects, Error> {
     let ns = Some("kube-system");
-    static DEPLOYMENT: OnceLock<Deployment> = OnceLock::new();
-    static SERVICE: OnceLock<Service> = OnceLock::new();
-    static CLUSTER_ROLE: OnceLock<ClusterRole> = OnceLock::new();
-    let mut deployment: Deployment =
-        from_template(&DEPLOYMENT, "CoreDNS Deployment", COREDNS_DEPLOYMENT)?;
+    let mut deployment: Deployment = from_template(
+        &COREDNS_DEPLOYMENT_PARSED,
+        "CoreDNS Deployment",
+        COREDNS_DEPLOYMENT,
+    )?;
     for c in deployment
         .spec
         .iter_mut()
@@ -371,7 +385,8 @@ pub fn coredns(tenant: &Tenant) -> Result<CoreDnsObjects, Error> {
     {
         c.image = Some(tenant.coredns_image().to_owned());
     }
-    let mut service: Service = from_template(&SERVICE, "CoreDNS Service", COREDNS_SERVICE)?;
+    let mut service: Service =
+        from_template(&COREDNS_SERVICE_PARSED, "CoreDNS Service", COREDNS_SERVICE)?;
     let ips: Vec<String> = tenant
         .network()
         .dns_service_ips()
@@ -390,7 +405,11 @@ pub fn coredns(tenant: &Tenant) -> Result<CoreDnsObjects, Error> {
             metadata: meta("coredns", ns),
             ..ServiceAccount::default()
         },
-        cluster_role: from_template(&CLUSTER_ROLE, "CoreDNS ClusterRole", COREDNS_CLUSTER_ROLE)?,
+        cluster_role: from_template(
+            &COREDNS_CLUSTER_ROLE_PARSED,
+            "CoreDNS ClusterRole",
+            COREDNS_CLUSTER_ROLE,
+        )?,
         cluster_role_binding: cluster_role_binding(
             "system:coredns",
             "system:coredns",
