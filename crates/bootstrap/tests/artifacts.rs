@@ -89,6 +89,14 @@ fn the_values_applied_are_the_yaml_documents_in_order() {
     }
 }
 
+/// The image of the first container of `template`.
+fn first_image(template: &k8s_openapi::api::core::v1::PodTemplateSpec) -> &str {
+    template.spec.as_ref().unwrap().containers[0]
+        .image
+        .as_deref()
+        .unwrap()
+}
+
 fn yaml(s: &str) -> Value {
     serde_yaml::from_str(s).unwrap()
 }
@@ -546,18 +554,10 @@ fn addon_images_follow_registry_and_minor() {
         "mirror.example.com/k8s/kube-proxy:v1.23.17"
     );
     let ds = &a.kube_proxy.as_ref().unwrap().daemon_set;
-    let image = ds
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
-        .image
-        .as_deref();
-    assert_eq!(image, Some("mirror.example.com/k8s/kube-proxy:v1.23.17"));
+    assert_eq!(
+        first_image(&ds.spec.as_ref().unwrap().template),
+        "mirror.example.com/k8s/kube-proxy:v1.23.17"
+    );
     spec.coredns = AddonImage {
         repository: Some("my/coredns".into()),
         tag: Some("1.2.3".into()),
@@ -626,21 +626,8 @@ fn a_build_changes_its_own_copy_of_the_addon_templates() {
         Some("10.128.0.10")
     );
     let image = |a: &TenantArtifacts| {
-        a.coredns
-            .as_ref()
-            .unwrap()
-            .deployment
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .containers[0]
-            .image
-            .clone()
-            .unwrap()
+        let deployment = &a.coredns.as_ref().unwrap().deployment;
+        first_image(&deployment.spec.as_ref().unwrap().template).to_owned()
     };
     let again = artifacts(&f0("v1.36.3")).1;
     assert_ne!(image(&between), image(&again));

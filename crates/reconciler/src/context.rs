@@ -350,29 +350,41 @@ impl Context {
             .ok()
             .and_then(|mut m| m.remove(uid))
             .unwrap_or_default();
-        // Every held event is looked at (no short cut), so each dismissed one is counted.
-        held.iter()
-            .filter(|h| match h {
+        // Every held event is looked at (no short cut), so each dismissed Deployment event is
+        // counted.
+        let mut wakes = false;
+        for h in &held {
+            wakes |= match h {
                 Held::ControlPlane(v) => !self.is_own_result(uid, v) && !self.is_superseded(uid, v),
                 Held::Owned {
-                    uid: owned,
+                    uid: object,
                     version,
                     deployment,
-                } => {
-                    if self.known_version(owned, version) {
-                        return false;
-                    }
-                    let unchanged = deployment
-                        .as_ref()
-                        .is_some_and(|d| !self.deployment_wakes(uid, d));
-                    if unchanged {
-                        self.metrics.unchanged_deployment_events.inc();
-                    }
-                    !unchanged
-                }
-            })
-            .count()
-            > 0
+                } => self.held_owned_wakes(uid, object, version, deployment.as_ref()),
+            };
+        }
+        wakes
+    }
+
+    /// Whether the event of version `version` of the object `object` that the control plane
+    /// `owner` owns, held while its pass ran, needs another pass now that it has ended: not a
+    /// version the pass wrote or verified, nor (`deployment`, for its Deployment) one showing
+    /// nothing the pass did not see.
+    fn held_owned_wakes(
+        &self,
+        owner: &str,
+        object: &str,
+        version: &str,
+        deployment: Option<&DeploymentView>,
+    ) -> bool {
+        if self.known_version(object, version) {
+            return false;
+        }
+        let unchanged = deployment.is_some_and(|d| !self.deployment_wakes(owner, d));
+        if unchanged {
+            self.metrics.unchanged_deployment_events.inc();
+        }
+        !unchanged
     }
 
     /// Records what the pass of the control plane `uid` that just ended without error saw of
