@@ -31,7 +31,7 @@ LANE_A=(fields datastores cases ca_rotation lifecycle clusterctl)
 LANE_B=(e2e_main workers konnectivity rotation field_reports upgrades robustness)
 # The suites with tests that run PREVIOUS_MINOR_KUBERNETES_VERSION (tests/testenv), and
 # `robustness`, whose ten control planes must not start beside that Go build.
-NEEDS_MINOR=(lifecycle clusterctl field_reports upgrades robustness)
+NEEDS_MINOR=(ca_rotation lifecycle clusterctl field_reports upgrades robustness)
 
 fail() { echo "make test: $*" >&2; exit 1; }
 

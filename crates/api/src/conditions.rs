@@ -210,4 +210,8 @@ pub mod reasons {
     pub const REPLACING_WORKERS: &str = "ReplacingWorkers";
     /// `CertificateAuthoritiesRotated` False: the components roll to trust only the new CAs.
     pub const DROPPING_PREVIOUS_CA: &str = "DroppingPreviousCA";
+    /// `CertificateAuthoritiesRotated` False: the requested rotation has not started because
+    /// the control plane is upgrading (`spec.version` is not `status.version` yet): Cluster
+    /// API creates no worker Machine meanwhile, and the rotation replaces the workers.
+    pub const WAITING_FOR_UPGRADE: &str = "WaitingForUpgrade";
 }

@@ -48,6 +48,7 @@ use crate::validation;
     doc = "A Kubernetes control plane (kube-apiserver, kube-controller-manager, kube-scheduler) run by kamaji-rs as pods of a Deployment in the management cluster, for the Cluster API Cluster that references it in spec.controlPlaneRef.",
     validation = validation::version_downgrade_rule(),
     validation = validation::version_skip_from_status_rule(),
+    validation = validation::minor_upgrade_during_ca_rotation_rule(),
     validation = validation::data_store_in_use_rule("dataStoreName", "name"),
     validation = validation::data_store_in_use_rule("dataStoreSchema", "schema"),
     validation = validation::data_store_in_use_rule("dataStoreUsername", "username"),
@@ -220,8 +221,9 @@ pub struct KamajiControlPlaneFields {
 
     /// Admission plugins enabled on the tenant kube-apiserver (`--enable-admission-plugins`).
     /// A plugin removed from Kubernetes (for example `PodSecurityPolicy`, removed in v1.25) makes
-    /// kube-apiserver exit at start: the controller refuses it for a `version` that no longer
-    /// has it (`SpecValid=False` naming this field) and rolls nothing.
+    /// kube-apiserver exit at start: it is refused at admission for a `version` that no longer
+    /// has it, on create and on update (and by the controller, `SpecValid=False` naming this
+    /// field, for an object stored before that rule), and nothing rolls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub admission_controllers: Option<Vec<AdmissionController>>,
@@ -623,6 +625,51 @@ pub enum AdmissionController {
 }
 
 impl AdmissionController {
+    /// Every plugin, in declaration order.
+    pub const ALL: [Self; 41] = [
+        Self::AlwaysAdmit,
+        Self::AlwaysDeny,
+        Self::AlwaysPullImages,
+        Self::CertificateApproval,
+        Self::CertificateSigning,
+        Self::CertificateSubjectRestriction,
+        Self::ClusterTrustBundleAttest,
+        Self::DefaultIngressClass,
+        Self::DefaultStorageClass,
+        Self::DefaultTolerationSeconds,
+        Self::DenyEscalatingExec,
+        Self::DenyExecOnPrivileged,
+        Self::DenyServiceExternalIPs,
+        Self::EventRateLimit,
+        Self::ExtendedResourceToleration,
+        Self::ImagePolicyWebhook,
+        Self::LimitPodHardAntiAffinityTopology,
+        Self::LimitRanger,
+        Self::MutatingAdmissionPolicy,
+        Self::MutatingAdmissionWebhook,
+        Self::NamespaceAutoProvision,
+        Self::NamespaceExists,
+        Self::NamespaceLifecycle,
+        Self::NodeRestriction,
+        Self::OwnerReferencesPermissionEnforcement,
+        Self::PersistentVolumeClaimResize,
+        Self::PersistentVolumeLabel,
+        Self::PodNodeSelector,
+        Self::PodSecurity,
+        Self::PodSecurityPolicy,
+        Self::PodTolerationRestriction,
+        Self::PodTopologyLabels,
+        Self::Priority,
+        Self::ResourceQuota,
+        Self::RuntimeClass,
+        Self::SecurityContextDeny,
+        Self::ServiceAccount,
+        Self::StorageObjectInUseProtection,
+        Self::TaintNodesByCondition,
+        Self::ValidatingAdmissionPolicy,
+        Self::ValidatingAdmissionWebhook,
+    ];
+
     /// The plugin name as kube-apiserver's `--enable-admission-plugins` takes it.
     #[must_use]
     pub fn as_str(self) -> &'static str {

@@ -6,6 +6,8 @@
 //! - [`datastore`]: Kamaji's cluster-scoped `DataStore` (`kamaji.clastix.io/v1alpha1`).
 //! - [`cluster`]: read-only typed views of the CAPI `Cluster` (`v1beta1` and `v1beta2`).
 //! - [`validation`]: the admission rules (OpenAPI patterns and CEL) carried by the CRDs.
+//! - [`lifecycle`]: which lifecycle operation waits for, runs beside or is refused during
+//!   which.
 //! - [`conditions`], [`meta`]: condition types and reasons, label/annotation keys, finalizer,
 //!   field manager.
 //! - [`names`]: the one place that derives child object names.
@@ -24,6 +26,7 @@ pub mod datastore;
 #[doc = include_str!("../FIELDS.md")]
 pub mod fields {}
 pub mod kcp;
+pub mod lifecycle;
 pub mod meta;
 pub mod names;
 mod schema;

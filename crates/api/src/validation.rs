@@ -134,7 +134,8 @@ pub fn removed_flag_message(
     )
 }
 
-/// Why admission plugin `plugin` cannot be enabled at `version` (controller message).
+/// Why admission plugin `plugin` cannot be enabled at `version`: the message of the admission
+/// rule and of the controller's `SpecValid=False`.
 #[must_use]
 pub fn removed_admission_plugin_message(
     plugin: &str,
@@ -500,6 +501,68 @@ pub fn version_skip_from_status_rule() -> kube::core::Rule {
         .field_path(".spec.version")
 }
 
+/// The reasons of `CertificateAuthoritiesRotated=False` while a CA rotation runs (its phases).
+pub const CA_ROTATION_PHASE_REASONS: [&str; 4] = [
+    crate::conditions::reasons::TRUSTING_NEW_CA,
+    crate::conditions::reasons::ISSUING_FROM_NEW_CA,
+    crate::conditions::reasons::REPLACING_WORKERS,
+    crate::conditions::reasons::DROPPING_PREVIOUS_CA,
+];
+
+/// The message of [`minor_upgrade_during_ca_rotation_rule`].
+pub const MINOR_UPGRADE_DURING_CA_ROTATION: &str = "spec.version cannot move to another minor \
+     version while a CA rotation runs (CertificateAuthoritiesRotated=False): the rotation \
+     replaces every worker, and Cluster API would create the replacements at their \
+     MachineDeployment's minor, which kubeadm cannot join to the next minor (KubeadmVersionSkew); \
+     upgrade once CertificateAuthoritiesRotated is True";
+
+/// Root rule of `KamajiControlPlane` for the refused pair (CA rotation, minor upgrade) of
+/// [`crate::lifecycle::decide`]: `spec.version` keeps its minor version while the status shows
+/// a CA rotation in one of its phases ([`CA_ROTATION_PHASE_REASONS`]). At the root, where the
+/// status is visible; a transition rule, on update only. A rotation requested in the same
+/// instant as the upgrade is not in the status yet: it waits for the upgrade instead
+/// (`WaitingForUpgrade`).
+#[must_use]
+pub fn minor_upgrade_during_ca_rotation_rule() -> kube::core::Rule {
+    let (new, old, status) = ("self.spec", "oldSelf.spec", "self.status");
+    let phases = CA_ROTATION_PHASE_REASONS
+        .iter()
+        .map(|r| cel_quote(r))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rule = [
+        format!("{new}.version == {old}.version"),
+        unparsed(new),
+        unparsed(old),
+        format!("{} == {}", part(new, 1), part(old, 1)),
+        format!("!has({status})"),
+        format!("!has({status}.conditions)"),
+        format!(
+            "!{status}.conditions.exists(c, c.type == '{}' && c.status == 'False' && c.reason in [{phases}])",
+            crate::conditions::types::CERTIFICATE_AUTHORITIES_ROTATED
+        ),
+    ]
+    .join(" || ");
+    kube::core::Rule::new(rule)
+        .message(MINOR_UPGRADE_DURING_CA_ROTATION)
+        .field_path(".spec.version")
+}
+
+/// The root rule that refuses `requested` at admission while `running` runs, for each pair
+/// [`crate::lifecycle::decide`] refuses; `None` for the others.
+#[must_use]
+pub fn lifecycle_refusal_rule(
+    running: crate::lifecycle::Operation,
+    requested: crate::lifecycle::Operation,
+) -> Option<kube::core::Rule> {
+    use crate::lifecycle::Operation::{CaRotation, MinorUpgrade};
+    match (running, requested) {
+        (CaRotation, MinorUpgrade) => Some(minor_upgrade_during_ca_rotation_rule()),
+        (MinorUpgrade, MinorUpgrade) => Some(version_skip_from_status_rule()),
+        _ => None,
+    }
+}
+
 /// Rule on `spec.version`: a version kamaji-rs supports ([`is_supported_version`]). Not a
 /// transition rule, so it runs on create and on every update that changes the version (an
 /// object stored with an older version keeps updating its other fields: the API server ratchets
@@ -713,6 +776,50 @@ fn removed_flag_rules() -> Vec<Value> {
         .collect()
 }
 
+/// Rules of `KamajiControlPlane.spec` generated from
+/// [`crate::kcp::AdmissionController::removed_in_minor`]: one per removal minor, refusing a
+/// `spec.admissionControllers` that lists a plugin removed at or before `spec.version`'s minor,
+/// on create and on update (an upgrade reaching that minor included), with the controller's
+/// message ([`removed_admission_plugin_message`]). The controller keeps its own check for
+/// objects stored before these rules.
+fn removed_admission_plugin_rules() -> Vec<Value> {
+    let mut groups: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
+    for plugin in crate::kcp::AdmissionController::ALL {
+        if let Some(minor) = plugin.removed_in_minor() {
+            groups.entry(minor).or_default().push(plugin.as_str());
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(minor, names)| {
+            let list = format!(
+                "[{}]",
+                names.iter().map(|n| cel_quote(n)).collect::<Vec<_>>().join(", ")
+            );
+            let found = format!("self.admissionControllers.filter(p, p in {list})");
+            json!({
+                "rule": format!(
+                    "!has(self.admissionControllers) || {} || !self.admissionControllers.exists(p, p in {list})",
+                    version_below(minor)
+                ),
+                "message": format!(
+                    "spec.admissionControllers: admission plugin {} removed in v1.{minor}; this spec.version would not start with it",
+                    names.join(", ")
+                ),
+                // One controller message per plugin found, joined by "; ".
+                "messageExpression": format!(
+                    "{found}.map(p, {}).join('; ')",
+                    cel_message(
+                        &removed_admission_plugin_message("\u{1}", minor, "\u{2}"),
+                        &[("\u{1}", "p"), ("\u{2}", "self.version")],
+                    )
+                ),
+                "fieldPath": ".admissionControllers",
+            })
+        })
+        .collect()
+}
+
 /// `spec.dataStoreOverrides` cannot be added, changed or removed: kube-apiserver would look
 /// for a resource's objects in the other DataStore, and those already stored would vanish from
 /// the tenant (the garbage collector then deleting what they owned).
@@ -776,6 +883,7 @@ pub(crate) fn kamaji_control_plane_spec(schema: &mut Schema) {
     rules.push(data_store_overrides_fixed());
     rules.extend(reserved_flag_rules("self", "spec."));
     rules.extend(removed_flag_rules());
+    rules.extend(removed_admission_plugin_rules());
     rules.extend(endpoint_field_rules());
     push_rules(schema, rules);
 }
@@ -959,6 +1067,69 @@ mod tests {
             .and_then(|m| m.strip_suffix('\''))
             .unwrap()
             .replace("' + '", "")
+    }
+
+    #[test]
+    fn every_refused_lifecycle_pair_has_its_rule_at_the_root_of_the_crd() {
+        use crate::lifecycle::{Decision, Operation, decide};
+        let crd = serde_json::to_value(crate::crd::kamaji_control_plane()).unwrap();
+        for version in crd["spec"]["versions"].as_array().unwrap() {
+            let root = version["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
+                .as_array()
+                .unwrap();
+            for running in Operation::ALL {
+                for requested in Operation::ALL {
+                    let refused = decide(running, requested).0 == Decision::Refused;
+                    let rule = lifecycle_refusal_rule(running, requested);
+                    assert_eq!(refused, rule.is_some(), "{running:?} / {requested:?}");
+                    if let Some(rule) = rule {
+                        let rule = serde_json::to_value(rule).unwrap();
+                        assert!(root.contains(&rule), "{running:?} / {requested:?}: {rule}");
+                    }
+                }
+            }
+        }
+        let cel = minor_upgrade_during_ca_rotation_rule().rule;
+        for reason in CA_ROTATION_PHASE_REASONS {
+            assert!(cel.contains(&format!("'{reason}'")), "{cel}");
+        }
+        assert!(cel.contains("c.type == 'CertificateAuthoritiesRotated' && c.status == 'False'"));
+        assert!(cel.contains(
+            "int(self.spec.version.findAll('[0-9]+')[1]) == int(oldSelf.spec.version.findAll('[0-9]+')[1])"
+        ));
+    }
+
+    #[test]
+    fn removed_admission_plugin_rules_cover_every_removed_plugin_by_minor() {
+        let rules = removed_admission_plugin_rules();
+        let removed: Vec<_> = crate::kcp::AdmissionController::ALL
+            .into_iter()
+            .filter_map(|p| p.removed_in_minor().map(|m| (p.as_str(), m)))
+            .collect();
+        assert_eq!(removed.len(), 5);
+        let mut minors: Vec<u64> = removed.iter().map(|(_, m)| *m).collect();
+        minors.dedup();
+        assert_eq!(rules.len(), minors.len());
+        for (plugin, minor) in removed {
+            let owner = rules
+                .iter()
+                .find(|r| text(r, "rule").contains(&format!("< {minor} ||")))
+                .unwrap();
+            assert!(
+                text(owner, "rule").contains(&format!("'{plugin}'")),
+                "{plugin}"
+            );
+            assert_eq!(text(owner, "fieldPath"), ".admissionControllers");
+            // The controller's message, for each plugin found.
+            let expr = text(owner, "messageExpression");
+            assert!(
+                expr.contains(&format!(
+                    "'admission plugin ' + (p) + ' was removed in v1.{minor}; version ' + (self.version) + ' would not start with it'"
+                )),
+                "{expr}"
+            );
+            assert!(expr.ends_with(".join('; ')"), "{expr}");
+        }
     }
 
     #[test]

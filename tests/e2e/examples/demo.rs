@@ -62,7 +62,7 @@ async fn demo() -> Result<()> {
 
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let template = std::fs::read_to_string(root.join("templates/cluster-template-demo.yaml"))?;
-    let vars: HashMap<String, String> = std::env::vars()
+    let mut vars: HashMap<String, String> = std::env::vars()
         .filter(|(k, _)| {
             [
                 "CLUSTER_NAME",
@@ -74,6 +74,9 @@ async fn demo() -> Result<()> {
             .contains(&k.as_str())
         })
         .collect();
+    // Two control-plane pods, where the template's default is clusterctl's 1.
+    vars.entry("CONTROL_PLANE_MACHINE_COUNT".into())
+        .or_insert_with(|| "2".into());
     let manifest = kamaji_e2e::machines::with_machine_kind_settings(&kamaji_e2e::substitute(
         &template, &vars,
     )?)?;

@@ -35,55 +35,86 @@ pub fn manager_image_for(version: &str) -> String {
     format!("ghcr.io/kamaji-rs/manager:{version}")
 }
 
-/// Writes a local clusterctl repository under `dir` and a clusterctl configuration naming it:
-/// Cluster API's `cluster-api` and `kubeadm` providers from the tools
-/// ([`kamaji_testenv::Tools::clusterctl_repository`]) and `kamaji` at each of `versions`, as
-/// `make components VERSION=<v>` writes them (`control-plane-kamaji/<v>/`, the provider label
-/// clusterctl derives; each names the image [`manager_image_for`] it). The configuration also
-/// sets `CLUSTER_TOPOLOGY=true` (ClusterClass, as the quickstart exports it) and declares
-/// cert-manager externally provisioned (the stand-in). Returns the configuration file's path.
+/// Writes `make components VERSION=<version>` into the local clusterctl repository `dir`, at
+/// `control-plane-kamaji/<version>/` (the provider label clusterctl derives), as the install
+/// guide's steps `components` and `repository` do with `make release` and a copy (the manager
+/// image is imported into the machines instead of pushed: [`import_manager_image`]).
 ///
 /// # Errors
-/// When `make components` fails or a file cannot be written.
+/// When `make components` fails, or the guide's steps no longer name that layout.
+pub fn write_provider_version(dir: &Path, version: &str) -> Result<()> {
+    let components = crate::install_guide::step("components")?;
+    anyhow::ensure!(
+        components.contains("make release"),
+        "the guide's step components no longer runs make release: {components}"
+    );
+    let repository = crate::install_guide::step("repository")?;
+    for part in [
+        "control-plane-kamaji/v0.1.0",
+        "out/control-plane-components.yaml",
+        "out/metadata.yaml",
+    ] {
+        anyhow::ensure!(
+            repository.contains(part),
+            "the guide's step repository no longer names {part}: {repository}"
+        );
+    }
+    let out = dir.join("control-plane-kamaji").join(version);
+    std::fs::create_dir_all(&out)?;
+    let made = Command::new("make")
+        .args(["-s", "components"])
+        .arg(format!("OUT={}", out.display()))
+        .arg(format!("VERSION={version}"))
+        .current_dir(workspace_root())
+        .output()
+        .context("running make components")?;
+    if !made.status.success() {
+        bail!(
+            "make components failed:\n{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Writes a local clusterctl repository under `dir` holding kamaji-rs at `version`
+/// ([`write_provider_version`]) and the clusterctl configuration naming it: the guide's step
+/// `clusterctl-config` with `<repo>` as `dir`, and what this machine needs beside it (it
+/// reaches no network): Cluster API's `cluster-api` and `kubeadm` providers from the tools
+/// ([`kamaji_testenv::Tools::clusterctl_repository`]), cert-manager declared externally
+/// provisioned (the stand-in), and `CLUSTER_TOPOLOGY=true` (ClusterClass, as the quickstart
+/// exports it). Returns the configuration file's path.
+///
+/// # Errors
+/// When `make components` fails, the guide's configuration does not parse or does not name
+/// the repository, or a file cannot be written.
 pub fn write_local_repository(
     cluster: &LocalCluster,
     dir: &Path,
-    versions: &[String],
+    version: &str,
 ) -> Result<PathBuf> {
-    let ours = dir.join("control-plane-kamaji");
-    for version in versions {
-        let out = ours.join(version);
-        std::fs::create_dir_all(&out)?;
-        let made = Command::new("make")
-            .args(["-s", "components"])
-            .arg(format!("OUT={}", out.display()))
-            .arg(format!("VERSION={version}"))
-            .current_dir(workspace_root())
-            .output()
-            .context("running make components")?;
-        if !made.status.success() {
-            bail!(
-                "make components failed:\n{}",
-                String::from_utf8_lossy(&made.stderr)
-            );
-        }
-    }
-    let first = versions.first().context("no version to write")?;
+    write_provider_version(dir, version)?;
+    let guide = crate::install_guide::step("clusterctl-config")?
+        .replace("<repo>", &dir.display().to_string());
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(&guide).context("the guide's clusterctl.yaml")?;
+    let ours = dir
+        .join("control-plane-kamaji")
+        .join(version)
+        .join("control-plane-components.yaml");
+    anyhow::ensure!(
+        guide.contains(&format!("file://{}", ours.display())),
+        "the guide's clusterctl.yaml does not name {}: {guide}",
+        ours.display()
+    );
     let capi = cluster.tools().clusterctl_repository();
-    let config = format!(
-        "providers:
-- name: cluster-api
+    let extra: serde_yaml::Value = serde_yaml::from_str(&format!(
+        "- name: cluster-api
   type: CoreProvider
   url: file://{}
 - name: kubeadm
   type: BootstrapProvider
   url: file://{}
-- name: kamaji
-  type: ControlPlaneProvider
-  url: file://{}
-cert-manager:
-  externallyProvisioned: \"true\"
-CLUSTER_TOPOLOGY: \"true\"
 ",
         capi.join("cluster-api")
             .join(CAPI_VERSION)
@@ -93,15 +124,23 @@ CLUSTER_TOPOLOGY: \"true\"
             .join(CAPI_VERSION)
             .join("bootstrap-components.yaml")
             .display(),
-        ours.join(first)
-            .join("control-plane-components.yaml")
-            .display(),
+    ))?;
+    let providers = config
+        .get_mut("providers")
+        .and_then(serde_yaml::Value::as_sequence_mut)
+        .context("the guide's clusterctl.yaml has no providers")?;
+    providers.extend(extra.as_sequence().cloned().unwrap_or_default());
+    let map = config.as_mapping_mut().context("a mapping")?;
+    map.insert(
+        "cert-manager".into(),
+        serde_yaml::from_str("{externallyProvisioned: \"true\"}")?,
     );
+    map.insert("CLUSTER_TOPOLOGY".into(), "true".into());
     let path = clusterctl_home(cluster)
         .join(".config/cluster-api")
         .join("clusterctl.yaml");
     std::fs::create_dir_all(path.parent().context("no parent")?)?;
-    std::fs::write(&path, config)?;
+    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
     Ok(path)
 }
 
@@ -118,24 +157,20 @@ pub async fn import_manager_image(machines: &ManagementMachines, reference: &str
     Ok(())
 }
 
-/// `clusterctl init --core cluster-api --bootstrap kubeadm --control-plane kamaji` into a bare
-/// `cluster` whose `machines` have Cluster API's images
+/// The install guide's step `init` (`clusterctl init --bootstrap kubeadm --control-plane
+/// kamaji --wait-providers`, run as written with `--kubeconfig` added) into a bare `cluster`
+/// whose `machines` have Cluster API's images
 /// ([`kamaji_machine::management::Builder::with_capi_images`]) and a running cert-manager
 /// (stand-in): the local repository is written ([`write_local_repository`], with
-/// [`provider_version`] and [`next_provider_version`]), the manager's image of
-/// [`provider_version`] imported into every machine ([`import_manager_image`]), and clusterctl
-/// waits until every provider's Deployment is available. Returns the manager's identity as
-/// installed.
+/// [`provider_version`]; the upgrade test adds [`next_provider_version`] later), the manager's
+/// image of [`provider_version`] imported into every machine ([`import_manager_image`]), and
+/// clusterctl waits until every provider's Deployment is available. Returns the manager's
+/// identity as installed.
 ///
 /// # Errors
 /// When clusterctl fails (its output is in the message) or the image cannot be imported.
 pub async fn init(cluster: &LocalCluster, machines: &ManagementMachines) -> Result<Identity> {
-    let repository = cluster.dir().join("clusterctl-repository");
-    write_local_repository(
-        cluster,
-        &repository,
-        &[provider_version(), next_provider_version()],
-    )?;
+    write_local_repository(cluster, &repository(cluster), &provider_version())?;
     let deployment = shipped_manager_deployment()?;
     import_manager_image(machines, &manager_image_for(&provider_version())).await?;
     let (kubeconfig, home) = (
@@ -143,14 +178,11 @@ pub async fn init(cluster: &LocalCluster, machines: &ManagementMachines) -> Resu
         clusterctl_home(cluster),
     );
     let clusterctl = cluster.tools().path("clusterctl");
-    let args = [
-        "init".to_owned(),
-        format!("--core=cluster-api:{CAPI_VERSION}"),
-        format!("--bootstrap=kubeadm:{CAPI_VERSION}"),
-        format!("--control-plane=kamaji:{}", provider_version()),
-        "--wait-providers".to_owned(),
-        "--wait-provider-timeout=300".to_owned(),
-    ];
+    let (command, _) = crate::install_guide::command("init")?;
+    let Some(("clusterctl", args)) = command.split_first().map(|(c, a)| (c.as_str(), a.to_vec()))
+    else {
+        bail!("the guide's step init is not a clusterctl command: {command:?}");
+    };
     tokio::task::spawn_blocking(move || run(&clusterctl, &home, &kubeconfig, &args, &[])).await??;
     let namespace = deployment["metadata"]["namespace"]
         .as_str()
@@ -161,6 +193,12 @@ pub async fn init(cluster: &LocalCluster, machines: &ManagementMachines) -> Resu
         .unwrap_or_default()
         .to_owned();
     Identity::of(cluster, namespace, service_account).await
+}
+
+/// The environment's local clusterctl repository.
+#[must_use]
+pub fn repository(cluster: &LocalCluster) -> PathBuf {
+    cluster.dir().join("clusterctl-repository")
 }
 
 /// clusterctl's home: its configuration directory (`$XDG_CONFIG_HOME/cluster-api`) is private

@@ -55,12 +55,14 @@ pub struct Env {
 
 /// Options for [`Env`]; obtain with [`Env::builder`].
 #[derive(Debug, Clone)]
+#[allow(clippy::struct_excessive_bools)] // independent on/off switches of a builder
 pub struct EnvBuilder {
     management_machines: usize,
     versions: Vec<String>,
     workers: bool,
     clusterctl: bool,
     gateway_api: bool,
+    default_datastore: bool,
 }
 
 impl Default for EnvBuilder {
@@ -71,6 +73,7 @@ impl Default for EnvBuilder {
             workers: false,
             clusterctl: false,
             gateway_api: false,
+            default_datastore: true,
         }
     }
 }
@@ -108,6 +111,15 @@ impl EnvBuilder {
     #[must_use]
     pub fn installed_by_clusterctl(mut self, on: bool) -> Self {
         self.clusterctl = on;
+        self
+    }
+
+    /// Register the datastore etcd as the `default` DataStore (default: on). Off, the
+    /// environment's datastore etcd runs but no DataStore names it: the install guide's step
+    /// `datastore` does ([`crate::install_guide`]).
+    #[must_use]
+    pub fn default_datastore(mut self, on: bool) -> Self {
+        self.default_datastore = on;
         self
     }
 
@@ -236,7 +248,9 @@ impl Env {
             datastore_for_pods: for_pods,
             cluster,
         };
-        env.create_datastore("default", for_pods).await?;
+        if opts.default_datastore {
+            env.create_datastore("default", for_pods).await?;
+        }
         if !by_clusterctl {
             env.start_manager()?;
         }

@@ -17,6 +17,7 @@
 //! | [`probes`] | waits for conditions and roll-outs, the `/readyz` probe |
 //! | [`discovery`] | a real `kubeadm join` token discovery against a tenant |
 //! | [`clusterctl`] | the real `clusterctl` and `clusterctl init`'s CRD labels |
+//! | [`install_guide`] | `docs/install.md`'s steps, as the `clusterctl` suite runs them |
 //! | [`standins`] | what another provider would do (the quickstart's OpenStackCluster) |
 //! | [`machines`] | the stand-in infrastructure provider for worker Machines |
 //! | [`audit`] | the manager's writes from the audit log |
@@ -30,6 +31,7 @@ pub mod datastore;
 pub mod discovery;
 pub mod env;
 pub mod fixtures;
+pub mod install_guide;
 pub mod machines;
 pub mod manager;
 pub mod probes;

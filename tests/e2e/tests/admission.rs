@@ -185,6 +185,58 @@ async fn read_back_both_versions(
     Ok(())
 }
 
+/// Applies the sample at `path` (its first document `doc`) into `ns`. The full sample lists
+/// all 37 admission plugins at version 1.27.0, three of which that version no longer has
+/// (`DenyEscalatingExec` and `DenyExecOnPrivileged`, removed in v1.21, `PodSecurityPolicy`,
+/// v1.25): kube-apiserver 1.27 would exit at start with them, so admission refuses it as
+/// written, naming the field, each plugin and the version (issue 48), and it applies once those
+/// three are taken out. Returns how many admission plugins the applied object lists (`None`
+/// for a sample without them).
+fn full_sample_plugins(
+    cluster: &LocalCluster,
+    ns: &str,
+    path: &Path,
+    doc: &mut Value,
+) -> Result<Option<usize>> {
+    let as_written = kubectl(
+        cluster,
+        &["apply", "-n", ns, "-f", &path.display().to_string()],
+    );
+    let Some(plugins) = doc["spec"]["admissionControllers"].as_array_mut() else {
+        as_written?;
+        return Ok(None);
+    };
+    ensure!(plugins.len() == 37, "the full sample lists 37 plugins");
+    let refused = as_written
+        .err()
+        .context("the full sample applied as written")?;
+    for (plugin, minor) in [
+        ("DenyEscalatingExec", 21),
+        ("DenyExecOnPrivileged", 21),
+        ("PodSecurityPolicy", 25),
+    ] {
+        let text = format!(
+            "admission plugin {plugin} was removed in v1.{minor}; version 1.27.0 would not start with it"
+        );
+        ensure!(
+            refused.to_string().contains(&text)
+                && refused.to_string().contains("spec.admissionControllers"),
+            "the refusal does not say {text:?}: {refused}"
+        );
+    }
+    plugins.retain(|p| {
+        ![
+            "DenyEscalatingExec",
+            "DenyExecOnPrivileged",
+            "PodSecurityPolicy",
+        ]
+        .contains(&p.as_str().unwrap_or_default())
+    });
+    let kept = plugins.len();
+    kubectl_apply_yaml(cluster, ns, &serde_yaml::to_string(doc)?)?;
+    Ok(Some(kept))
+}
+
 #[tokio::test]
 #[allow(clippy::too_many_lines)] // one scenario over every sample, in order
 async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Result<()> {
@@ -197,11 +249,8 @@ async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Resul
     ] {
         create_namespace(&cluster, ns)?;
         let path = samples_dir().join(file);
-        kubectl(
-            &cluster,
-            &["apply", "-n", ns, "-f", &path.display().to_string()],
-        )?;
-        let doc = yaml_docs(&path)?.remove(0);
+        let mut doc = yaml_docs(&path)?.remove(0);
+        let plugins = full_sample_plugins(&cluster, ns, &path, &mut doc)?;
         read_back_both_versions(&cluster, ns, "kamajicontrolplane-sample", &doc["spec"]).await?;
         let back = api(&cluster, ns, "v1alpha1", "KamajiControlPlane")
             .get("kamajicontrolplane-sample")
@@ -214,8 +263,8 @@ async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Resul
             back.data["spec"]["admissionControllers"]
                 .as_array()
                 .map(Vec::len)
-                == Some(37),
-            "37 admission plugins kept"
+                == plugins,
+            "the admission plugins kept"
         );
     }
 
@@ -1270,7 +1319,56 @@ async fn flags_removed_at_spec_version_are_refused_at_admission() -> Result<()> 
         json!({"controllerManager": {"extraArgs": ["--node-monitor-grace-period=50s"]}}),
     )
     .await?;
-    Ok(())
+    removed_admission_plugins_are_refused(&kcps).await
+}
+
+/// Issue 48 item 3: an admission plugin the object's own `spec.version` no longer has is
+/// refused at admission, on create and on the update that reaches the version that removed
+/// it, with the controller's message naming the field and the version.
+async fn removed_admission_plugins_are_refused(kcps: &Api<DynamicObject>) -> Result<()> {
+    create_refused(
+        kcps,
+        "removed-plugin",
+        &json!({"version": "v1.36.3", "admissionControllers": ["PodSecurityPolicy"]}),
+        &[
+            "spec.admissionControllers",
+            "admission plugin PodSecurityPolicy was removed in v1.25; version v1.36.3 would not start with it",
+        ],
+    )
+    .await?;
+    create_refused(
+        kcps,
+        "removed-plugin-among-others",
+        &json!({"version": "v1.30.2", "admissionControllers": ["NodeRestriction", "SecurityContextDeny", "LimitRanger"]}),
+        &[
+            "spec.admissionControllers",
+            "admission plugin SecurityContextDeny was removed in v1.30; version v1.30.2 would not start with it",
+        ],
+    )
+    .await?;
+    let name = "upgrade-removes-plugin";
+    create_kcp(
+        kcps,
+        name,
+        &json!({"version": "v1.24.17", "admissionControllers": ["NodeRestriction", "PodSecurityPolicy"]}),
+    )
+    .await?;
+    update_refused(
+        kcps,
+        name,
+        json!({"version": "v1.25.16"}),
+        &[
+            "spec.admissionControllers",
+            "admission plugin PodSecurityPolicy was removed in v1.25; version v1.25.16 would not start with it",
+        ],
+    )
+    .await?;
+    update_accepted(
+        kcps,
+        name,
+        json!({"version": "v1.25.16", "admissionControllers": ["NodeRestriction"]}),
+    )
+    .await
 }
 
 /// Issue 10 item 3: a stuck upgrade can be backed out to `status.version` (the last fully

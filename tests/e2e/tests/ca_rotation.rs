@@ -1,7 +1,8 @@
 //! Certificate-authority rotation with overlap (issue 15): the cluster and front-proxy CAs of
 //! a tenant with a worker joined through CABPK are rotated while clients poll `/readyz`
 //! through the endpoint and the worker's Node is watched; then no artifact carries the old
-//! CA and a fresh `kubeadm join` works.
+//! CA and a fresh `kubeadm join` works. The tenant runs the previous minor release, so that a
+//! minor upgrade asked for during the rotation is refused at admission (issue 48).
 
 #![cfg(real_programs_as_root)]
 
@@ -17,7 +18,7 @@ use kamaji_bootstrap::pki::inspect::{certificates_der, is_signed_by};
 use kamaji_e2e::machines::{SETTINGS_FOR_THIS_MACHINE_KIND, machine_deployment_at};
 use kamaji_e2e::{Env, F0, ReadyzProbe, secret_text};
 use kamaji_machine::run_in_private_network;
-use kamaji_testenv::KUBERNETES_VERSION;
+use kamaji_testenv::{KUBERNETES_VERSION, PREVIOUS_MINOR_KUBERNETES_VERSION};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
 const MINUTE: Duration = Duration::from_mins(1);
@@ -126,32 +127,35 @@ fn served_chain(host: &str, port: u16) -> anyhow::Result<String> {
 /// every look. Afterwards no Secret of the cluster, no kubeconfig, neither cluster-info nor
 /// kube-root-ca.crt nor the front-proxy trust the API server publishes, and nothing the
 /// endpoint serves is the old CA or signed by it; a fresh `kubeadm join` (the
-/// MachineDeployment scaled up) works.
+/// MachineDeployment scaled up) works. Issue 48: the control plane and the worker run the
+/// previous minor release; `spec.version` raised to the next minor while the rotation runs is
+/// refused at admission naming the rotation (the replacement workers would be refused by
+/// Cluster API's `KubeadmVersionSkew`), and admitted once it is done.
 #[test]
-#[allow(clippy::too_many_lines)]
+#[allow(clippy::too_many_lines)] // one rotation, watched from start to end
 fn a_ca_rotation_keeps_every_client_and_worker_and_leaves_no_trace_of_the_old_ca() {
     let _serial = kamaji_e2e::serial();
     run_in_private_network(|| async {
-        let env = Env::builder().workers(true).start().await?;
+        let version = PREVIOUS_MINOR_KUBERNETES_VERSION;
+        let env = Env::builder()
+            .version(version)
+            .workers(true)
+            .start()
+            .await?;
         let (ns, name) = ("carot", "demo");
         env.namespace(ns).await?;
         env.apply_yaml(
             &F0::new(ns, name)
                 .replicas(2)
+                .version(version)
                 .spec(SETTINGS_FOR_THIS_MACHINE_KIND)
                 .yaml(),
         )
         .await?;
         env.wait_kcp_condition(ns, name, "Available", "True", 4 * MINUTE)
             .await?;
-        env.apply_yaml(&machine_deployment_at(
-            ns,
-            name,
-            "md-0",
-            1,
-            KUBERNETES_VERSION,
-        ))
-        .await?;
+        env.apply_yaml(&machine_deployment_at(ns, name, "md-0", 1, version))
+            .await?;
         env.wait_machines_running(ns, 1, 4 * MINUTE).await?;
         let tenant = env.tenant_client(ns, name).await?;
         let deadline = tokio::time::Instant::now() + 4 * MINUTE;
@@ -237,6 +241,21 @@ fn a_ca_rotation_keeps_every_client_and_worker_and_leaves_no_trace_of_the_old_ca
         .await?;
         let new_probe = ReadyzProbe::start(env.tenant_config(ns, name).await?);
         new_probe.answered(MINUTE).await?;
+        // A minor upgrade now would leave the worker's replacement unable to join.
+        let refused = env
+            .patch_kcp(
+                ns,
+                name,
+                serde_json::json!({"spec": {"version": KUBERNETES_VERSION}}),
+            )
+            .await
+            .expect_err("a minor upgrade during the CA rotation is refused at admission")
+            .to_string();
+        anyhow::ensure!(
+            refused.contains(kamaji_api::validation::MINOR_UPGRADE_DURING_CA_ROTATION)
+                && refused.contains("spec.version"),
+            "{refused}"
+        );
         env.wait_kcp(ns, name, "DroppingPreviousCA", 8 * MINUTE, |k| {
             rotation_reason(k).as_deref() == Some(reasons::DROPPING_PREVIOUS_CA)
         })
@@ -402,6 +421,13 @@ fn a_ca_rotation_keeps_every_client_and_worker_and_leaves_no_trace_of_the_old_ca
             traces.is_empty(),
             "the old CAs are still there: {traces:#?}"
         );
+        // Rotated: the minor upgrade is admitted now.
+        env.patch_kcp(
+            ns,
+            name,
+            serde_json::json!({"spec": {"version": KUBERNETES_VERSION}}),
+        )
+        .await?;
         Ok(())
     })
     .unwrap();

@@ -719,9 +719,10 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
         "no flag twice: {api:?}"
     );
 
-    // A flag this Kubernetes version no longer has is refused at admission (CEL knows the
-    // object's version), and an admission plugin it no longer has is refused before anything
-    // rolls (the controller's check: the full user sample lists such plugins and must apply).
+    // A flag or an admission plugin this Kubernetes version no longer has is refused at
+    // admission (CEL knows the object's version); an admission plugin stored before that rule
+    // (a KamajiControlPlane of an earlier kamaji-rs, played by the CRD without the rule) is
+    // refused by the controller before anything rolls.
     let before = env
         .deployment("tenant-a", "demo")
         .await
@@ -742,13 +743,20 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
             && refused.contains("spec.apiServer.extraArgs"),
         "{refused}"
     );
-    env.patch_kcp(
-        "tenant-a",
-        "demo",
-        serde_json::json!({"spec": {"admissionControllers": ["NodeRestriction", "PodSecurityPolicy"]}}),
-    )
-    .await
-    .unwrap();
+    let plugins = serde_json::json!({"spec": {"admissionControllers": ["NodeRestriction", "PodSecurityPolicy"]}});
+    let refused = env
+        .patch_kcp("tenant-a", "demo", plugins.clone())
+        .await
+        .expect_err("a removed admission plugin is refused at admission")
+        .to_string();
+    assert!(
+        refused.contains("spec.admissionControllers")
+            && refused.contains(
+                "admission plugin PodSecurityPolicy was removed in v1.25; version v1.36.3 would not start with it"
+            ),
+        "{refused}"
+    );
+    stored_without_the_admission_plugin_rules(&env, "tenant-a", "demo", plugins).await;
     let kcp = env
         .wait_kcp_condition("tenant-a", "demo", "SpecValid", "False", MINUTE)
         .await
@@ -1178,4 +1186,49 @@ spec: {{}}
         "{}",
         env.manager_log()
     );
+}
+
+/// Writes `patch` to `ns/name` the way a KamajiControlPlane stored by an earlier kamaji-rs
+/// holds it: with the CRD's `spec.admissionControllers` rules taken out for the write, then
+/// put back as they were.
+async fn stored_without_the_admission_plugin_rules(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    patch: serde_json::Value,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds = Api::<CustomResourceDefinition>::all(env.client());
+    let crd_name = "kamajicontrolplanes.controlplane.cluster.x-k8s.io";
+    let original = crds.get(crd_name).await.unwrap();
+    let mut relaxed = original.clone();
+    for version in &mut relaxed.spec.versions {
+        let spec = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("spec"))
+            .expect("the CRD has a spec schema");
+        if let Some(rules) = spec.x_kubernetes_validations.as_mut() {
+            rules.retain(|r| r.field_path.as_deref() != Some(".admissionControllers"));
+        }
+    }
+    crds.replace(crd_name, &PostParams::default(), &relaxed)
+        .await
+        .unwrap();
+    // The API server takes the new schema a moment after it is stored.
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    while let Err(e) = env.patch_kcp(ns, name, patch.clone()).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "refused without the rules: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut restored = crds.get(crd_name).await.unwrap();
+    restored.spec = original.spec;
+    crds.replace(crd_name, &PostParams::default(), &restored)
+        .await
+        .unwrap();
 }

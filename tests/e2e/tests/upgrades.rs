@@ -1,7 +1,8 @@
 //! Minor upgrades with workers (issue 15): a tenant of the previous minor, with a worker of
 //! that minor joined through CABPK on a real machine, is upgraded to the current minor one
 //! replica at a time while a client polls `/readyz` through the endpoint and the worker's
-//! Node is watched; then a worker of the new minor joins.
+//! Node is watched; then a worker of the new minor joins, and a CA rotation asked for while the
+//! old minor's worker remains waits for it (issue 48).
 
 #![cfg(real_programs_as_root)]
 
@@ -16,7 +17,7 @@ use kamaji_e2e::machines::{SETTINGS_FOR_THIS_MACHINE_KIND, machine_deployment_at
 use kamaji_e2e::{Env, F0, ReadyzProbe, control_plane_at, wait_rolled_out};
 use kamaji_machine::run_in_private_network;
 use kamaji_testenv::{KUBERNETES_VERSION, PREVIOUS_MINOR_KUBERNETES_VERSION};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 
 const MINUTE: Duration = Duration::from_mins(1);
 
@@ -199,6 +200,7 @@ fn a_minor_upgrade_keeps_the_api_and_the_old_minors_worker_and_a_new_worker_join
             .await?;
         env.wait_machines_running(ns, 2, 4 * MINUTE).await?;
         let after = wait_nodes_ready(&tenant, 2).await?;
+        let rotation = ca_rotation_with_a_worker_of_the_previous_minor(&env, ns, name).await?;
         stop.store(true, Ordering::Relaxed);
         let not_ready = node_watch.await?;
         let versions = version_watch.await?;
@@ -224,7 +226,84 @@ fn a_minor_upgrade_keeps_the_api_and_the_old_minors_worker_and_a_new_worker_join
             "/readyz failed {failed} times (of {}) during the minor upgrade: {why:#?}",
             ok + failed
         );
+        let nodes = wait_nodes_ready(&tenant, 2).await?;
+        assert!(
+            nodes.iter().all(|(_, kubelet, _)| kubelet == to),
+            "both workers replaced at {to} by the rotation: {nodes:?}"
+        );
+        assert!(
+            rotation.held_message.contains("MachineDeployment md-old")
+                && rotation.held_message.contains("KubeadmVersionSkew"),
+            "ReplacingWorkers names the MachineSet Cluster API holds back and why: {}",
+            rotation.held_message
+        );
         Ok(())
     })
     .unwrap();
+}
+
+/// What [`ca_rotation_with_a_worker_of_the_previous_minor`] saw.
+struct HeldRotation {
+    /// The `CertificateAuthoritiesRotated` message while Cluster API held the old minor's
+    /// replacement back.
+    held_message: String,
+}
+
+/// Issue 48: a CA rotation asked for while a worker still runs the previous minor (the control
+/// plane already upgraded). It runs its first phases, replaces the worker of the control
+/// plane's minor, and in `ReplacingWorkers` names the MachineSet Cluster API holds back, with
+/// Cluster API's reason (`KubeadmVersionSkew`) and what to do; the old worker keeps running
+/// meanwhile. Once its MachineDeployment is upgraded, the replacement joins with the new CA
+/// and the rotation finishes: no deadlock.
+async fn ca_rotation_with_a_worker_of_the_previous_minor(
+    env: &Env,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<HeldRotation> {
+    use kamaji_api::conditions::{reasons, types};
+    use kamaji_api::meta::CA_ROTATION_ANNOTATION;
+    let rotated = |k: &KamajiControlPlane| {
+        k.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c.type_ == types::CERTIFICATE_AUTHORITIES_ROTATED)
+                    .cloned()
+            })
+    };
+    env.patch_kcp(
+        ns,
+        name,
+        serde_json::json!({"metadata": {"annotations": {CA_ROTATION_ANNOTATION: "while-md-old-lags"}}}),
+    )
+    .await?;
+    let held = env
+        .wait_kcp(
+            ns,
+            name,
+            "the old minor's replacement held back",
+            10 * MINUTE,
+            move |k| {
+                rotated(k).is_some_and(|c| {
+                    c.reason == reasons::REPLACING_WORKERS
+                        && c.message.contains("KubeadmVersionSkew")
+                })
+            },
+        )
+        .await?;
+    let held_message = rotated(&held).map(|c| c.message).unwrap_or_default();
+    // Cluster API holds it back for good: upgrade that MachineDeployment, as the message says.
+    env.capi(ns, "v1beta2", "MachineDeployment")
+        .patch(
+            "md-old",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"template": {"spec": {"version": KUBERNETES_VERSION}}}})),
+        )
+        .await?;
+    env.wait_kcp(ns, name, "Rotated", 10 * MINUTE, move |k| {
+        rotated(k).is_some_and(|c| c.reason == reasons::ROTATED)
+    })
+    .await?;
+    Ok(HeldRotation { held_message })
 }

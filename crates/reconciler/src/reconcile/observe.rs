@@ -40,6 +40,12 @@ pub struct Observed {
     pub control_plane_pods: Option<ControlPlanePods>,
     /// While a CA rotation replaces workers: the Cluster's Machines.
     pub worker_machines: Option<Vec<super::plan::ca_rotation::WorkerMachine>>,
+    /// While a CA rotation replaces workers: the Cluster's MachineSets whose scale-up Cluster
+    /// API holds back, with its reason.
+    pub held_machine_sets: Option<Vec<super::plan::ca_rotation::HeldMachineSet>>,
+    /// The KamajiControlPlane's `status.version` as stored: the last version every replica
+    /// ran (Cluster API's "upgrading" compares it with `spec.version`).
+    pub status_version: Option<String>,
     /// The names of every Secret in the namespace, read by the apply step at most once per
     /// pass (on the first Secret it writes that [`Observed::secrets`] lacks): `None` inside
     /// when they did not fit in one page ([`crate::reconcile::apply`]).
@@ -85,8 +91,12 @@ pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Con
             let mut msg = problem.message();
             if spec.default_datastore {
                 msg.push_str(
-                    " (spec.dataStoreName is empty, so the manager's default DataStore is used)",
+                    " (spec.dataStoreName is empty, so the manager's default DataStore, its \
+                     --default-datastore, is used)",
                 );
+            }
+            if let Problem::NotFound(name) = &problem {
+                msg.push_str(&missing_datastore_hint(name));
             }
             return Err(Cond::no(types::DATASTORE_READY, reason(&problem), msg));
         }
@@ -142,6 +152,17 @@ pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Con
         ds,
         Cond::yes(types::DATASTORE_READY, reasons::READY, message),
     ))
+}
+
+/// What to do about a DataStore that does not exist: create it, and where the install guide
+/// shows how. Nothing of the control plane is created until it exists.
+fn missing_datastore_hint(name: &str) -> String {
+    format!(
+        ": create a cluster-scoped DataStore (kamaji.clastix.io/v1alpha1) named {name}, with \
+         driver etcd, PostgreSQL or MySQL, as in the install guide's step \"A datastore\" \
+         (docs/install.md, examples/datastore-etcd.yaml in the kamaji-rs repository); nothing \
+         of this control plane is created until it exists"
+    )
 }
 
 /// The `DataStoreReady=False` reason of a DataStore problem.
@@ -227,10 +248,13 @@ pub async fn observe(
     } else {
         None
     };
-    let worker_machines = if reads.worker_machines {
-        Some(worker_machines(spec, ctx).await?)
+    let (worker_machines, held_machine_sets) = if reads.worker_machines {
+        (
+            Some(worker_machines(spec, ctx).await?),
+            Some(held_machine_sets(spec, ctx).await?),
+        )
     } else {
-        None
+        (None, None)
     };
     Ok(Observed {
         secrets,
@@ -240,6 +264,8 @@ pub async fn observe(
         reachable,
         control_plane_pods,
         worker_machines,
+        held_machine_sets,
+        status_version: kcp.status.as_ref().and_then(|s| s.version.clone()),
         namespace_secrets: tokio::sync::OnceCell::new(),
     })
 }
@@ -347,6 +373,47 @@ async fn worker_machines(
         .collect())
 }
 
+/// The Cluster's MachineSets (label `cluster.x-k8s.io/cluster-name`) whose scale-up Cluster API
+/// holds back: their v1beta2 `ScalingUp` condition says "is blocked because", followed by
+/// Cluster API's reasons (its preflight checks, missing templates), one per `* ` line.
+async fn held_machine_sets(
+    spec: &ValidSpec,
+    ctx: &Context,
+) -> Result<Vec<super::plan::ca_rotation::HeldMachineSet>, Error> {
+    use kube::api::DynamicObject;
+    let resource = crate::reconcile::apply::machines::machine_set_resource();
+    let selector = format!("{CLUSTER_NAME_LABEL}={}", spec.cluster_name);
+    let list =
+        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &spec.namespace, &resource)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .ctx(|| format!("list MachineSets ({selector})"))?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(|ms| {
+            let message = ms
+                .data
+                .pointer("/status/conditions")?
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "ScalingUp" && c["status"] == "True")?
+                .get("message")?
+                .as_str()?;
+            let (_, reasons) = message.split_once("is blocked because")?;
+            Some(super::plan::ca_rotation::HeldMachineSet {
+                name: ms.name_any(),
+                machine_deployment: ms.labels().get("cluster.x-k8s.io/deployment-name").cloned(),
+                reasons: reasons
+                    .lines()
+                    .filter_map(|l| l.trim().strip_prefix("* "))
+                    .map(str::to_owned)
+                    .collect(),
+            })
+        })
+        .collect())
+}
+
 /// Whether a service-account key rotation is under way: its Secret holds a key.
 fn rotating(spec: &ValidSpec, secrets: &BTreeMap<String, Secret>) -> bool {
     use super::plan::sa_rotation::{NEXT_KEY, VERIFY_KEY};
@@ -358,6 +425,18 @@ fn rotating(spec: &ValidSpec, secrets: &BTreeMap<String, Secret>) -> bool {
         )
         .and_then(|s| s.data.as_ref())
         .is_some_and(|d| d.contains_key(NEXT_KEY) || d.contains_key(VERIFY_KEY))
+}
+
+/// Whether `d` has rolled out: the Deployment controller saw its spec, and every replica is
+/// updated and available, with no other pod counted.
+#[must_use]
+pub fn rolled_out(d: &Deployment) -> bool {
+    let s = d.status.clone().unwrap_or_default();
+    let want = d.spec.as_ref().and_then(|s| s.replicas);
+    s.observed_generation == d.metadata.generation
+        && s.updated_replicas == want
+        && s.available_replicas == want
+        && s.replicas == want
 }
 
 /// The service-account keys' fingerprint of each control-plane pod, and whether the
@@ -385,19 +464,11 @@ async fn pod_fingerprints(
             .map(|p| p.annotations().get(key).cloned())
             .collect()
     };
-    let rolled_out = deployment.is_some_and(|d| {
-        let s = d.status.clone().unwrap_or_default();
-        let want = d.spec.as_ref().and_then(|s| s.replicas);
-        s.observed_generation == d.metadata.generation
-            && s.updated_replicas == want
-            && s.available_replicas == want
-            && s.replicas == want
-    });
     Ok(ControlPlanePods {
         service_account: of(SERVICE_ACCOUNT_KEYS_ANNOTATION),
         certificate_authorities: of(CERTIFICATE_AUTHORITIES_ANNOTATION),
         encryption: of(super::plan::encryption_rotation::ENCRYPTION_KEYS_ANNOTATION),
-        rolled_out,
+        rolled_out: deployment.is_some_and(rolled_out),
     })
 }
 
@@ -432,6 +503,8 @@ mod tests {
             reachable: false,
             control_plane_pods: None,
             worker_machines: None,
+            held_machine_sets: None,
+            status_version: None,
             namespace_secrets: cell,
         }
     }

@@ -25,6 +25,16 @@ pub fn machine_resource() -> ApiResource {
     ))
 }
 
+/// Cluster API's `MachineSet` (`cluster.x-k8s.io/v1beta2`).
+#[must_use]
+pub fn machine_set_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "MachineSet",
+    ))
+}
+
 /// Cluster API's `MachineDeployment` (`cluster.x-k8s.io/v1beta2`).
 #[must_use]
 pub fn machine_deployment_resource() -> ApiResource {

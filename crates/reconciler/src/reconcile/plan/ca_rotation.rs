@@ -39,6 +39,7 @@
 //! and a root that does not hold them is written again.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::ByteString;
@@ -107,6 +108,18 @@ pub struct WorkerMachine {
     pub in_machine_set: bool,
 }
 
+/// A MachineSet of the Cluster whose scale-up Cluster API holds back (its `ScalingUp`
+/// condition says it is blocked), as the `ReplacingWorkers` phase reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldMachineSet {
+    /// Its name.
+    pub name: String,
+    /// The MachineDeployment it belongs to (label `cluster.x-k8s.io/deployment-name`).
+    pub machine_deployment: Option<String>,
+    /// Cluster API's reasons, one per blocked check (the condition's `* ` lines).
+    pub reasons: Vec<String>,
+}
+
 /// The certificate authorities of one pass (the default: no rotation, nothing to write).
 #[derive(Debug, Clone, Default)]
 pub struct CertificateAuthorities {
@@ -172,6 +185,12 @@ pub struct Inputs<'a> {
     pub pods: Option<(&'a [Option<String>], bool)>,
     /// The Cluster's worker Machines, when listed (while replacing workers).
     pub machines: Option<&'a [WorkerMachine]>,
+    /// The Cluster's MachineSets Cluster API holds back, when listed (while replacing
+    /// workers).
+    pub held: Option<&'a [HeldMachineSet]>,
+    /// The upgrade the control plane is in, when it is in one (`from → to`): a new rotation
+    /// waits for it ([`kamaji_api::lifecycle::decide`]).
+    pub upgrading: Option<&'a str>,
     /// Algorithm of the next CAs' keys.
     pub algorithm: KeyAlgorithm,
     /// Now.
@@ -319,12 +338,34 @@ struct State<'a> {
     phase: Phase,
 }
 
-/// The CAs of this pass and the next step of a requested rotation.
+/// The CAs of this pass and the next step of a requested rotation. A request made while
+/// another rotation runs waits for it: the running one's condition names it.
 ///
 /// # Errors
 /// [`Error`] when stored CA material does not load or new CAs cannot be made.
-#[allow(clippy::too_many_lines)]
 pub fn plan(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<CertificateAuthorities, Error> {
+    let mut out = phases(spec, inputs)?;
+    let running = inputs
+        .state
+        .filter(|s| under_way(Some(s)).0)
+        .and_then(|s| annotation(s, CA_ROTATION_ANNOTATION));
+    if let (Some(running), Some(request), Some(cond)) =
+        (running, inputs.request, out.condition.as_mut())
+        && !request.is_empty()
+        && request != running
+    {
+        let _ = write!(
+            cond.message,
+            "; rotation {request:?} waits for rotation {running:?} to finish"
+        );
+    }
+    Ok(out)
+}
+
+/// The CAs of this pass and the next step of the rotation under way, or of a new one.
+// One phase table, each arm short; splitting it would scatter the order of the phases.
+#[allow(clippy::too_many_lines)]
+fn phases(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<CertificateAuthorities, Error> {
     let target_name = spec.names.internal_secret(InternalSecret::CaRotation);
     let target = SecretTarget {
         name: &target_name,
@@ -359,6 +400,10 @@ pub fn plan(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<CertificateAuthorit
                 reasons::ROTATION_REFUSED,
                 format!("rotation {request:?}: {why}"),
             ));
+            return Ok(out);
+        }
+        if let Some(upgrade) = inputs.upgrading {
+            out.condition = Some(waiting_for_upgrade(request, upgrade));
             return Ok(out);
         }
         return start(target, inputs, request, out);
@@ -600,18 +645,16 @@ fn issuing(
         })
         .collect();
     if inputs.machines.is_none() || !waiting.is_empty() || !settled {
-        out.condition = Some(phase_condition(
-            request,
-            Phase::ReplacingWorkers,
-            &if waiting.is_empty() {
-                "the Cluster's MachineDeployments roll".to_owned()
-            } else {
-                format!(
-                    "waiting for Machines made before the new CA to be replaced: {}",
-                    waiting.join(", ")
-                )
-            },
-        ));
+        let mut detail = if waiting.is_empty() {
+            "the Cluster's MachineDeployments roll".to_owned()
+        } else {
+            format!(
+                "waiting for Machines made before the new CA to be replaced: {}",
+                waiting.join(", ")
+            )
+        };
+        detail.push_str(&held_back(inputs.held.unwrap_or_default()));
+        out.condition = Some(phase_condition(request, Phase::ReplacingWorkers, &detail));
         out.due = Some(WORKERS_RECHECK);
         return Ok(out);
     }
@@ -627,6 +670,50 @@ fn issuing(
     out.condition = Some(phase_condition(request, Phase::Dropping, ""));
     out.due = Some(SETTLE_RECHECK);
     Ok(out)
+}
+
+/// What Cluster API holds back, for the `ReplacingWorkers` condition: each MachineSet that
+/// cannot scale up with Cluster API's reasons, and what to do when a reason is kubeadm's
+/// version skew (the replacement would join at the MachineDeployment's minor).
+fn held_back(held: &[HeldMachineSet]) -> String {
+    let mut out = String::new();
+    for ms in held {
+        let owner = ms
+            .machine_deployment
+            .as_ref()
+            .map(|md| format!(" of MachineDeployment {md}"))
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            "; Cluster API holds back MachineSet {}{owner}: {}",
+            ms.name,
+            ms.reasons.join("; ")
+        );
+        if let Some(md) = &ms.machine_deployment
+            && ms.reasons.iter().any(|r| r.contains("KubeadmVersionSkew"))
+        {
+            let _ = write!(
+                out,
+                " (upgrade MachineDeployment {md} to the control plane's minor version: its \
+                 new Machines then join with the new CA)"
+            );
+        }
+    }
+    out
+}
+
+/// `CertificateAuthoritiesRotated=False` for a rotation that waits for the control plane's
+/// upgrade `upgrade` to roll out before it starts.
+fn waiting_for_upgrade(request: &str, upgrade: &str) -> Cond {
+    Cond::no(
+        types::CERTIFICATE_AUTHORITIES_ROTATED,
+        reasons::WAITING_FOR_UPGRADE,
+        format!(
+            "rotation {request:?} waits for the upgrade {upgrade} to roll out: Cluster API \
+             creates no worker Machine while the control plane upgrades, and the rotation \
+             replaces the workers"
+        ),
+    )
 }
 
 fn whole_seconds(t: SystemTime) -> SystemTime {
@@ -753,6 +840,8 @@ mod tests {
         proxy: Secret,
         state: Option<Secret>,
         now: SystemTime,
+        held: Vec<HeldMachineSet>,
+        upgrading: Option<String>,
     }
 
     impl World {
@@ -784,6 +873,8 @@ mod tests {
                 spec,
                 state: None,
                 now: SystemTime::now(),
+                held: Vec::new(),
+                upgrading: None,
             }
         }
 
@@ -805,6 +896,8 @@ mod tests {
                     uid: UID,
                     pods: pods.map(|p| (p, true)),
                     machines,
+                    held: Some(&self.held),
+                    upgrading: self.upgrading.as_deref(),
                     algorithm: KeyAlgorithm::default(),
                     now: self.now,
                 },
@@ -837,6 +930,90 @@ mod tests {
             created,
             in_machine_set: true,
         }
+    }
+
+    /// Issue 48, the pair (upgrade, CA rotation) of `kamaji_api::lifecycle`: a rotation
+    /// requested while the control plane upgrades starts nothing (no Secret, no fingerprint)
+    /// and says what it waits for; once the upgrade has rolled out it starts.
+    #[test]
+    fn a_rotation_requested_during_an_upgrade_waits_for_it_then_starts() {
+        let mut w = World::new(serde_json::json!({}));
+        w.upgrading = Some("v1.35.4 → v1.36.3".into());
+        let waiting = w.pass(Some("r1"), None, None);
+        assert_eq!(reason(&waiting), reasons::WAITING_FOR_UPGRADE);
+        let message = &waiting.condition.as_ref().unwrap().message;
+        assert!(
+            message.contains("rotation \"r1\" waits for the upgrade v1.35.4 → v1.36.3"),
+            "{message}"
+        );
+        assert!(waiting.writes.is_empty() && waiting.fingerprint.is_none());
+        assert!(
+            waiting.due.is_none(),
+            "the Deployment's events wake the next pass"
+        );
+        w.upgrading = None;
+        let start = w.pass(Some("r1"), None, None);
+        assert_eq!(reason(&start), reasons::TRUSTING_NEW_CA);
+        // Once started, an upgrade does not hold it back (admission refuses a minor one).
+        w.upgrading = Some("v1.36.2 → v1.36.3".into());
+        let on = w.pass(
+            Some("r1"),
+            Some(std::slice::from_ref(&start.fingerprint)),
+            None,
+        );
+        assert_eq!(reason(&on), reasons::ISSUING_FROM_NEW_CA);
+    }
+
+    /// Issue 48, the pair (CA rotation, CA rotation): a new annotation value while a rotation
+    /// runs starts nothing new; the running rotation's condition names the waiting request,
+    /// and the new one starts once the first is done.
+    #[test]
+    fn a_request_made_during_a_rotation_waits_for_it_and_is_named() {
+        let mut w = World::new(serde_json::json!({}));
+        let start = w.pass(Some("r1"), None, None);
+        let again = w.pass(Some("r2"), Some(&[None]), None);
+        assert_eq!(reason(&again), reasons::TRUSTING_NEW_CA);
+        let message = &again.condition.as_ref().unwrap().message;
+        assert!(
+            message.starts_with("rotation \"r1\"")
+                && message.ends_with("rotation \"r2\" waits for rotation \"r1\" to finish"),
+            "{message}"
+        );
+        assert!(again.writes.is_empty(), "nothing of r2 is made");
+        assert_eq!(again.fingerprint, start.fingerprint);
+    }
+
+    /// Issue 48: while replacing workers, the MachineSets Cluster API holds back are named with
+    /// Cluster API's reasons, and for kubeadm's version skew what to do.
+    #[test]
+    fn replacing_workers_names_the_machine_sets_cluster_api_holds_back_and_why() {
+        let held = [HeldMachineSet {
+            name: "md-old-x7k2p".into(),
+            machine_deployment: Some("md-old".into()),
+            reasons: vec![
+                "MachineSet version (1.35.4) and ControlPlane version (1.36.3) do not conform to \
+                 kubeadm version skew policy as kubeadm only supports joining with the same \
+                 major+minor version as the control plane (\"KubeadmVersionSkew\" preflight \
+                 check failed)"
+                    .into(),
+            ],
+        }];
+        let text = held_back(&held);
+        assert!(text.starts_with(
+            "; Cluster API holds back MachineSet md-old-x7k2p of MachineDeployment md-old: \
+             MachineSet version (1.35.4)"
+        ));
+        assert!(text.contains("(\"KubeadmVersionSkew\" preflight check failed)"));
+        assert!(text.ends_with(
+            "(upgrade MachineDeployment md-old to the control plane's minor version: its new \
+             Machines then join with the new CA)"
+        ));
+        let stable = [HeldMachineSet {
+            reasons: vec!["KamajiControlPlane ns/demo is upgrading (\"ControlPlaneIsStable\" preflight check failed)".into()],
+            ..held[0].clone()
+        }];
+        assert!(!held_back(&stable).contains("upgrade MachineDeployment"));
+        assert_eq!(held_back(&[]), "");
     }
 
     /// The whole rotation, pass by pass: trust both, promote once every pod trusts both
@@ -916,6 +1093,26 @@ mod tests {
         assert_eq!(reason(&still), reasons::REPLACING_WORKERS);
         assert!(still.condition.unwrap().message.contains("md-0-old"));
         assert!(still.writes.is_empty());
+        // A replacement Cluster API holds back is named with its reason.
+        w.held = vec![HeldMachineSet {
+            name: "md-0-abc".into(),
+            machine_deployment: Some("md-0".into()),
+            reasons: vec!["(\"KubeadmVersionSkew\" preflight check failed)".into()],
+        }];
+        let held = w.pass(
+            Some("r1"),
+            Some(std::slice::from_ref(&fp)),
+            Some(&old_machine),
+        );
+        let message = held.condition.unwrap().message;
+        assert!(
+            message.contains("md-0-old")
+                && message.contains(
+                    "Cluster API holds back MachineSet md-0-abc of MachineDeployment md-0"
+                ),
+            "{message}"
+        );
+        w.held.clear();
         assert_eq!(
             still.roll_workers_after,
             Some(after),

@@ -24,6 +24,7 @@
 //! before it leaves the configuration, an added one's once it is written encrypted
 //! everywhere ([`RESOURCES_REWRITE_ANNOTATION`]).
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -241,8 +242,7 @@ fn rotation(
     let wait = if settled { None } else { Some(SETTLE_RECHECK) };
     let recorded = annotation(stored, ENCRYPTION_KEY_ROTATION_ANNOTATION);
     let phase = annotation(stored, PHASE_ANNOTATION);
-    // A rotation under way finishes even when the annotation is removed meanwhile.
-    let Some(request) = inputs.request.or(phase.as_ref().and(recorded.as_deref())) else {
+    let (Some(request), waiting) = requests(inputs, phase.as_deref(), recorded.as_deref()) else {
         return Ok(());
     };
     let mut condition;
@@ -326,8 +326,33 @@ fn rotation(
             out.due = Some(SETTLE_RECHECK);
         }
     }
+    if let (Some(cond), Some(next)) = (condition.as_mut(), waiting) {
+        let _ = write!(
+            cond.message,
+            "; rotation {next} waits for rotation {request} to finish"
+        );
+    }
     out.conditions.extend(condition);
     Ok(())
+}
+
+/// The request a rotation step runs, and a request that waits for it. A rotation under way
+/// (`phase`) keeps its own request (`recorded`): it finishes even when the annotation is
+/// removed or changed meanwhile, and a new value waits for it, to get a key made after it was
+/// asked for, not the one the running rotation made before.
+fn requests<'a>(
+    inputs: &Inputs<'a>,
+    phase: Option<&str>,
+    recorded: Option<&'a str>,
+) -> (Option<&'a str>, Option<&'a str>) {
+    let request = match phase {
+        Some(_) => recorded.or(inputs.request),
+        None => inputs.request,
+    };
+    let waiting = inputs
+        .request
+        .filter(|r| phase.is_some() && !r.is_empty() && Some(*r) != request);
+    (request, waiting)
 }
 
 fn rotated(request: &str, key: &str) -> Cond {
@@ -361,8 +386,39 @@ fn configured(config: &Configuration) -> Cond {
     )
 }
 
-/// The change of resources' step, into `out` (no rotation runs).
+/// The change of resources' step, into `out` (no rotation runs). Resources asked for that the
+/// change under way does not hold wait for it: its condition names them.
 fn resources(inputs: &Inputs<'_>, config: &Configuration, settled: bool, out: &mut EncryptionKeys) {
+    resources_step(inputs, config, settled, out);
+    let under_way = annotation(inputs.stored, PHASE_ANNOTATION)
+        .is_some_and(|p| p == RESOURCES_READING || p == RESOURCES_WRITING);
+    let waiting: Vec<String> = inputs
+        .resources
+        .iter()
+        .filter(|r| !config.resources.iter().any(|(n, _)| n == *r))
+        .cloned()
+        .collect();
+    if let Some(cond) = out
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == types::ENCRYPTION_AT_REST_CONFIGURED && c.status == "False")
+        && under_way
+        && !waiting.is_empty()
+    {
+        let _ = write!(
+            cond.message,
+            "; {} waits for the change under way to finish",
+            list(&waiting)
+        );
+    }
+}
+
+fn resources_step(
+    inputs: &Inputs<'_>,
+    config: &Configuration,
+    settled: bool,
+    out: &mut EncryptionKeys,
+) {
     let stored = inputs.stored;
     let desired = inputs.resources;
     let wait = if settled { None } else { Some(SETTLE_RECHECK) };

@@ -8,6 +8,7 @@
 //! - [`endpoint`]: the endpoint, from the Cluster, the ingress or gateway host, the service
 //!   address or the Service;
 //! - [`deployment`]: the control-plane Deployment;
+//! - [`lifecycle`]: what a lifecycle operation waits for ([`kamaji_api::lifecycle`]);
 //! - the tenant's kubeadm artifacts, once its API answers.
 //!
 //! Until the Service exists with its ClusterIP, the plan holds only the roots, the datastore
@@ -20,6 +21,7 @@ pub mod encryption_rotation;
 pub mod endpoint;
 pub mod gateway;
 pub mod ingress;
+pub mod lifecycle;
 pub mod pki;
 pub mod sa_rotation;
 pub mod service;
@@ -290,6 +292,7 @@ pub fn plan(
         .into_iter()
         .map(|s| owned(s, &owner))
         .collect();
+    let upgrading = lifecycle::upgrade_in_progress(spec, observed);
     let mut certificate_authorities = match (&roots.secrets[0], &roots.secrets[1]) {
         (pki::Root::Stored(ca), pki::Root::Stored(front_proxy_ca)) => ca_rotation::plan(
             spec,
@@ -308,6 +311,8 @@ pub fn plan(
                     .as_ref()
                     .map(|p| (p.certificate_authorities.as_slice(), p.rolled_out)),
                 machines: observed.worker_machines.as_deref(),
+                held: observed.held_machine_sets.as_deref(),
+                upgrading: upgrading.as_deref(),
                 algorithm: alg,
                 now,
             },
@@ -842,7 +847,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn datastore() -> Resolved {
+    pub(crate) fn datastore() -> Resolved {
         let ca = CertificateAuthority::generate(
             "datastore-ca",
             KeyAlgorithm::default(),
@@ -861,7 +866,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn settings() -> Settings {
+    pub(crate) fn settings() -> Settings {
         Settings {
             algorithm: KeyAlgorithm::default(),
             management_domain: "cluster.local".into(),
@@ -874,7 +879,7 @@ pub(crate) mod tests {
 
     /// F0's Service as the API server stores it: ClusterIP allocated, load-balancer address
     /// `10.0.0.10` (shared/cases/README.md).
-    fn stored_service(spec: &ValidSpec) -> Service {
+    pub(crate) fn stored_service(spec: &ValidSpec) -> Service {
         let mut s = service::service(spec, &owner(), None);
         s.spec.as_mut().unwrap().cluster_ip = Some("10.0.0.5".into());
         s.status = serde_json::from_value(
@@ -884,7 +889,10 @@ pub(crate) mod tests {
         s
     }
 
-    fn observed(secrets: BTreeMap<String, Secret>, service: Option<Service>) -> Observed {
+    pub(crate) fn observed(
+        secrets: BTreeMap<String, Secret>,
+        service: Option<Service>,
+    ) -> Observed {
         Observed {
             secrets,
             deployment: None,
@@ -893,6 +901,8 @@ pub(crate) mod tests {
             reachable: false,
             control_plane_pods: None,
             worker_machines: None,
+            held_machine_sets: None,
+            status_version: None,
             namespace_secrets: tokio::sync::OnceCell::new(),
         }
     }

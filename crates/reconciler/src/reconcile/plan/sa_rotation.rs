@@ -21,6 +21,7 @@
 //! before it overwrites `<cluster>-sa`, so a pass killed in between finds both keys.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::ByteString;
@@ -195,11 +196,33 @@ fn refusal(spec: &ValidSpec, sa: &Secret, uid: &str) -> Option<String> {
     })
 }
 
-/// The keys of this pass and the next step of a requested rotation.
+/// The keys of this pass and the next step of a requested rotation. A request made while
+/// another rotation runs waits for it (the state keeps the running one's): the running one's
+/// condition names it.
 ///
 /// # Errors
 /// [`Error`] when a stored key does not parse or a new key cannot be generated.
 pub fn plan(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<ServiceAccountKeys, Error> {
+    let running = match phase(inputs.state) {
+        Phase::Trusting { request, .. } | Phase::Overlap { request, .. } => Some(request),
+        Phase::Idle { .. } => None,
+    };
+    let mut out = phases(spec, inputs)?;
+    if let (Some(running), Some(next), Some(cond)) =
+        (running, inputs.request, out.condition.as_mut())
+        && !next.is_empty()
+        && next != running
+    {
+        let _ = write!(
+            cond.message,
+            "; rotation {next:?} waits for rotation {running:?} to finish"
+        );
+    }
+    Ok(out)
+}
+
+/// The keys of this pass and the next step of the rotation under way, or of a new one.
+fn phases(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<ServiceAccountKeys, Error> {
     let sa_key = secrets::tls_pair_of(inputs.service_account)
         .map(|(_, key)| key)
         .unwrap_or_default();
