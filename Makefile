@@ -5,7 +5,7 @@ CARGO ?= cargo
 VERSION ?= v0.1.0
 OUT ?= out
 
-.PHONY: tools host-limits check test fmt-check clippy crds crds-check demo release components bench bench-sim
+.PHONY: tools tools-demo host-limits check test fmt-check clippy crds crds-check demo release components bench bench-sim
 
 ## tools: build the real programs the tests run (etcd, etcdctl; kube-apiserver,
 ## -controller-manager, -scheduler, kubeadm, kubectl, kubelet, kube-proxy, and the previous
@@ -18,6 +18,12 @@ OUT ?= out
 ## "The test environment").
 tools:
 	@tests/tools/build.sh >/dev/null
+
+## tools-demo: only the groups `make demo` runs (tests/tools/build.sh --demo: etcd, Kubernetes,
+## CAPI, the machines' runtime and the images they import; not the previous minor release,
+## kwok or the SQL servers). A later `make tools` builds the rest.
+tools-demo:
+	@tests/tools/build.sh --demo >/dev/null
 
 ## host-limits: raise the kernel's per-user inotify limits the machines share (root; one line
 ## when it changes anything, never lowers them; README, "Real machines").
@@ -57,8 +63,9 @@ crds-check: crds
 
 ## demo: a management cluster on a real machine + CAPI + kamaji-rs + a tenant control plane
 ## that accepts a kubeadm join discovery, and a worker joined through a MachineDeployment
-## (root needed for the machines). KEEP=1 keeps it up.
-demo: tools host-limits
+## (root needed for the machines). KEEP=1 keeps it up. Builds only the tools it runs
+## (make tools-demo).
+demo: tools-demo host-limits
 	$(CARGO) build -q --locked -p kamaji-reconciler --bin manager
 	$(CARGO) run -q --locked -p kamaji-e2e --example demo
 
