@@ -59,9 +59,6 @@ KWOK_VERSION=v0.8.0
 
 die() { echo "make tools: $*" >&2; exit 1; }
 
-command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH (install Go >= 1.26.8 and retry)"
-mkdir -p "$cache" || die "cannot create the tools cache $cache"
-
 # Every group, in the order the bin directory is assembled; all of them by default.
 ALL_GROUPS="etcd k8s k8s-minor kine capi containerd runc cni coredns konnectivity netcheck kwok pause nft gateway-api sql-servers"
 # What `make demo` runs (tests/e2e/examples/demo.rs, an Env with worker machines): the
@@ -99,6 +96,28 @@ done
 $defer_previous && selected=${selected/ k8s-minor / }
 wanted() { [[ $selected == *" $1 "* ]]; }
 
+# Go builds every group but pause, nft and sql-servers.
+if [ -n "$(echo "$selected" | tr ' ' '\n' | grep -v -x -E 'pause|nft|sql-servers|')" ]; then
+    command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH (install Go >= 1.26.8 and retry)"
+fi
+command -v flock >/dev/null 2>&1 || die "no flock on PATH (util-linux)"
+mkdir -p "$cache" || die "cannot create the tools cache $cache"
+
+# lock NAME: takes the lock file $cache/NAME.lock (flock(1)), held on the caller's
+# `local lock_fd` until unlock or the process ends (also killed): two builds on one machine
+# (two worktrees, `make tools` beside `make test`) never build one group at once. The
+# second waits, saying so, and then finds the first's .complete; a lock left by a killed
+# build is released with its process, and its half-built folder is removed by the next.
+lock() {
+    local file="$cache/$1.lock"
+    exec {lock_fd}>>"$file" || die "cannot open the lock $file"
+    if ! flock -n "$lock_fd"; then
+        echo "waiting for another build of $1 (it holds $file)" >&2
+        flock "$lock_fd" || die "cannot take the lock $file"
+    fi
+}
+unlock() { exec {lock_fd}>&-; }
+
 hash_of() { cat "$1/go.mod" "$1"/go.sum "$1"/*.go 2>/dev/null | sha256sum | cut -c1-12; }
 # dir_of GROUP VERSION: the group's cache directory (known before it is built).
 dir_of() { echo "$cache/$1-$2-$(hash_of "$here/$1")"; }
@@ -133,10 +152,16 @@ group_dir() {
 # Static (CGO_ENABLED=0) unless TOOL_CGO=1; TOOL_TAGS are Go build tags.
 build() {
     local group=$1 version=$2 ldflags=$3; shift 3
-    local dir
+    local dir lock_fd
     dir=$(dir_of "$group" "$version")
     if [ -f "$dir/.complete" ]; then return 0; fi
-    rm -rf "$dir" && mkdir -p "$dir/bin"
+    # Also over the log, which is named by the group and version only.
+    lock "$group-$version"
+    if [ -f "$dir/.complete" ]; then unlock; return 0; fi
+    # Built in a folder of its own and moved into place whole, .complete included: the
+    # group's folder is either absent or complete, never half written.
+    local work="$dir.building"
+    rm -rf "$dir" "$work" && mkdir -p "$work/bin" || die "cannot create $work"
     local log="$cache/$group-$version.log"
     echo "building $group $version (first time on this machine; log: $log)" >&2
     local start=$SECONDS pair pkgs=() names=()
@@ -145,7 +170,7 @@ build() {
     # One `go build` for the whole group: its programs compile and link side by side. The
     # linker drops DWARF (-w in every group's ldflags), so the compiler does not make it
     # either (-dwarf=false: about 15 % less CPU on a cold Go build cache).
-    if ! (cd "$here/$group" && CGO_ENABLED=${TOOL_CGO:-0} go build -gcflags "all=-dwarf=false" -tags "${TOOL_TAGS:-}" -ldflags "$ldflags" -o "$dir/out/" "${pkgs[@]}") >>"$log" 2>&1; then
+    if ! (cd "$here/$group" && CGO_ENABLED=${TOOL_CGO:-0} go build -gcflags "all=-dwarf=false" -tags "${TOOL_TAGS:-}" -ldflags "$ldflags" -o "$work/out/" "${pkgs[@]}") >>"$log" 2>&1; then
         local cause
         # The first line that states a cause (not go's progress lines), else the last line.
         cause=$(grep -v -E '^go: (downloading|finding|extracting)' "$log" | grep -m1 -E 'disabled|cannot find|not found|no such host|connection refused|dial tcp|: 4[0-9][0-9] |error|failed|invalid' \
@@ -153,7 +178,7 @@ build() {
         local fetching
         fetching=$(grep -E '^go: downloading ' "$log" | tail -n1 | sed 's/^go: downloading //')
         [ -n "$fetching" ] && cause="$cause (while downloading $fetching)"
-        rm -rf "$dir"
+        rm -rf "$work"
         die "building ${names[*]} ($group $version) failed: ${cause:-see $log} (full log: $log)"
     fi
     # Go names each program after the last element of its package path (the one before a
@@ -162,30 +187,34 @@ build() {
         local pkg=${pair#*=} base
         base=${pkg##*/}
         if [[ $base =~ ^v[0-9]+$ ]]; then base=${pkg%/*}; base=${base##*/}; fi
-        mv "$dir/out/$base" "$dir/bin/${pair%%=*}" || die "building $group $version: go wrote no $base for ${pair%%=*}"
+        mv "$work/out/$base" "$work/bin/${pair%%=*}" || die "building $group $version: go wrote no $base for ${pair%%=*}"
     done
-    rmdir "$dir/out"
-    touch "$dir/.complete"
+    rmdir "$work/out" && touch "$work/.complete" && mv -T "$work" "$dir" || die "cannot move $work to $dir"
+    unlock
     echo "built $group $version in $((SECONDS - start))s" >&2
 }
 
 # debs NAME PACKAGE...: Debian packages fetched with `apt-get download` and unpacked with
 # `dpkg -x` into a cached root; nothing is installed on the machine. Prints the root's parent.
 debs() {
-    local name=$1 dir
+    local name=$1 dir lock_fd
     dir=$(debs_dir_of "$@")
     shift
     if [ -f "$dir/.complete" ]; then echo "$dir"; return 0; fi
-    rm -rf "$dir" && mkdir -p "$dir/deb" "$dir/root"
+    lock "debs-$name"
+    if [ -f "$dir/.complete" ]; then unlock; echo "$dir"; return 0; fi
+    local work="$dir.building"
+    rm -rf "$dir" "$work" && mkdir -p "$work/deb" "$work/root" || die "cannot create $work"
     local log="$cache/debs-$name.log"
     command -v apt-get >/dev/null 2>&1 || die "no apt-get on PATH (Debian packages $* are needed)"
-    if ! (cd "$dir/deb" && apt-get download "$@") >"$log" 2>&1; then
-        rm -rf "$dir"
+    if ! (cd "$work/deb" && apt-get download "$@") >"$log" 2>&1; then
+        rm -rf "$work"
         die "downloading Debian packages $* failed: $(grep -m1 -E '^E:' "$log" || tail -n1 "$log") (run apt-get update once; full log: $log)"
     fi
     local deb
-    for deb in "$dir"/deb/*.deb; do dpkg -x "$deb" "$dir/root" || die "unpacking $deb failed"; done
-    touch "$dir/.complete"
+    for deb in "$work"/deb/*.deb; do dpkg -x "$deb" "$work/root" || die "unpacking $deb failed"; done
+    touch "$work/.complete" && mv -T "$work" "$dir" || die "cannot move $work to $dir"
+    unlock
     echo "$dir"
 }
 
@@ -313,23 +342,32 @@ for _ in 1 2; do
     fi
 done
 
-if wanted pause && [ ! -f "$pause_dir/.complete" ]; then
+build_pause() {
+    local lock_fd
+    lock pause
+    if [ -f "$pause_dir/.complete" ]; then unlock; return 0; fi
     command -v cc >/dev/null 2>&1 || die "no C compiler (cc) on PATH for the pause program"
-    rm -rf "$pause_dir" && mkdir -p "$pause_dir/bin"
-    cc -Os -static -o "$pause_dir/bin/pause" "$here/pause/pause.c" >"$cache/pause.log" 2>&1 \
+    rm -rf "$pause_dir" "$pause_dir.building" && mkdir -p "$pause_dir.building/bin" || die "cannot create $pause_dir.building"
+    cc -Os -static -o "$pause_dir.building/bin/pause" "$here/pause/pause.c" >"$cache/pause.log" 2>&1 \
         || die "building pause failed: $(head -n1 "$cache/pause.log") (full log: $cache/pause.log)"
-    touch "$pause_dir/.complete"
-fi
+    touch "$pause_dir.building/.complete" && mv -T "$pause_dir.building" "$pause_dir" || die "cannot move $pause_dir.building to $pause_dir"
+    unlock
+}
+if wanted pause && [ ! -f "$pause_dir/.complete" ]; then build_pause; fi
 
 # The Gateway API CRDs: only the module's files are needed, no build. Not selected, they are
 # linked when the module is already in the Go module cache (looked up without the network).
 gateway_src=""
 if wanted gateway-api; then
+    # The lock covers the log (Go's module cache locks itself).
+    lock_fd=""
+    lock gateway-api
     gateway_src=$(cd "$cache" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION" 2>"$cache/gateway-api.log" \
         | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
     [ -n "$gateway_src" ] && [ -d "$gateway_src" ] \
         || die "cannot download sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION: $(head -n1 "$cache/gateway-api.log") (full log: $cache/gateway-api.log)"
-else
+    unlock
+elif command -v go >/dev/null 2>&1; then
     gateway_src=$(cd "$cache" && GOPROXY=off GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION" 2>/dev/null \
         | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
     [ -n "$gateway_src" ] && [ -d "$gateway_src" ] || gateway_src=""
@@ -368,6 +406,9 @@ fi
 # group; a plain run and a deferred one link the same directories).
 bin="$cache/bin-$( (for group in $linked; do echo "$group=${dirs[$group]}"; done; cat "${BASH_SOURCE[0]}") | sha256sum | cut -c1-12)"
 mkdir -p "$root/target"
+# One run at a time assembles bin directories ($bin.tmp is shared by the runs that want it).
+lock_fd=""
+lock bin
 if [ -d "$bin" ]; then
     echo "$bin" >"$root/target/tools-bin"
     echo "$bin"
