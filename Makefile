@@ -20,8 +20,9 @@ tools:
 	@tests/tools/build.sh >/dev/null
 
 ## tools-demo: only the groups `make demo` runs (tests/tools/build.sh --demo: etcd, Kubernetes,
-## CAPI, the machines' runtime and the images they import; not the previous minor release,
-## kwok or the SQL servers). A later `make tools` builds the rest.
+## CAPI, the machines' containerd, runc, CNI plugins, pause, nft and CoreDNS; not the previous
+## minor release, kine, konnectivity, netcheck, kwok, the SQL servers or the Gateway API
+## CRDs). A later `make tools` builds the rest.
 tools-demo:
 	@tests/tools/build.sh --demo >/dev/null
 

@@ -61,15 +61,14 @@ die() { echo "make tools: $*" >&2; exit 1; }
 
 # Every group, in the order the bin directory is assembled; all of them by default.
 ALL_GROUPS="etcd k8s k8s-minor kine capi containerd runc cni coredns konnectivity netcheck kwok pause nft gateway-api sql-servers"
-# What `make demo` runs (tests/e2e/examples/demo.rs, an Env with worker machines): the
-# management cluster (etcd, k8s: kube-apiserver, -controller-manager, -scheduler, kubectl),
-# CAPI core and CABPK (capi; its CRDs and webhooks), the datastore (etcd), the management
-# and worker machines (containerd, runc, cni, pause; k8s: kubelet, kube-proxy, kubeadm; nft
-# for the kube-proxy image; coredns on the workers) and the images every machine imports
-# whether used or not (tests/machine: management machines kine and konnectivity's
-# proxy-server, workers konnectivity's proxy-agent, both netcheck). Not: the previous minor
-# release, kwok, the SQL servers, the Gateway API CRDs.
-DEMO_GROUPS="etcd k8s kine capi containerd runc cni coredns konnectivity netcheck pause nft"
+# What `make demo` runs (tests/e2e/examples/demo.rs: an Env with worker machines and without
+# the images only tests run): the management cluster (etcd; k8s: kube-apiserver,
+# -controller-manager, -scheduler, kubectl), CAPI core and CABPK (capi, with its CRDs and
+# webhooks), the datastore (etcd), the management and worker machines (containerd, runc, cni,
+# pause; k8s: kubelet, kube-proxy, kubeadm; nft for the kube-proxy image; coredns on the
+# workers). Not: the previous minor release, kine, konnectivity, netcheck, kwok, the SQL
+# servers, the Gateway API CRDs.
+DEMO_GROUPS="etcd k8s capi containerd runc cni coredns pause nft"
 
 defer_previous=false
 selected=$ALL_GROUPS

@@ -55,12 +55,14 @@ pub struct Env {
 
 /// Options for [`Env`]; obtain with [`Env::builder`].
 #[derive(Debug, Clone)]
+#[allow(clippy::struct_excessive_bools)] // independent on/off switches of a builder
 pub struct EnvBuilder {
     management_machines: usize,
     versions: Vec<String>,
     workers: bool,
     clusterctl: bool,
     gateway_api: bool,
+    test_images: bool,
 }
 
 impl Default for EnvBuilder {
@@ -71,6 +73,7 @@ impl Default for EnvBuilder {
             workers: false,
             clusterctl: false,
             gateway_api: false,
+            test_images: true,
         }
     }
 }
@@ -119,6 +122,16 @@ impl EnvBuilder {
         self
     }
 
+    /// Import the images only tests run on the machines (default: on): kine, the
+    /// konnectivity server and agent, the netcheck client. Off (`make demo`), those programs
+    /// need not be built (`tests/tools/build.sh --demo`); a tenant with a SQL DataStore or
+    /// `addons.konnectivity` then finds no image for them.
+    #[must_use]
+    pub fn test_images(mut self, on: bool) -> Self {
+        self.test_images = on;
+        self
+    }
+
     /// Starts the environment.
     pub async fn start(self) -> Result<Env> {
         Env::launch(self, None).await
@@ -157,7 +170,8 @@ impl Env {
         let by_clusterctl = opts.clusterctl;
         let mut management = ManagementMachines::builder()
             .machines(opts.management_machines)
-            .with_capi_images(by_clusterctl);
+            .with_capi_images(by_clusterctl)
+            .with_test_images(opts.test_images);
         for v in &opts.versions {
             management = management.with_version(v);
         }
@@ -218,7 +232,7 @@ impl Env {
             let tools = kamaji_testenv::Tools::locate()?;
             let images = kamaji_machine::ImageStore::prepare(
                 &tools,
-                &kamaji_machine::images::worker_images(&tools)?,
+                &kamaji_machine::images::worker_images_with(&tools, opts.test_images)?,
             )
             .await?;
             Some(MachineProvider::start(cluster.client(), tools, images))
