@@ -5,7 +5,7 @@ CARGO ?= cargo
 VERSION ?= v0.1.0
 OUT ?= out
 
-.PHONY: tools tools-demo host-limits check test fmt-check clippy crds crds-check demo release components bench bench-sim
+.PHONY: tools tools-demo host-limits check test fmt-check clippy crds crds-check deny demo release components bench bench-sim
 
 ## tools: build the real programs the tests run (etcd, etcdctl; kube-apiserver,
 ## -controller-manager, -scheduler, kubeadm, kubectl, kubelet, kube-proxy, and the previous
@@ -32,10 +32,11 @@ host-limits:
 	@tests/host-limits.sh
 
 ## check: the everyday loop (seconds warm, README "Tests"; budget 3 minutes): format check, clippy -D warnings, CRD
-## drift, and every test that needs neither the built programs nor root. The real-program
-## suites compile to nothing here (KAMAJI_SKIP_REAL_PROGRAMS=1; the build says which).
+## drift, cargo deny (make deny), and every test that needs neither the built programs nor
+## root. The real-program suites compile to nothing here (KAMAJI_SKIP_REAL_PROGRAMS=1; the
+## build says which).
 check: export KAMAJI_SKIP_REAL_PROGRAMS = 1
-check: fmt-check clippy crds-check
+check: fmt-check clippy crds-check deny
 	RUST_TEST_THREADS=2 $(CARGO) test --workspace --all-targets --locked
 	$(CARGO) test --workspace --doc --locked
 
@@ -53,6 +54,13 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## deny: cargo deny check against deny.toml (tests/deny.sh): licenses, bans, sources, and
+## advisories when the RustSec database can be fetched or a copy of it is on disk (one line
+## says when they are skipped). Needs `cargo install cargo-deny --locked` once
+## (docs/development/tools-and-supply-chain.md).
+deny:
+	@CARGO=$(CARGO) tests/deny.sh
 
 ## crds: regenerate config/crd/bases from crates/api.
 crds:
