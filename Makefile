@@ -5,7 +5,7 @@ CARGO ?= cargo
 VERSION ?= v0.1.0
 OUT ?= out
 
-.PHONY: tools host-limits check test fmt-check clippy crds crds-check demo release components bench bench-sim
+.PHONY: tools tools-demo host-limits check test fmt-check clippy crds crds-check deny demo release components bench bench-sim
 
 ## tools: build the real programs the tests run (etcd, etcdctl; kube-apiserver,
 ## -controller-manager, -scheduler, kubeadm, kubectl, kubelet, kube-proxy, and the previous
@@ -19,16 +19,24 @@ OUT ?= out
 tools:
 	@tests/tools/build.sh >/dev/null
 
+## tools-demo: only the groups `make demo` runs (tests/tools/build.sh --demo: etcd, Kubernetes,
+## CAPI, the machines' containerd, runc, CNI plugins, pause, nft and CoreDNS; not the previous
+## minor release, kine, konnectivity, netcheck, kwok, the SQL servers or the Gateway API
+## CRDs). A later `make tools` builds the rest.
+tools-demo:
+	@tests/tools/build.sh --demo >/dev/null
+
 ## host-limits: raise the kernel's per-user inotify limits the machines share (root; one line
 ## when it changes anything, never lowers them; README, "Real machines").
 host-limits:
 	@tests/host-limits.sh
 
 ## check: the everyday loop (seconds warm, README "Tests"; budget 3 minutes): format check, clippy -D warnings, CRD
-## drift, and every test that needs neither the built programs nor root. The real-program
-## suites compile to nothing here (KAMAJI_SKIP_REAL_PROGRAMS=1; the build says which).
+## drift, cargo deny (make deny), and every test that needs neither the built programs nor
+## root. The real-program suites compile to nothing here (KAMAJI_SKIP_REAL_PROGRAMS=1; the
+## build says which).
 check: export KAMAJI_SKIP_REAL_PROGRAMS = 1
-check: fmt-check clippy crds-check
+check: fmt-check clippy crds-check deny
 	RUST_TEST_THREADS=2 $(CARGO) test --workspace --all-targets --locked
 	$(CARGO) test --workspace --doc --locked
 
@@ -47,6 +55,13 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
+## deny: cargo deny check against deny.toml (tests/deny.sh): licenses, bans, sources, and
+## advisories when the RustSec database can be fetched or a copy of it is on disk (one line
+## says when they are skipped). Needs `cargo install cargo-deny --locked` once
+## (docs/development/tools-and-supply-chain.md).
+deny:
+	@CARGO=$(CARGO) tests/deny.sh
+
 ## crds: regenerate config/crd/bases from crates/api.
 crds:
 	$(CARGO) run -q --locked -p kamaji-api --bin crdgen -- config/crd/bases
@@ -57,8 +72,9 @@ crds-check: crds
 
 ## demo: a management cluster on a real machine + CAPI + kamaji-rs + a tenant control plane
 ## that accepts a kubeadm join discovery, and a worker joined through a MachineDeployment
-## (root needed for the machines). KEEP=1 keeps it up.
-demo: tools host-limits
+## (root needed for the machines). KEEP=1 keeps it up. Builds only the tools it runs
+## (make tools-demo).
+demo: tools-demo host-limits
 	$(CARGO) build -q --locked -p kamaji-reconciler --bin manager
 	$(CARGO) run -q --locked -p kamaji-e2e --example demo
 

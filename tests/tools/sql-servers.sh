@@ -46,6 +46,18 @@ command -v apt-get >/dev/null 2>&1 || die "no apt-get on PATH (Debian packages $
 
 cache=${KAMAJI_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kamaji-rs/tools}
 mkdir -p "$cache" || die "cannot create the tools cache $cache"
+# One installation at a time (two `make tools` at once would save and restore each other's
+# policy-rc.d, and apt-get refuses a second run): a second waits, then finds the programs.
+lock="$cache/sql-servers.lock"
+exec {lock_fd}>>"$lock" || die "cannot open the lock $lock"
+if ! flock -n "$lock_fd"; then
+    echo "waiting for another installation of ${packages[*]} (it holds $lock)" >&2
+    flock "$lock_fd" || die "cannot take the lock $lock"
+fi
+packages=()
+postgres_bin >/dev/null || packages+=(postgresql-15)
+mariadb_present || packages+=(mariadb-server mariadb-client)
+[ ${#packages[@]} -eq 0 ] && exit 0
 log="$cache/sql-servers.log"
 echo "installing ${packages[*]} (first time on this machine; log: $log)" >&2
 
@@ -73,13 +85,14 @@ trap restore_policy EXIT
 printf '#!/bin/sh\n# kamaji-rs tests/tools/sql-servers.sh: no service starts while it installs.\nexit 101\n' >"$policy" &&
     chmod 755 "$policy" || die "cannot write $policy"
 
+# Without the lock's descriptor: a server the packages' scripts leave running must not hold it.
 install() {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${packages[@]}" >>"$log" 2>&1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${packages[@]}" >>"$log" 2>&1 {lock_fd}>&-
 }
 : >"$log"
 if ! install; then
     # The package lists may be missing or stale: refresh them once.
-    apt-get update >>"$log" 2>&1
+    apt-get update >>"$log" 2>&1 {lock_fd}>&-
     install || die "installing ${packages[*]} failed: $(grep -m1 -E '^E:' "$log" || tail -n1 "$log") (full log: $log)"
 fi
 

@@ -54,7 +54,13 @@ async fn demo() -> Result<()> {
         started,
         "starting the local management cluster (etcd, kube-apiserver, controller-manager, scheduler, CAPI core, CABPK), a management machine (kubelet, containerd, kube-proxy), the datastore and the kamaji-rs manager",
     );
-    let env = kamaji_e2e::Env::start_with_machines().await?;
+    // Without the images only tests run (kine, konnectivity, netcheck): `make demo` builds
+    // only the programs the demo runs (tests/tools/build.sh --demo).
+    let env = kamaji_e2e::Env::builder()
+        .workers(true)
+        .test_images(false)
+        .start()
+        .await?;
     step(
         started,
         &format!("management cluster up: {}", env.cluster.server_url()),

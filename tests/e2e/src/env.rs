@@ -63,6 +63,7 @@ pub struct EnvBuilder {
     clusterctl: bool,
     gateway_api: bool,
     default_datastore: bool,
+    test_images: bool,
 }
 
 impl Default for EnvBuilder {
@@ -74,6 +75,7 @@ impl Default for EnvBuilder {
             clusterctl: false,
             gateway_api: false,
             default_datastore: true,
+            test_images: true,
         }
     }
 }
@@ -131,6 +133,16 @@ impl EnvBuilder {
         self
     }
 
+    /// Import the images only tests run on the machines (default: on): kine, the
+    /// konnectivity server and agent, the netcheck client. Off (`make demo`), those programs
+    /// need not be built (`tests/tools/build.sh --demo`); a tenant with a SQL DataStore or
+    /// `addons.konnectivity` then finds no image for them.
+    #[must_use]
+    pub fn test_images(mut self, on: bool) -> Self {
+        self.test_images = on;
+        self
+    }
+
     /// Starts the environment.
     pub async fn start(self) -> Result<Env> {
         Env::launch(self, None).await
@@ -169,7 +181,8 @@ impl Env {
         let by_clusterctl = opts.clusterctl;
         let mut management = ManagementMachines::builder()
             .machines(opts.management_machines)
-            .with_capi_images(by_clusterctl);
+            .with_capi_images(by_clusterctl)
+            .with_test_images(opts.test_images);
         for v in &opts.versions {
             management = management.with_version(v);
         }
@@ -230,7 +243,7 @@ impl Env {
             let tools = kamaji_testenv::Tools::locate()?;
             let images = kamaji_machine::ImageStore::prepare(
                 &tools,
-                &kamaji_machine::images::worker_images(&tools)?,
+                &kamaji_machine::images::worker_images_with(&tools, opts.test_images)?,
             )
             .await?;
             Some(MachineProvider::start(cluster.client(), tools, images))

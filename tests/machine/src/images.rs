@@ -127,21 +127,44 @@ pub fn node_images(tools: &Tools) -> Result<Vec<ImageBuilder>> {
     ])
 }
 
+/// The images of a management machine that only tests run: the netcheck client, the
+/// konnectivity server (`addons.konnectivity`) and kine (SQL data stores).
+///
+/// # Errors
+/// When a program is missing.
+pub fn test_images_of_management_machines(tools: &Tools) -> Result<Vec<ImageBuilder>> {
+    Ok(vec![
+        netcheck(tools)?,
+        konnectivity(tools, "proxy-server")?,
+        kine(tools)?,
+    ])
+}
+
 /// The worker images: the [`node_images`], `CoreDNS`, the konnectivity agent and the
 /// netcheck client.
 ///
 /// # Errors
 /// When a program or library is missing.
 pub fn worker_images(tools: &Tools) -> Result<Vec<ImageBuilder>> {
+    worker_images_with(tools, true)
+}
+
+/// The worker images, with the konnectivity agent and the netcheck client only when
+/// `test_images` (the images only tests run; `make demo` runs without them).
+///
+/// # Errors
+/// When a program or library is missing.
+pub fn worker_images_with(tools: &Tools, test_images: bool) -> Result<Vec<ImageBuilder>> {
     let mut images = node_images(tools)?;
-    images.extend([
+    images.push(
         ImageBuilder::new(COREDNS_IMAGE)?
             .file("/coredns", tools.path("coredns"), 0o755)
             .entrypoint(["/coredns"])
             .user("65532"),
-        konnectivity(tools, "proxy-agent")?,
-        netcheck(tools)?,
-    ]);
+    );
+    if test_images {
+        images.extend([konnectivity(tools, "proxy-agent")?, netcheck(tools)?]);
+    }
     // kube-proxy of every other built version that has one (the previous minor's), for a
     // tenant of that version (its kube-proxy DaemonSet follows the tenant's version).
     if let Ok(versions) = std::fs::read_dir(tools.bin_dir().join("versions")) {

@@ -34,7 +34,7 @@ use kamaji_testenv::pki::kubeconfig;
 use kamaji_testenv::{KUBERNETES_VERSION, LocalCluster, Tools};
 use kube::api::Api;
 
-use crate::images::{control_plane_images, kube_proxy_image, netcheck, node_images};
+use crate::images::{control_plane_images, kube_proxy_image, node_images};
 use crate::load_balancer::LoadBalancer;
 use crate::machine::{Machine, MachineSpec};
 use crate::network;
@@ -67,6 +67,7 @@ pub struct Builder {
     machines: usize,
     versions: Vec<String>,
     capi_images: bool,
+    test_images: bool,
 }
 
 impl Default for Builder {
@@ -75,6 +76,7 @@ impl Default for Builder {
             machines: 1,
             versions: vec![KUBERNETES_VERSION.to_owned()],
             capi_images: false,
+            test_images: true,
         }
     }
 }
@@ -105,6 +107,16 @@ impl Builder {
         self
     }
 
+    /// Also import the images only tests run (default: on): the netcheck client, the
+    /// konnectivity server and kine ([`crate::images::test_images_of_management_machines`]).
+    /// Off, the machines need none of those programs built (`make demo` builds only what it
+    /// runs: `tests/tools/build.sh --demo`).
+    #[must_use]
+    pub fn with_test_images(mut self, on: bool) -> Self {
+        self.test_images = on;
+        self
+    }
+
     /// Starts the machines and joins them to `cluster`; returns once every Node is Ready
     /// and routed.
     ///
@@ -121,7 +133,7 @@ impl Builder {
     /// # Errors
     /// When a machine does not come up.
     pub async fn boot(self, tools: &Tools) -> Result<BootedMachines> {
-        let store = image_store(tools, &self.versions, self.capi_images).await?;
+        let store = image_store(tools, &self.versions, self.capi_images, self.test_images).await?;
         let indices = take_indices(self.machines)?;
         let pid = std::process::id();
         let starts = indices.0.iter().map(|i| {
@@ -173,14 +185,19 @@ impl Drop for Indices {
     }
 }
 
-/// The images of every management machine: pause, kube-proxy, the netcheck test client, the
-/// konnectivity server, kine (the sidecar of SQL data stores) and the control-plane images of
-/// `versions`, in a store made once for them.
-async fn image_store(tools: &Tools, versions: &[String], capi: bool) -> Result<ImageStore> {
+/// The images of every management machine: pause, kube-proxy, the control-plane images of
+/// `versions` and, with `test_images`, the netcheck test client, the konnectivity server and
+/// kine (the sidecar of SQL data stores), in a store made once for them.
+async fn image_store(
+    tools: &Tools,
+    versions: &[String],
+    capi: bool,
+    test_images: bool,
+) -> Result<ImageStore> {
     let mut images = node_images(tools)?;
-    images.push(netcheck(tools)?);
-    images.push(crate::images::konnectivity(tools, "proxy-server")?);
-    images.push(crate::images::kine(tools)?);
+    if test_images {
+        images.extend(crate::images::test_images_of_management_machines(tools)?);
+    }
     if capi {
         images.extend(crate::images::capi_images(tools)?);
     }
