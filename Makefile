@@ -14,8 +14,8 @@ OUT ?= out
 ## CoreDNS, the konnectivity server and agent, kine, pause, netcheck; nft from Debian packages;
 ## the Gateway API's TLSRoute CRD) from Go modules into
 ## ${KAMAJI_TOOLS_CACHE:-${XDG_CACHE_HOME:-~/.cache}/kamaji-rs/tools} (once), and install
-## PostgreSQL 15 and MariaDB 10.11 when absent (tests/tools/sql-servers.sh, as root; README,
-## "The test environment").
+## PostgreSQL 15 and MariaDB 10.11 when absent (tests/tools/sql-servers.sh, as root;
+## docs/development/test-environment.md).
 tools:
 	@tests/tools/build.sh >/dev/null
 
@@ -27,14 +27,14 @@ tools-demo:
 	@tests/tools/build.sh --demo >/dev/null
 
 ## host-limits: raise the kernel's per-user inotify limits the machines share (root; one line
-## when it changes anything, never lowers them; README, "Real machines").
+## when it changes anything, never lowers them; docs/development/real-machines.md).
 host-limits:
 	@tests/host-limits.sh
 
-## check: the everyday loop (seconds warm, README "Tests"; budget 3 minutes): format check, clippy -D warnings, CRD
-## drift, cargo deny (make deny), and every test that needs neither the built programs nor
-## root. The real-program suites compile to nothing here (KAMAJI_SKIP_REAL_PROGRAMS=1; the
-## build says which).
+## check: the everyday loop (seconds warm, docs/development/tests.md; budget 3 minutes): format
+## check, clippy -D warnings, CRD drift, cargo deny (make deny), and every test that needs
+## neither the built programs nor root. The real-program suites compile to nothing here
+## (KAMAJI_SKIP_REAL_PROGRAMS=1; the build says which).
 check: export KAMAJI_SKIP_REAL_PROGRAMS = 1
 check: fmt-check clippy crds-check deny
 	RUST_TEST_THREADS=2 $(CARGO) test --workspace --all-targets --locked
@@ -80,7 +80,7 @@ demo: tools-demo host-limits
 
 ## release: $(OUT)/control-plane-components.yaml + metadata.yaml + the cluster templates for
 ## `clusterctl init --control-plane kamaji` from a local repository (`make components`), and
-## the manager as an OCI image tar, $(OUT)/manager-image.tar, named $(IMAGE) (README, "Install").
+## the manager as an OCI image tar, $(OUT)/manager-image.tar, named $(IMAGE) (docs/install.md).
 IMAGE ?= ghcr.io/kamaji-rs/manager:$(VERSION)
 release: crds components
 	$(CARGO) build -q --release --locked -p kamaji-reconciler --bin manager

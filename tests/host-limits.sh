@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one host setting the real machines need (README, "Real machines"): they share this
+# The one host setting the real machines need (docs/development/real-machines.md): they share this
 # kernel and with it the per-user inotify limits, which a real machine would have to itself.
 # Raises fs.inotify.max_user_instances and max_user_watches where they are lower, says so in
 # one line, and never lowers them. The figures are kamaji_machine::machine's

@@ -2,7 +2,7 @@
 # `make test`, what CI runs: the tools, the format, clippy and CRD drift checks, and every
 # test of the workspace with the real-program suites compiled in.
 #
-# Arranged for 2 cores, where the run is bound by CPU (README, "Tests"):
+# Arranged for 2 cores, where the run is bound by CPU (docs/development/tests.md):
 #   1. The Go tools build (tests/tools/build.sh --defer-previous) runs in the background at
 #      nice 10 while cargo checks the format and the CRD drift and builds every test, the
 #      suites gated on the programs included (KAMAJI_ASSUME_REAL_PROGRAMS=1).
@@ -26,7 +26,7 @@ export RUST_TEST_THREADS=${RUST_TEST_THREADS:-2}
 # built (kamaji-test-gate): once, not once without them and again with them.
 export KAMAJI_ASSUME_REAL_PROGRAMS=1
 
-# The heavy suites, balanced by their run times on 2 cores (README).
+# The heavy suites, balanced by their run times on 2 cores (BENCHMARKS.md).
 LANE_A=(fields datastores cases ca_rotation lifecycle clusterctl)
 LANE_B=(e2e_main workers konnectivity rotation field_reports upgrades robustness)
 # The suites with tests that run PREVIOUS_MINOR_KUBERNETES_VERSION (tests/testenv), and

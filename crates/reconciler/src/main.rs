@@ -4,7 +4,7 @@
 
 /// jemalloc instead of glibc's allocator: at 1,000 simulated tenants the manager spent about
 /// a fifth of its CPU in glibc's `malloc` and `free`; with jemalloc it used 15 % less CPU per
-/// tenant at the same peak RSS (`make bench-sim`, README).
+/// tenant at the same peak RSS (`make bench-sim`, BENCHMARKS.md).
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -106,7 +106,7 @@ struct Args {
     /// Worker threads of the async runtime, which run the watches, the requests and the
     /// passes' I/O beside the main thread, which runs the controller (at least 1). One is
     /// enough for 1,000 tenants (about 20 ms of CPU per tenant provisioned): more add wakeups
-    /// between threads, a few percent of the CPU at scale (README, "Benchmarks"). RSA key
+    /// between threads, a few percent of the CPU at scale (BENCHMARKS.md). RSA key
     /// generation leaves its worker either way, so it holds up no other work.
     #[arg(long, env = "WORKER_THREADS", default_value_t = 1,
         value_parser = clap::value_parser!(u16).range(1..))]
@@ -287,6 +287,74 @@ async fn sigterm() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory as _;
+
+    /// The flags table of `docs/configuration.md`: each row whose first cell is a flag, as
+    /// (flag, environment variable cell, default cell).
+    fn documented_flags(page: &str) -> Vec<(String, String, String)> {
+        page.lines()
+            .filter(|line| line.starts_with("| `--"))
+            .map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let cell = |i: usize| cells.get(i).copied().unwrap_or_default().to_owned();
+                (cell(1).trim_matches('`').to_owned(), cell(2), cell(3))
+            })
+            .collect()
+    }
+
+    /// Every flag of `manager --help` has a row in `docs/configuration.md` naming it as
+    /// `--flag`, with its environment variable and its default, and every row names a flag the
+    /// manager has: the page cannot fall behind the flags.
+    #[test]
+    fn every_manager_flag_is_documented_in_docs_configuration() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
+        let page = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+        let rows = documented_flags(&page);
+        let command = Args::command();
+        let mut problems = Vec::new();
+        let mut flags = Vec::new();
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            let flag = format!("--{long}");
+            flags.push(flag.clone());
+            let Some((_, env_cell, default_cell)) = rows.iter().find(|(f, _, _)| *f == flag) else {
+                problems.push(format!("{flag} has no row in the flags table"));
+                continue;
+            };
+            if let Some(env) = arg.get_env() {
+                let env = format!("`{}`", env.to_string_lossy());
+                if !env_cell.contains(&env) {
+                    problems.push(format!(
+                        "{flag}: its environment variable {env} is not in its row"
+                    ));
+                }
+            }
+            for default in arg.get_default_values() {
+                let default = default.to_string_lossy();
+                let shown = if default.is_empty() {
+                    "`\"\"`".to_owned()
+                } else {
+                    format!("`{default}`")
+                };
+                if !default_cell.contains(&shown) {
+                    problems.push(format!("{flag}: its default {shown} is not in its row"));
+                }
+            }
+        }
+        for (flag, _, _) in &rows {
+            if !flags.contains(flag) {
+                problems.push(format!("{flag} is documented but manager has no such flag"));
+            }
+        }
+        assert!(
+            problems.is_empty(),
+            "docs/configuration.md is out of date:\n{}",
+            problems.join("\n")
+        );
+    }
 
     #[test]
     fn an_optional_flag_left_at_clusterctls_empty_default_means_none() {

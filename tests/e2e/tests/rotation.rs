@@ -394,7 +394,7 @@ async fn a_service_account_key_rotation_refuses_no_token_until_the_overlap_ends(
     assert_eq!(env.secret(ns, "demo-sa").await.unwrap().data, sa_after.data);
 }
 
-/// The DataStore's CA rotated by the datastore's owner, with overlap (README, "CA rotation"):
+/// The DataStore's CA rotated by the datastore's owner, with overlap (docs/pki-and-rotations.md, "DataStore CA rotation"):
 /// the etcd already trusts client certificates of the old and the new CA; the DataStore's
 /// `certificateAuthority.certificate` becomes the bundle of both with the new private key.
 /// The tenant's datastore client certificate is reissued from the new CA, its `ca.crt` (the

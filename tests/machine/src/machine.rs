@@ -96,7 +96,7 @@ fn check_inotify_limits_in(dir: &Path) -> Result<()> {
         if current < wanted {
             bail!(
                 "fs.inotify.{name} is {current}, below the {wanted} that machines sharing this \
-                 kernel need: run `make host-limits` as root (README, \"Real machines\")"
+                 kernel need: run `make host-limits` as root (docs/development/real-machines.md)"
             );
         }
     }
