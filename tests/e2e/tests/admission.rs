@@ -1455,7 +1455,48 @@ async fn a_stuck_upgrade_goes_back_to_status_version_and_unsupported_versions_ar
         &["spec.version", unsupported],
     )
     .await?;
-    Ok(())
+    no_minor_upgrade_during_a_ca_rotation(&kcps).await
+}
+
+/// Issue 48, the refused pair of `kamaji_api::lifecycle` (CA rotation, minor upgrade): while the
+/// status shows a CA rotation in one of its phases, `spec.version` keeps its minor (a patch
+/// release is admitted); once `CertificateAuthoritiesRotated` is True the minor upgrade is
+/// admitted.
+async fn no_minor_upgrade_during_a_ca_rotation(kcps: &Api<DynamicObject>) -> Result<()> {
+    let name = "upgrade-during-ca-rotation";
+    create_kcp(kcps, name, &json!({"version": "v1.35.2"})).await?;
+    let rotation = |status: &str, reason: &str| {
+        json!({"status": {"version": "v1.35.2", "conditions": [{
+            "type": "CertificateAuthoritiesRotated", "status": status, "reason": reason,
+            "message": "rotation \"r1\"", "lastTransitionTime": "2026-12-07T16:00:00Z"}]}})
+    };
+    for phase in kamaji_api::validation::CA_ROTATION_PHASE_REASONS {
+        kcps.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(rotation("False", phase)),
+        )
+        .await?;
+        update_refused(
+            kcps,
+            name,
+            json!({"version": "v1.36.3"}),
+            &[
+                "spec.version",
+                kamaji_api::validation::MINOR_UPGRADE_DURING_CA_ROTATION,
+            ],
+        )
+        .await
+        .with_context(|| format!("phase {phase}"))?;
+    }
+    update_accepted(kcps, name, json!({"version": "v1.35.4"})).await?;
+    kcps.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(rotation("True", "Rotated")),
+    )
+    .await?;
+    update_accepted(kcps, name, json!({"version": "v1.36.3"})).await
 }
 
 /// The endpoint host the controller writes with a merge patch touching only this field.
