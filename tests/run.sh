@@ -25,6 +25,24 @@ export RUST_TEST_THREADS=${RUST_TEST_THREADS:-2}
 # The real-program suites compile in from the first build, while the tools are still being
 # built (kamaji-test-gate): once, not once without them and again with them.
 export KAMAJI_ASSUME_REAL_PROGRAMS=1
+# cargo builds into a target folder outside the clone, kept between runs on this machine like
+# the tools cache (KAMAJI_CARGO_TARGET, else ${XDG_CACHE_HOME:-~/.cache}/kamaji-rs/cargo-target;
+# a CARGO_TARGET_DIR already set wins). A fresh clone then reuses every dependency built
+# before (about 400 crates, most of the build's CPU) and rebuilds the workspace's own crates:
+# their fingerprints name their sources by absolute path, so another clone's are never taken
+# for this one's, and the dependencies' by the registry's files and flags, which are the same.
+# One run at a time holds the folder, so a second `make test` on the machine waits instead of
+# replacing the test binaries the first one is running: the script runs again under flock(1)
+# holding the lock (-o: no program the run starts inherits it, so one left running cannot
+# keep it).
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${KAMAJI_CARGO_TARGET:-${XDG_CACHE_HOME:-$HOME/.cache}/kamaji-rs/cargo-target}}
+if [ -z "${KAMAJI_MAKE_TEST_LOCKED:-}" ]; then
+    mkdir -p "$CARGO_TARGET_DIR"
+    lock="$CARGO_TARGET_DIR/.make-test.lock"
+    flock -n "$lock" true ||
+        echo "make test: waiting for another make test that uses $CARGO_TARGET_DIR"
+    KAMAJI_MAKE_TEST_LOCKED=1 exec flock -o "$lock" "$PWD/tests/run.sh" "$@"
+fi
 
 # The heavy suites, balanced by their run times on 2 cores (BENCHMARKS.md).
 LANE_A=(fields datastores cases ca_rotation lifecycle clusterctl)
