@@ -85,7 +85,8 @@ IMAGE ?= ghcr.io/kamaji-rs/manager:$(VERSION)
 release: crds components
 	$(CARGO) build -q --release --locked -p kamaji-reconciler --bin manager
 	$(CARGO) run -q --release --locked -p kamaji-machine --bin manager-image -- \
-	    --binary target/release/manager --reference $(IMAGE) --out $(OUT)/manager-image.tar
+	    --binary "$${CARGO_TARGET_DIR:-target}/release/manager" --reference $(IMAGE) \
+	    --out $(OUT)/manager-image.tar
 
 ## components: the clusterctl artifacts alone, no build (what the clusterctl init test installs
 ## from its local repository): the CRDs, RBAC and manager manifests as one components file

@@ -28,9 +28,10 @@ pub enum Operation {
     EncryptionResourcesChange,
     /// The DataStore's owner rotating its CA (`DataStore.spec.tlsConfig.certificateAuthority`).
     DataStoreCaRotation,
-    /// `spec.version` to the next minor version.
+    /// `spec.version` to the minor version after `status.version`'s (the last version every
+    /// replica ran).
     MinorUpgrade,
-    /// `spec.version` to another patch release of the same minor version.
+    /// `spec.version` to another patch release of `status.version`'s minor version.
     PatchUpgrade,
     /// A change of `spec.replicas`.
     Scaling,
@@ -87,7 +88,8 @@ impl Operation {
             }
             Self::EncryptionResourcesChange => "`spec.encryptionAtRest.resources`",
             Self::DataStoreCaRotation => "the DataStore's `spec.tlsConfig.certificateAuthority`",
-            Self::MinorUpgrade | Self::PatchUpgrade => "`spec.version`",
+            Self::MinorUpgrade => "`spec.version`, the minor after `status.version`'s",
+            Self::PatchUpgrade => "`spec.version`, another patch of `status.version`'s minor",
             Self::Scaling => "`spec.replicas`",
             Self::KonnectivityChange => "`spec.addons.konnectivity`",
             Self::DataStoreMigration => "`spec.dataStoreName`",
@@ -140,13 +142,16 @@ impl Decision {
     }
 }
 
+/// The reason of every pair that runs together without a reason of its own.
+pub const TOGETHER: &str = "they touch different material; the pod rolls combine";
+
 /// The decision for `requested` while `running` runs, with its reason in one sentence.
 #[must_use]
 pub fn decide(running: Operation, requested: Operation) -> (Decision, &'static str) {
     use Decision::{Refused, Together, Unavailable, Waits};
     use Operation::{
-        CaRotation, DataStoreMigration, EncryptionKeyRotation, EncryptionResourcesChange,
-        MinorUpgrade, PatchUpgrade, ServiceAccountKeyRotation,
+        CaRotation, DataStoreCaRotation, DataStoreMigration, EncryptionKeyRotation,
+        EncryptionResourcesChange, MinorUpgrade, PatchUpgrade, ServiceAccountKeyRotation,
     };
     match (running, requested) {
         (DataStoreMigration, _) | (_, DataStoreMigration) => (
@@ -185,18 +190,35 @@ pub fn decide(running: Operation, requested: Operation) -> (Decision, &'static s
             "`spec.version` is at most one minor above `status.version`, the last version \
              fully rolled out",
         ),
-        (MinorUpgrade | PatchUpgrade, CaRotation) => (
+        (MinorUpgrade, CaRotation) => (
             Waits,
             "the rotation starts once the control plane runs `spec.version` everywhere \
              (`WaitingForUpgrade`): Cluster API creates no worker Machine while the control \
              plane upgrades (`ControlPlaneIsStable`), and the rotation replaces the workers; \
-             workers still on the previous minor hold it in `ReplacingWorkers`, which names \
-             the MachineSets Cluster API holds back and why",
+             workers still on the previous minor then hold it in `ReplacingWorkers`, which \
+             names the MachineSets Cluster API holds back and why",
         ),
-        _ => (
+        (PatchUpgrade, CaRotation) => (
+            Waits,
+            "the rotation starts once every replica runs the new patch release \
+             (`WaitingForUpgrade`): Cluster API creates no worker Machine while the control \
+             plane upgrades (`ControlPlaneIsStable`), and a rotation started after the roll \
+             has none of its phases in a roll that may still be backed out",
+        ),
+        (CaRotation, PatchUpgrade) => (
             Together,
-            "they touch different material; the pod rolls combine",
+            "a patch release keeps the minor, so the replacement workers still join; \
+             `ReplacingWorkers` waits while the control plane rolls (Cluster API's \
+             `ControlPlaneIsStable`), and its condition quotes Cluster API saying so",
         ),
+        (DataStoreCaRotation, DataStoreCaRotation) => (
+            Together,
+            "each tenant follows the DataStore as it is (a client certificate from the CA the \
+             key belongs to, `--etcd-cafile` the bundle), so a second change rolls the tenants \
+             onto the newest; the DataStore's owner drops a CA from the etcd's trust only once \
+             every tenant shows `RollingOut=False`",
+        ),
+        _ => (Together, TOGETHER),
     }
 }
 
@@ -238,15 +260,15 @@ pub fn operations_markdown() -> String {
     out
 }
 
-/// The pairs that are not [`Decision::Together`], with their reasons, as a Markdown list
-/// (the notes under the matrix).
+/// The pairs with a reason of their own (every one that is not together, and those together for
+/// a reason other than [`TOGETHER`]), as a Markdown list (the notes under the matrix).
 #[must_use]
 pub fn notes_markdown() -> String {
     let mut out = String::new();
     for running in Operation::ALL {
         for requested in Operation::ALL {
             let (decision, why) = decide(running, requested);
-            if matches!(decision, Decision::Together | Decision::Unavailable) {
+            if decision == Decision::Unavailable || why == TOGETHER {
                 continue;
             }
             let _ = writeln!(

@@ -757,10 +757,22 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
         "{refused}"
     );
     stored_without_the_admission_plugin_rules(&env, "tenant-a", "demo", plugins).await;
-    let kcp = env
-        .wait_kcp_condition("tenant-a", "demo", "SpecValid", "False", MINUTE)
-        .await
-        .unwrap();
+    // Read, not watched: the CRD's storage was replaced twice, and a watch from before would
+    // start at a resource version it no longer has.
+    let kcps = Api::<KamajiControlPlane>::namespaced(env.client(), "tenant-a");
+    let deadline = tokio::time::Instant::now() + MINUTE;
+    let kcp = loop {
+        let kcp = kcps.get("demo").await.unwrap();
+        if condition_status(&kcp, "SpecValid").as_deref() == Some("False") {
+            break kcp;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "SpecValid not False: {:?}",
+            kcp.status
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     let msg = condition_message(&kcp, "SpecValid");
     assert!(
         msg.contains("PodSecurityPolicy") && msg.contains("spec.admissionControllers"),
@@ -1231,4 +1243,15 @@ async fn stored_without_the_admission_plugin_rules(
     crds.replace(crd_name, &PostParams::default(), &restored)
         .await
         .unwrap();
+}
+
+/// The status of condition `type_` of `kcp`, if set.
+fn condition_status(kcp: &KamajiControlPlane, type_: &str) -> Option<String> {
+    kcp.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
 }

@@ -200,7 +200,6 @@ fn a_minor_upgrade_keeps_the_api_and_the_old_minors_worker_and_a_new_worker_join
             .await?;
         env.wait_machines_running(ns, 2, 4 * MINUTE).await?;
         let after = wait_nodes_ready(&tenant, 2).await?;
-        let rotation = ca_rotation_with_a_worker_of_the_previous_minor(&env, ns, name).await?;
         stop.store(true, Ordering::Relaxed);
         let not_ready = node_watch.await?;
         let versions = version_watch.await?;
@@ -226,6 +225,11 @@ fn a_minor_upgrade_keeps_the_api_and_the_old_minors_worker_and_a_new_worker_join
             "/readyz failed {failed} times (of {}) during the minor upgrade: {why:#?}",
             ok + failed
         );
+        // Then a CA rotation while the old minor's worker is still there (its kubeconfigs
+        // change: the probe and watches above used the ones from before).
+        let rotation =
+            ca_rotation_with_a_worker_of_the_previous_minor(&env, ns, name, &old_node).await?;
+        let tenant = env.tenant_client(ns, name).await?;
         let nodes = wait_nodes_ready(&tenant, 2).await?;
         assert!(
             nodes.iter().all(|(_, kubelet, _)| kubelet == to),
@@ -237,6 +241,11 @@ fn a_minor_upgrade_keeps_the_api_and_the_old_minors_worker_and_a_new_worker_join
             "ReplacingWorkers names the MachineSet Cluster API holds back and why: {}",
             rotation.held_message
         );
+        assert!(
+            rotation.without_ready.is_empty(),
+            "during the rotation: {:?}",
+            rotation.without_ready
+        );
         Ok(())
     })
     .unwrap();
@@ -247,6 +256,56 @@ struct HeldRotation {
     /// The `CertificateAuthoritiesRotated` message while Cluster API held the old minor's
     /// replacement back.
     held_message: String,
+    /// Each look (every second) that found no Ready Node, or the old minor's worker there but
+    /// not Ready.
+    without_ready: Vec<String>,
+}
+
+/// Looks at the tenant's Nodes every second until `stop`, through the kubeconfig published at
+/// each look (a CA rotation replaces it): each look with no Ready Node, or, until `replacing`,
+/// with `old_node` there and not Ready, is recorded.
+fn watch_workers(
+    env: &Env,
+    (ns, name): (&str, &str),
+    old_node: &str,
+    stop: Arc<AtomicBool>,
+    replacing: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    let (client, ns, name, old_node) = (
+        env.client(),
+        ns.to_owned(),
+        name.to_owned(),
+        old_node.to_owned(),
+    );
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let listed = match kamaji_testenv::kubeconfig::config_from_secret(
+                &client,
+                &ns,
+                &format!("{name}-kubeconfig"),
+                "value",
+            )
+            .await
+            .and_then(|c| Ok(kube::Client::try_from(c)?))
+            {
+                Ok(tenant) => nodes(&tenant).await.ok(),
+                Err(_) => None,
+            };
+            // A failed look is the API's to report (the rotation keeps it up): not counted.
+            if let Some(now) = listed {
+                if !now.iter().any(|n| n.2) {
+                    seen.push(format!("no Ready Node: {now:?}"));
+                }
+                if !replacing.load(Ordering::Relaxed) && now.iter().any(|n| n.0 == old_node && !n.2)
+                {
+                    seen.push(format!("{old_node} not Ready"));
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        seen
+    })
 }
 
 /// Issue 48: a CA rotation asked for while a worker still runs the previous minor (the control
@@ -259,6 +318,7 @@ async fn ca_rotation_with_a_worker_of_the_previous_minor(
     env: &Env,
     ns: &str,
     name: &str,
+    old_node: &str,
 ) -> anyhow::Result<HeldRotation> {
     use kamaji_api::conditions::{reasons, types};
     use kamaji_api::meta::CA_ROTATION_ANNOTATION;
@@ -272,6 +332,11 @@ async fn ca_rotation_with_a_worker_of_the_previous_minor(
                     .cloned()
             })
     };
+    let (stop, replacing) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let workers = watch_workers(env, (ns, name), old_node, stop.clone(), replacing.clone());
     env.patch_kcp(
         ns,
         name,
@@ -293,7 +358,9 @@ async fn ca_rotation_with_a_worker_of_the_previous_minor(
         )
         .await?;
     let held_message = rotated(&held).map(|c| c.message).unwrap_or_default();
-    // Cluster API holds it back for good: upgrade that MachineDeployment, as the message says.
+    // Cluster API holds it back for good: upgrade that MachineDeployment, as the message says
+    // (its old worker is drained and removed from here on).
+    replacing.store(true, Ordering::Relaxed);
     env.capi(ns, "v1beta2", "MachineDeployment")
         .patch(
             "md-old",
@@ -305,5 +372,9 @@ async fn ca_rotation_with_a_worker_of_the_previous_minor(
         rotated(k).is_some_and(|c| c.reason == reasons::ROTATED)
     })
     .await?;
-    Ok(HeldRotation { held_message })
+    stop.store(true, Ordering::Relaxed);
+    Ok(HeldRotation {
+        held_message,
+        without_ready: workers.await?,
+    })
 }
