@@ -12,8 +12,8 @@ fn page() -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The text between `<!-- <name>:begin -->` and `<!-- <name>:end -->`, trimmed.
-fn between(page: &str, name: &str) -> String {
+/// Where the text between `<!-- <name>:begin -->` and `<!-- <name>:end -->` starts and ends.
+fn span(page: &str, name: &str) -> (usize, usize) {
     let begin = format!("<!-- {name}:begin -->");
     let end = format!("<!-- {name}:end -->");
     let start = page.find(&begin).unwrap_or_else(|| panic!("no {begin}")) + begin.len();
@@ -21,18 +21,18 @@ fn between(page: &str, name: &str) -> String {
         .find(&end)
         .unwrap_or_else(|| panic!("no {end}"))
         + start;
+    (start, stop)
+}
+
+/// The text between the `name` markers, trimmed.
+fn between(page: &str, name: &str) -> String {
+    let (start, stop) = span(page, name);
     page[start..stop].trim().to_owned()
 }
 
 /// `page` with `text` between the `name` markers.
 fn with(page: &str, name: &str, text: &str) -> String {
-    let begin = format!("<!-- {name}:begin -->");
-    let end = format!("<!-- {name}:end -->");
-    let start = page.find(&begin).unwrap_or_else(|| panic!("no {begin}")) + begin.len();
-    let stop = page[start..]
-        .find(&end)
-        .unwrap_or_else(|| panic!("no {end}"))
-        + start;
+    let (start, stop) = span(page, name);
     format!("{}\n{}\n{}", &page[..start], text.trim(), &page[stop..])
 }
 

@@ -52,7 +52,7 @@ pub use fixtures::{F0, f0, substitute};
 pub use kamaji_e2e_macros::test;
 pub use manager::{Identity, manager_binary};
 pub use probes::{
-    ReadyzProbe, api_server_has, condition_message, control_plane_at,
+    ReadyzProbe, api_server_has, condition, condition_message, control_plane_at,
     default_service_account_token, has_container, wait_rolled_out,
 };
 

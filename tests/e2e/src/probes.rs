@@ -205,12 +205,23 @@ impl Env {
 /// The message of condition `type_` of a KamajiControlPlane (empty when absent).
 #[must_use]
 pub fn condition_message(kcp: &KamajiControlPlane, type_: &str) -> String {
-    kcp.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == type_))
+    condition(kcp, type_)
         .map(|c| c.message.clone())
         .unwrap_or_default()
+}
+
+/// The condition `type_` of `kcp`'s status, if set.
+#[must_use]
+pub fn condition<'a>(
+    kcp: &'a KamajiControlPlane,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    kcp.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
 }
 
 /// Polls `/readyz` of a tenant every 250 ms until stopped, counting answers and failures (a

@@ -42,14 +42,7 @@ async fn ready_nodes(tenant: &kube::Client) -> anyhow::Result<Vec<String>> {
 
 /// The reason of `CertificateAuthoritiesRotated`, if set.
 fn rotation_reason(k: &KamajiControlPlane) -> Option<String> {
-    k.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| {
-            c.iter()
-                .find(|c| c.type_ == types::CERTIFICATE_AUTHORITIES_ROTATED)
-                .map(|c| c.reason.clone())
-        })
+    kamaji_e2e::condition(k, types::CERTIFICATE_AUTHORITIES_ROTATED).map(|c| c.reason.clone())
 }
 
 /// The PEM certificates `text` holds that carry the DER of `ca` (the old CA itself) or are

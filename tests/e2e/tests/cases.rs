@@ -763,7 +763,7 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
     let deadline = tokio::time::Instant::now() + MINUTE;
     let kcp = loop {
         let kcp = kcps.get("demo").await.unwrap();
-        if condition_status(&kcp, "SpecValid").as_deref() == Some("False") {
+        if kamaji_e2e::condition(&kcp, "SpecValid").is_some_and(|c| c.status == "False") {
             break kcp;
         }
         assert!(
@@ -1243,15 +1243,4 @@ async fn stored_without_the_admission_plugin_rules(
     crds.replace(crd_name, &PostParams::default(), &restored)
         .await
         .unwrap();
-}
-
-/// The status of condition `type_` of `kcp`, if set.
-fn condition_status(kcp: &KamajiControlPlane, type_: &str) -> Option<String> {
-    kcp.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone())
 }

@@ -259,28 +259,18 @@ async fn follow_the_install_guide(env: &Env, ns: &str, name: &str) {
     };
     kubectl("namespace");
     // The demo template's variables, as clusterctl lists them; then the guide's command.
-    let listed = env
-        .clusterctl(&[
-            "generate",
-            "cluster",
-            name,
-            "--from",
-            &template_path("cluster-template-demo.yaml"),
-            "--list-variables",
-        ])
-        .unwrap();
-    for variable in [
-        "CLUSTER_NAME",
-        "CONTROL_PLANE_MACHINE_COUNT",
-        "KUBERNETES_VERSION",
-        "NAMESPACE",
-        "POD_CIDR",
-    ] {
-        assert!(
-            listed.contains(variable),
-            "{variable} not listed:\n{listed}"
-        );
-    }
+    lists_variables(
+        env,
+        &template_path("cluster-template-demo.yaml"),
+        name,
+        &[
+            "CLUSTER_NAME",
+            "CONTROL_PLANE_MACHINE_COUNT",
+            "KUBERNETES_VERSION",
+            "NAMESPACE",
+            "POD_CIDR",
+        ],
+    );
     let (words, output) = command("generate").unwrap();
     assert_eq!(&words[..3], ["clusterctl", "generate", "cluster"]);
     let args: Vec<String> = words[1..]
@@ -849,22 +839,7 @@ fn generate(
         .join("templates")
         .join(file);
     let template = template.display().to_string();
-    let listed = env
-        .clusterctl(&[
-            "generate",
-            "cluster",
-            name,
-            "--from",
-            &template,
-            "--list-variables",
-        ])
-        .unwrap();
-    for variable in variables {
-        assert!(
-            listed.contains(variable),
-            "{variable} not listed:\n{listed}"
-        );
-    }
+    lists_variables(env, &template, name, variables);
     let workers = workers.to_string();
     env.clusterctl_with(
         &[
@@ -885,4 +860,25 @@ fn generate(
         vars,
     )
     .unwrap()
+}
+
+/// `clusterctl generate cluster <name> --from <template> --list-variables` names every one of
+/// `variables`.
+fn lists_variables(env: &Env, template: &str, name: &str, variables: &[&str]) {
+    let listed = env
+        .clusterctl(&[
+            "generate",
+            "cluster",
+            name,
+            "--from",
+            template,
+            "--list-variables",
+        ])
+        .unwrap();
+    for variable in variables {
+        assert!(
+            listed.contains(variable),
+            "{variable} not listed:\n{listed}"
+        );
+    }
 }

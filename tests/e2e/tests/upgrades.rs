@@ -323,14 +323,7 @@ async fn ca_rotation_with_a_worker_of_the_previous_minor(
     use kamaji_api::conditions::{reasons, types};
     use kamaji_api::meta::CA_ROTATION_ANNOTATION;
     let rotated = |k: &KamajiControlPlane| {
-        k.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| {
-                c.iter()
-                    .find(|c| c.type_ == types::CERTIFICATE_AUTHORITIES_ROTATED)
-                    .cloned()
-            })
+        kamaji_e2e::condition(k, types::CERTIFICATE_AUTHORITIES_ROTATED).cloned()
     };
     let (stop, replacing) = (
         Arc::new(AtomicBool::new(false)),

@@ -1499,7 +1499,8 @@ pub(crate) mod tests {
         .unwrap()
     }
 
-    fn merge(into: &mut serde_json::Value, patch: serde_json::Value) {
+    /// `patch` merged into `into` (objects key by key, anything else replaced).
+    pub(crate) fn merge(into: &mut serde_json::Value, patch: serde_json::Value) {
         match (into, patch) {
             (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
                 for (k, v) in b {

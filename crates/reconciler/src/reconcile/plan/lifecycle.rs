@@ -57,7 +57,7 @@ mod tests {
     use crate::datastore::Resolved;
     use crate::reconcile::observe::{ControlPlanePods, Observed};
     use crate::reconcile::validate::ValidSpec;
-    use crate::reconcile::validate::tests::{fixture, valid};
+    use crate::reconcile::validate::tests::{fixture, merge, valid};
 
     /// The version the worlds run, one minor below the newest so that a minor upgrade can be
     /// asked for.
@@ -171,16 +171,6 @@ mod tests {
         }
 
         fn merge(&mut self, patch: serde_json::Value) {
-            fn merge(into: &mut serde_json::Value, patch: serde_json::Value) {
-                match (into, patch) {
-                    (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-                        for (k, v) in b {
-                            merge(a.entry(k).or_insert(serde_json::Value::Null), v);
-                        }
-                    }
-                    (slot, v) => *slot = v,
-                }
-            }
             merge(&mut self.patch, patch);
         }
 
@@ -334,31 +324,19 @@ mod tests {
         }
     }
 
-    fn containers(p: &Plan) -> Vec<String> {
+    /// The containers of the Deployment `p` plans.
+    fn pod_containers(p: &Plan) -> &[k8s_openapi::api::core::v1::Container] {
         let d = &p.control_plane.as_ref().unwrap().deployment;
-        d.spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .containers
-            .iter()
-            .map(|c| c.name.clone())
-            .collect()
+        let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        &pod.containers
+    }
+
+    fn containers(p: &Plan) -> Vec<String> {
+        pod_containers(p).iter().map(|c| c.name.clone()).collect()
     }
 
     fn image_tags(p: &Plan) -> Vec<String> {
-        let d = &p.control_plane.as_ref().unwrap().deployment;
-        d.spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .containers
+        pod_containers(p)
             .iter()
             .filter(|c| c.name.starts_with("kube-"))
             .filter_map(|c| {
