@@ -49,6 +49,7 @@ use kamaji_api::conditions::{reasons, types};
 use kamaji_api::kcp::Component;
 use kamaji_api::meta::CA_ROTATION_ANNOTATION;
 use kamaji_api::names::InternalSecret;
+use kamaji_api::validation::FlagArg;
 use kamaji_bootstrap::pki::{
     CA_COMMON_NAME, CertificateAuthority, FRONT_PROXY_CA_COMMON_NAME, KeyAlgorithm,
 };
@@ -292,7 +293,7 @@ fn refusal(spec: &ValidSpec, inputs: &Inputs<'_>) -> Option<String> {
         spec.component(*c)
             .extra_args
             .iter()
-            .any(|a| a.trim_start_matches('-').split('=').next() == Some(flag))
+            .any(|a| FlagArg::parse(a).name == *flag)
             .then(|| {
                 format!(
                     "{} sets --{flag}: the CA files are the user's, so kamaji-rs cannot \

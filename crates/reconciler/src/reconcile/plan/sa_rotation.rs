@@ -31,6 +31,7 @@ use kamaji_api::conditions::{reasons, types};
 use kamaji_api::kcp::Component;
 use kamaji_api::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION;
 use kamaji_api::names::InternalSecret;
+use kamaji_api::validation::FlagArg;
 use kamaji_bootstrap::pki::{KeyAlgorithm, ServiceAccountKeyPair};
 use kamaji_bootstrap::secrets::{self, SecretTarget};
 use sha2::{Digest, Sha256};
@@ -185,7 +186,7 @@ fn refusal(spec: &ValidSpec, sa: &Secret, uid: &str) -> Option<String> {
         spec.component(*c)
             .extra_args
             .iter()
-            .any(|a| a.trim_start_matches('-').split('=').next() == Some(flag))
+            .any(|a| FlagArg::parse(a).name == *flag)
             .then(|| {
                 format!(
                     "{} sets --{flag}: the key files are the user's, so kamaji-rs cannot \
