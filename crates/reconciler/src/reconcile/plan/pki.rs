@@ -212,7 +212,8 @@ pub fn encryption(
     ))))
 }
 
-fn unusable(secret: &Secret, reason: impl std::fmt::Display) -> Error {
+/// [`crate::error::PkiError::UnusableRoot`]: the stored `secret` cannot be used, for `reason`.
+pub(super) fn unusable(secret: &Secret, reason: impl std::fmt::Display) -> Error {
     Error::Pki(crate::error::PkiError::UnusableRoot {
         name: secret.metadata.name.clone().unwrap_or_default(),
         reason: reason.to_string(),
@@ -371,13 +372,7 @@ pub fn legacy_secrets(
         .iter()
         .filter_map(|which| {
             let old = spec.names.legacy_internal_secret(*which)?;
-            let secret = stored.get(&old).filter(|s| {
-                s.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.controller == Some(true) && o.uid == uid)
-            })?;
+            let secret = stored.get(&old).filter(|s| super::controlled_by(s, uid))?;
             Some((spec.names.internal_secret(*which), secret.clone()))
         })
         .collect()
