@@ -566,16 +566,15 @@ fn control_plane(
     let legacy = pki::legacy_secrets(spec, &observed.secrets, &owner.uid);
     let leaves: Vec<LeafSecret> = pki::leaves(
         spec,
-        &roots.material,
-        &endpoint,
-        Some(service_ip),
-        &settings.management_domain,
-        &observed.secrets,
-        &legacy,
-        settings.algorithm,
-        settings.leaf_policy,
-        settings.now,
-        authorities,
+        &pki::LeavesInputs {
+            roots: &roots.material,
+            endpoint: &endpoint,
+            service_ip: Some(service_ip),
+            stored: &observed.secrets,
+            legacy: &legacy,
+            authorities,
+            settings,
+        },
     )?
     .into_iter()
     .map(|mut l| {
