@@ -327,26 +327,62 @@ pub const RESERVED_SCHEDULER_FLAGS: &[&str] = &[
     "authorization-kubeconfig",
 ];
 
+/// A command-line argument read as a flag: its leading dashes, the name after them up to the
+/// first `=`, and the value after that `=`. The one flag parser of the workspace:
+/// [`flag_name`] keeps the forms `extraArgs` accepts, kamaji-bootstrap's
+/// `controlplane::flags::Flag::parse` reads the user's flags with it to merge them, and the
+/// reconciler reads with it which flags the user's `extraArgs` set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlagArg<'a> {
+    /// How many dashes lead (`--name`: 2, `name=value`: 0).
+    pub dashes: usize,
+    /// The name, without its dashes (empty in `--=x`).
+    pub name: &'a str,
+    /// What follows the first `=`, if there is one.
+    pub value: Option<&'a str>,
+}
+
+impl<'a> FlagArg<'a> {
+    /// Splits `arg` (any string: every leading dash is dropped, the name ends at the first
+    /// `=`). [`FlagArg::is_accepted`] says whether it is a flag in a form `extraArgs` accepts.
+    #[must_use]
+    pub fn parse(arg: &'a str) -> Self {
+        let rest = arg.trim_start_matches('-');
+        let (name, value) = match rest.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (rest, None),
+        };
+        Self {
+            dashes: arg.len() - rest.len(),
+            name,
+            value,
+        }
+    }
+
+    /// Whether the argument is `--name=value`, `--name`, `-name` (with or without a value) or
+    /// `name=value`, with a name of ASCII letters, digits, `-`, `_` and `.` that starts with a
+    /// letter or digit: what [`EXTRA_ARG_PATTERN`] admits.
+    #[must_use]
+    pub fn is_accepted(&self) -> bool {
+        let valid_name = self
+            .name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        valid_name && self.dashes <= 2 && (self.dashes > 0 || self.value.is_some())
+    }
+}
+
 /// Name of a flag given as `--name=value`, `--name`, `-name` or `name=value`; `None` for a
-/// string that is not a flag in any of these forms.
+/// string that is not a flag in any of these forms ([`FlagArg`]).
 #[must_use]
 pub fn flag_name(arg: &str) -> Option<&str> {
-    let (dashed, rest) = match arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) {
-        Some(rest) => (true, rest),
-        None => (false, arg),
-    };
-    let (name, has_value) = match rest.split_once('=') {
-        Some((name, _)) => (name, true),
-        None => (rest, false),
-    };
-    let valid_name = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    (valid_name && (dashed || has_value)).then_some(name)
+    let flag = FlagArg::parse(arg);
+    flag.is_accepted().then_some(flag.name)
 }
 
 fn rule(rule: impl Into<String>, message: impl Into<String>) -> Value {
@@ -940,6 +976,24 @@ mod tests {
         assert_eq!(flag_name("--=x"), None);
         assert_eq!(flag_name("--a b"), None);
         assert_eq!(flag_name(""), None);
+        assert_eq!(flag_name("---v=4"), None);
+        assert_eq!(flag_name("-"), None);
+    }
+
+    /// Every string splits into dashes, name and value, in a form `extraArgs` accepts or not.
+    #[test]
+    fn flag_args_split_any_string() {
+        let split = |arg| {
+            let f = FlagArg::parse(arg);
+            (f.dashes, f.name, f.value, f.is_accepted())
+        };
+        assert_eq!(split("--a=b=c"), (2, "a", Some("b=c"), true));
+        assert_eq!(split("-v"), (1, "v", None, true));
+        assert_eq!(split("a="), (0, "a", Some(""), true));
+        assert_eq!(split("word"), (0, "word", None, false));
+        assert_eq!(split("---a"), (3, "a", None, false));
+        assert_eq!(split("--=x"), (2, "", Some("x"), false));
+        assert_eq!(split(""), (0, "", None, false));
     }
 
     fn text<'a>(rule: &'a Value, key: &str) -> &'a str {

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeSet;
 
-use kamaji_api::validation::REMOVED_FLAGS;
+use kamaji_api::validation::{FlagArg, REMOVED_FLAGS};
 
 /// One control-plane component (defined in kamaji-api, next to the tables of its flags).
 pub use kamaji_api::kcp::Component;
@@ -42,19 +42,13 @@ impl Flag {
     }
 
     /// Parses `--name=value`, `--name`, `-name=value` or `name=value` (the forms
-    /// `extraArgs` accepts).
+    /// `extraArgs` accepts), trimmed, with [`FlagArg`]: a bare word is a flag without a value.
     #[must_use]
     pub fn parse(arg: &str) -> Self {
-        let arg = arg.trim().trim_start_matches('-');
-        match arg.split_once('=') {
-            Some((name, value)) => Self {
-                name: name.to_owned(),
-                value: Some(value.to_owned()),
-            },
-            None => Self {
-                name: arg.to_owned(),
-                value: None,
-            },
+        let FlagArg { name, value, .. } = FlagArg::parse(arg.trim());
+        Self {
+            name: name.to_owned(),
+            value: value.map(str::to_owned),
         }
     }
 

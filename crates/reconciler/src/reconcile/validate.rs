@@ -966,11 +966,7 @@ pub fn against_datastore(spec: &ValidSpec, ds: &crate::datastore::Resolved) -> V
             .flatten()
             .enumerate()
         {
-            let name = arg
-                .trim_start_matches('-')
-                .split('=')
-                .next()
-                .unwrap_or_default();
+            let name = kamaji_api::validation::FlagArg::parse(arg).name;
             if RESERVED_KINE_FLAGS.contains(&name) {
                 errors.push(SpecError::new(
                     format!("spec.kine.extraArgs[{i}]"),

@@ -37,14 +37,15 @@
 //! Promoting writes the rotation Secret (with the old CAs) before it overwrites the roots, so
 //! a pass killed in between finds both; until `Done` the rotation Secret keeps the new CAs
 //! and a root that does not hold them is written again.
+//!
+//! What the three rotations share (reading the request back, the settled check, the
+//! conditions, the note naming a request that waits, writing the rotation Secret) is
+//! [`super::rotation`]'s; this module holds the phases and what each writes.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::jiff::Timestamp;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::kcp::Component;
 use kamaji_api::meta::CA_ROTATION_ANNOTATION;
@@ -55,7 +56,7 @@ use kamaji_bootstrap::pki::{
 use kamaji_bootstrap::secrets::{self, SecretTarget};
 use sha2::{Digest, Sha256};
 
-use super::sa_rotation::{annotation, text};
+use super::rotation::{self, Material, Pods, Recorded, Rotation, SETTLE_RECHECK, annotation, text};
 use crate::error::Error;
 use crate::reconcile::status::Cond;
 use crate::reconcile::validate::ValidSpec;
@@ -90,9 +91,6 @@ pub const CROSS_SIGNED_CA_CRT: &str = "ca-cross-signed.crt";
 pub const CA_BUNDLE: &str = "ca-bundle.crt";
 /// Key of the rotation Secret (mounted): the front-proxy CAs the components trust.
 pub const FRONT_PROXY_CA_BUNDLE: &str = "front-proxy-ca-bundle.crt";
-/// How often a rotation waiting for pods to end looks again (a terminating pod's end
-/// produces no event for the KamajiControlPlane).
-pub const SETTLE_RECHECK: Duration = Duration::from_secs(3);
 /// How often a rotation waiting for workers to be replaced looks again (Machines are not
 /// watched: a rotation is rare, a watch on every Machine is not).
 pub const WORKERS_RECHECK: Duration = Duration::from_secs(10);
@@ -180,9 +178,8 @@ pub struct Inputs<'a> {
     pub request: Option<&'a str>,
     /// The UID of the KamajiControlPlane (a rotation overwrites roots it controls only).
     pub uid: &'a str,
-    /// Fingerprints of the control-plane pods (terminating included), when listed, and
-    /// whether the Deployment has rolled out.
-    pub pods: Option<(&'a [Option<String>], bool)>,
+    /// Fingerprints of the control-plane pods, when listed ([`rotation::Pods`]).
+    pub pods: Option<Pods<'a>>,
     /// The Cluster's worker Machines, when listed (while replacing workers).
     pub machines: Option<&'a [WorkerMachine]>,
     /// The Cluster's MachineSets Cluster API holds back, when listed (while replacing
@@ -229,78 +226,55 @@ impl Phase {
         .into_iter()
         .find(|p| p.name() == s)
     }
+
+    /// The phase under way that `state` records (`Done` is none).
+    fn of(state: &Secret) -> Option<Self> {
+        Self::parse(&annotation(state, PHASE_ANNOTATION)?).filter(|p| *p != Self::Done)
+    }
 }
 
-/// Whether every listed control-plane pod carries `fingerprint` and the Deployment rolled
-/// out (false while the pods are not listed).
-fn settled(pods: Option<(&[Option<String>], bool)>, fingerprint: Option<&String>) -> bool {
-    pods.is_some_and(|(pods, rolled_out)| {
-        rolled_out && pods.iter().all(|p| p.as_ref() == fingerprint)
-    })
-}
+/// The CA rotation, as the core reads and reports it.
+const ROTATION: Rotation = Rotation {
+    condition: types::CERTIFICATE_AUTHORITIES_ROTATED,
+    request_annotation: CA_ROTATION_ANNOTATION,
+    quoted: true,
+};
 
 /// Whether the rotation Secret says a rotation is under way (pods are listed then, and
 /// Machines while replacing workers: the second value).
 #[must_use]
 pub fn under_way(state: Option<&Secret>) -> (bool, bool) {
-    let phase = state
-        .and_then(|s| annotation(s, PHASE_ANNOTATION))
-        .and_then(|p| Phase::parse(&p));
-    (
-        phase.is_some_and(|p| p != Phase::Done),
-        phase == Some(Phase::ReplacingWorkers),
-    )
-}
-
-fn ours(secret: &Secret, uid: &str) -> bool {
-    secret
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.uid == uid)
+    let phase = state.and_then(Phase::of);
+    (phase.is_some(), phase == Some(Phase::ReplacingWorkers))
 }
 
 /// Why a new rotation cannot start, if it cannot: a root is not this control plane's, or the
 /// user's `extraArgs` name the CA files themselves.
 fn refusal(spec: &ValidSpec, inputs: &Inputs<'_>) -> Option<String> {
-    for (secret, name) in [
-        (inputs.ca, spec.names.ca_secret()),
-        (inputs.front_proxy_ca, spec.names.front_proxy_ca_secret()),
-    ] {
-        if !ours(secret, inputs.uid) {
-            return Some(format!(
-                "Secret {name} was not created by this KamajiControlPlane (it is not its \
-                 controller): kamaji-rs rotates only a CA it generated; rotate a CA you \
-                 provide yourself"
-            ));
-        }
-    }
-    let own = [
-        (Component::ApiServer, "client-ca-file"),
-        (Component::ApiServer, "requestheader-client-ca-file"),
-        (Component::ApiServer, "tls-cert-file"),
-        (Component::ApiServer, "kubelet-client-certificate"),
-        (Component::ApiServer, "proxy-client-cert-file"),
-        (Component::ControllerManager, "client-ca-file"),
-        (Component::ControllerManager, "requestheader-client-ca-file"),
-        (Component::ControllerManager, "root-ca-file"),
-        (Component::ControllerManager, "cluster-signing-cert-file"),
-        (Component::ControllerManager, "cluster-signing-key-file"),
-    ];
-    own.iter().find_map(|(c, flag)| {
-        spec.component(*c)
-            .extra_args
-            .iter()
-            .any(|a| a.trim_start_matches('-').split('=').next() == Some(flag))
-            .then(|| {
-                format!(
-                    "{} sets --{flag}: the CA files are the user's, so kamaji-rs cannot \
-                     rotate the CAs; remove the flag first",
-                    c.spec_field()
-                )
-            })
-    })
+    rotation::refusal(
+        spec,
+        &[
+            (inputs.ca, spec.names.ca_secret()),
+            (inputs.front_proxy_ca, spec.names.front_proxy_ca_secret()),
+        ],
+        inputs.uid,
+        &[
+            (Component::ApiServer, "client-ca-file"),
+            (Component::ApiServer, "requestheader-client-ca-file"),
+            (Component::ApiServer, "tls-cert-file"),
+            (Component::ApiServer, "kubelet-client-certificate"),
+            (Component::ApiServer, "proxy-client-cert-file"),
+            (Component::ControllerManager, "client-ca-file"),
+            (Component::ControllerManager, "requestheader-client-ca-file"),
+            (Component::ControllerManager, "root-ca-file"),
+            (Component::ControllerManager, "cluster-signing-cert-file"),
+            (Component::ControllerManager, "cluster-signing-key-file"),
+        ],
+        Material {
+            one: "CA",
+            all: "CAs",
+        },
+    )
 }
 
 /// `sha256:` of the phase's signing CAs, bundles and chain.
@@ -322,21 +296,14 @@ fn bundle(first: &str, second: &str) -> String {
 }
 
 fn ca_of(secret: &Secret, crt: &str, key: &str) -> Result<CertificateAuthority, Error> {
-    let (c, k) = text(secret, crt).zip(text(secret, key)).ok_or_else(|| {
-        Error::Pki(crate::error::PkiError::UnusableRoot {
-            name: secret.metadata.name.clone().unwrap_or_default(),
-            reason: format!("{crt} or {key} missing"),
-        })
-    })?;
+    let (c, k) = text(secret, crt)
+        .zip(text(secret, key))
+        .ok_or_else(|| super::pki::unusable(secret, format!("{crt} or {key} missing")))?;
     Ok(CertificateAuthority::from_pem(&c, &k)?)
 }
 
-/// The stored state of a rotation past `Trusting`-start.
-struct State<'a> {
-    secret: &'a Secret,
-    request: String,
-    phase: Phase,
-}
+/// The next CAs, cluster and front-proxy.
+type Pair = (CertificateAuthority, CertificateAuthority);
 
 /// The CAs of this pass and the next step of a requested rotation. A request made while
 /// another rotation runs waits for it: the running one's condition names it.
@@ -344,104 +311,215 @@ struct State<'a> {
 /// # Errors
 /// [`Error`] when stored CA material does not load or new CAs cannot be made.
 pub fn plan(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<CertificateAuthorities, Error> {
-    let mut out = phases(spec, inputs)?;
-    let running = inputs
-        .state
-        .filter(|s| under_way(Some(s)).0)
-        .and_then(|s| annotation(s, CA_ROTATION_ANNOTATION));
-    if let (Some(running), Some(request), Some(cond)) =
-        (running, inputs.request, out.condition.as_mut())
-        && !request.is_empty()
-        && request != running
-    {
-        let _ = write!(
-            cond.message,
-            "; rotation {request:?} waits for rotation {running:?} to finish"
-        );
-    }
+    let recorded = ROTATION.read(inputs.state, Phase::of);
+    let mut out = phases(spec, inputs, &recorded)?;
+    ROTATION.note_waiting(out.condition.as_mut(), recorded.running(), inputs.request);
     Ok(out)
 }
 
 /// The CAs of this pass and the next step of the rotation under way, or of a new one.
-// One phase table, each arm short; splitting it would scatter the order of the phases.
-#[allow(clippy::too_many_lines)]
-fn phases(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<CertificateAuthorities, Error> {
-    let target_name = spec.names.internal_secret(InternalSecret::CaRotation);
-    let target = SecretTarget {
-        name: &target_name,
-        namespace: &spec.namespace,
-        cluster_name: &spec.cluster_name,
+fn phases(
+    spec: &ValidSpec,
+    inputs: &Inputs<'_>,
+    recorded: &Recorded<'_, Phase>,
+) -> Result<CertificateAuthorities, Error> {
+    let mut pass = Pass {
+        spec,
+        inputs,
+        target_name: spec.names.internal_secret(InternalSecret::CaRotation),
+        out: CertificateAuthorities::default(),
     };
-    let mut out = CertificateAuthorities::default();
-    let state = inputs.state.and_then(|s| {
-        let phase = Phase::parse(&annotation(s, PHASE_ANNOTATION)?)?;
-        Some(State {
-            secret: s,
-            request: annotation(s, CA_ROTATION_ANNOTATION).unwrap_or_default(),
-            phase,
-        })
-    });
-    let Some(state) = state.filter(|s| s.phase != Phase::Done) else {
-        let last = inputs
-            .state
-            .and_then(|s| annotation(s, CA_ROTATION_ANNOTATION))
-            .filter(|r| !r.is_empty());
-        let Some(request) = inputs.request.filter(|r| !r.is_empty()) else {
-            out.condition = last.map(|l| done(&l));
-            return Ok(out);
+    match (recorded.secret, recorded.phase) {
+        (Some(state), Some(phase)) => {
+            let request = recorded.request.as_deref().unwrap_or_default();
+            pass.under_way(state, request, phase)?;
+        }
+        _ => pass.idle(recorded.last())?,
+    }
+    Ok(pass.out)
+}
+
+/// One pass: what it reads, and the CAs it leaves.
+struct Pass<'a> {
+    spec: &'a ValidSpec,
+    inputs: &'a Inputs<'a>,
+    /// `<cluster>-ca-rotation.keys`.
+    target_name: String,
+    out: CertificateAuthorities,
+}
+
+impl Pass<'_> {
+    fn target(&self) -> SecretTarget<'_> {
+        SecretTarget {
+            name: &self.target_name,
+            namespace: &self.spec.namespace,
+            cluster_name: &self.spec.cluster_name,
+        }
+    }
+
+    /// The rotation Secret of `request` in `phase`, holding `data`.
+    fn state(&self, request: &str, phase: Phase, data: &[(&str, &str)]) -> Secret {
+        rotation::state_secret(
+            self.target(),
+            data,
+            &[
+                (CA_ROTATION_ANNOTATION, request),
+                (PHASE_ANNOTATION, phase.name()),
+            ],
+        )
+    }
+
+    /// The stored rotation Secret, moved on to `phase` (`workers_after`: see
+    /// [`WORKERS_AFTER_ANNOTATION`]).
+    fn move_on(&mut self, state: &Secret, phase: Phase, workers_after: Option<SystemTime>) {
+        let after = workers_after.and_then(rotation::instant);
+        let mut annotations = vec![(PHASE_ANNOTATION, phase.name())];
+        if let Some(after) = &after {
+            annotations.push((WORKERS_AFTER_ANNOTATION, after));
+        }
+        let next = rotation::restated(self.target(), state, &annotations);
+        self.out.writes.push(next);
+    }
+
+    /// Waits in `phase` (its condition, with `detail`), looking again after `due`.
+    fn stay(&mut self, request: &str, phase: Phase, detail: &str, due: Duration) {
+        self.out.condition = Some(phase_condition(request, phase, detail));
+        self.out.due = Some(due);
+    }
+
+    /// Whether every pod runs `fingerprint`.
+    fn settled(&self, fingerprint: Option<&str>) -> bool {
+        rotation::settled(self.inputs.pods, fingerprint)
+    }
+
+    /// No rotation runs: the last one's condition, or a new request refused, waiting for an
+    /// upgrade, or started.
+    fn idle(&mut self, last: Option<&str>) -> Result<(), Error> {
+        let Some(request) = self.inputs.request.filter(|r| !r.is_empty()) else {
+            self.out.condition = last.map(done);
+            return Ok(());
         };
-        if last.as_deref() == Some(request) {
-            out.condition = Some(done(request));
-            return Ok(out);
+        if last == Some(request) {
+            self.out.condition = Some(done(request));
+            return Ok(());
         }
-        if let Some(why) = refusal(spec, inputs) {
-            out.condition = Some(Cond::no(
-                types::CERTIFICATE_AUTHORITIES_ROTATED,
-                reasons::ROTATION_REFUSED,
-                format!("rotation {request:?}: {why}"),
-            ));
-            return Ok(out);
+        if let Some(why) = refusal(self.spec, self.inputs) {
+            self.out.condition = Some(ROTATION.refused(request, &why));
+            return Ok(());
         }
-        if let Some(upgrade) = inputs.upgrading {
-            out.condition = Some(waiting_for_upgrade(request, upgrade));
-            return Ok(out);
+        if let Some(upgrade) = self.inputs.upgrading {
+            self.out.condition = Some(waiting_for_upgrade(request, upgrade));
+            return Ok(());
         }
-        return start(target, inputs, request, out);
-    };
-    let s = state.secret;
-    let request = state.request.as_str();
-    let next_ca = ca_of(s, NEXT_CA_CRT, NEXT_CA_KEY)?;
-    let next_proxy = ca_of(s, NEXT_FRONT_PROXY_CA_CRT, NEXT_FRONT_PROXY_CA_KEY)?;
-    let stored_ca = text(inputs.ca, secrets::TLS_CRT_KEY).unwrap_or_default();
-    let stored_proxy = text(inputs.front_proxy_ca, secrets::TLS_CRT_KEY).unwrap_or_default();
-    let ca_bundle = text(s, CA_BUNDLE).unwrap_or_default();
-    let proxy_bundle = text(s, FRONT_PROXY_CA_BUNDLE).unwrap_or_default();
-    let settled_on = |fp: Option<&String>| settled(inputs.pods, fp);
-    if state.phase == Phase::Trusting {
-        out.ca_bundle = Some(ca_bundle.clone());
-        out.front_proxy_ca_bundle = Some(proxy_bundle.clone());
-        out.fingerprint = Some(fingerprint(&[
+        self.start(request)
+    }
+
+    /// A new rotation: the next CAs are made and trusted beside the current ones.
+    fn start(&mut self, request: &str) -> Result<(), Error> {
+        let (inputs, now) = (self.inputs, self.inputs.now);
+        let next_ca = CertificateAuthority::generate(CA_COMMON_NAME, inputs.algorithm, now)?;
+        let next_proxy =
+            CertificateAuthority::generate(FRONT_PROXY_CA_COMMON_NAME, inputs.algorithm, now)?;
+        let stored_ca = text(inputs.ca, secrets::TLS_CRT_KEY).unwrap_or_default();
+        let stored_proxy = text(inputs.front_proxy_ca, secrets::TLS_CRT_KEY).unwrap_or_default();
+        let ca_bundle = bundle(&stored_ca, next_ca.cert_pem());
+        let proxy_bundle = bundle(&stored_proxy, next_proxy.cert_pem());
+        let state = self.state(
+            request,
+            Phase::Trusting,
+            &[
+                (NEXT_CA_CRT, next_ca.cert_pem()),
+                (NEXT_CA_KEY, next_ca.key_pem()),
+                (NEXT_FRONT_PROXY_CA_CRT, next_proxy.cert_pem()),
+                (NEXT_FRONT_PROXY_CA_KEY, next_proxy.key_pem()),
+                (CA_BUNDLE, &ca_bundle),
+                (FRONT_PROXY_CA_BUNDLE, &proxy_bundle),
+            ],
+        );
+        self.out.writes.push(state);
+        self.trust_both((ca_bundle, proxy_bundle));
+        self.stay(request, Phase::Trusting, "", SETTLE_RECHECK);
+        Ok(())
+    }
+
+    /// The rotation under way in `phase`, its state in `state`.
+    fn under_way(&mut self, state: &Secret, request: &str, phase: Phase) -> Result<(), Error> {
+        let next = (
+            ca_of(state, NEXT_CA_CRT, NEXT_CA_KEY)?,
+            ca_of(state, NEXT_FRONT_PROXY_CA_CRT, NEXT_FRONT_PROXY_CA_KEY)?,
+        );
+        let bundles = || {
+            (
+                text(state, CA_BUNDLE).unwrap_or_default(),
+                text(state, FRONT_PROXY_CA_BUNDLE).unwrap_or_default(),
+            )
+        };
+        match phase {
+            Phase::Trusting => return self.trusting(request, next, bundles()),
+            // `Done` is never under way ([`Phase::of`]).
+            Phase::Dropping | Phase::Done => {
+                self.sign_with(&next);
+                self.dropping(request, &next);
+            }
+            Phase::Issuing | Phase::ReplacingWorkers => {
+                self.sign_with(&next);
+                let previous_ca = ca_of(state, PREVIOUS_CA_CRT, PREVIOUS_CA_KEY)?;
+                let cross = text(state, CROSS_SIGNED_CA_CRT).unwrap_or_default();
+                let fp = self.serve_both(&next.0, previous_ca, cross, bundles());
+                if phase == Phase::Issuing {
+                    self.issuing(state, request, &fp);
+                } else {
+                    self.replacing_workers(state, request, &fp);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The components trust the old and the next CAs (`bundles`, cluster and front-proxy);
+    /// the old ones sign. Returns the phase's fingerprint.
+    fn trust_both(&mut self, (ca_bundle, proxy_bundle): (String, String)) -> String {
+        let stored_ca = text(self.inputs.ca, secrets::TLS_CRT_KEY).unwrap_or_default();
+        let fp = fingerprint(&[
             Phase::Trusting.name(),
             &stored_ca,
             &ca_bundle,
             &proxy_bundle,
-        ]));
-        if !settled_on(out.fingerprint.as_ref()) {
-            out.condition = Some(phase_condition(request, Phase::Trusting, ""));
-            out.due = Some(SETTLE_RECHECK);
-            return Ok(out);
+        ]);
+        self.out.ca_bundle = Some(ca_bundle);
+        self.out.front_proxy_ca_bundle = Some(proxy_bundle);
+        self.out.fingerprint = Some(fp.clone());
+        fp
+    }
+
+    /// `Trusting`: once every API server trusts the next CAs, they are promoted.
+    fn trusting(
+        &mut self,
+        request: &str,
+        next: Pair,
+        bundles: (String, String),
+    ) -> Result<(), Error> {
+        let fp = self.trust_both(bundles);
+        if !self.settled(Some(&fp)) {
+            self.stay(request, Phase::Trusting, "", SETTLE_RECHECK);
+            return Ok(());
         }
-        // Every API server trusts the next CAs: they sign from now on. The rotation Secret
-        // records the old CAs before the roots are overwritten.
+        self.promote(request, next)
+    }
+
+    /// The next CAs sign from now on. The rotation Secret records the old CAs before the
+    /// roots are overwritten.
+    fn promote(&mut self, request: &str, (next_ca, next_proxy): Pair) -> Result<(), Error> {
+        let (ca, proxy) = (self.inputs.ca, self.inputs.front_proxy_ca);
         let previous_ca = CertificateAuthority::from_pem(
-            &stored_ca,
-            &text(inputs.ca, secrets::TLS_KEY_KEY).unwrap_or_default(),
+            &text(ca, secrets::TLS_CRT_KEY).unwrap_or_default(),
+            &text(ca, secrets::TLS_KEY_KEY).unwrap_or_default(),
         )?;
         let cross = previous_ca.cross_sign(&next_ca)?;
         let ca_bundle = bundle(next_ca.cert_pem(), previous_ca.cert_pem());
+        let stored_proxy = text(proxy, secrets::TLS_CRT_KEY).unwrap_or_default();
         let proxy_bundle = bundle(next_proxy.cert_pem(), &stored_proxy);
-        out.writes.push(state_secret(
-            target,
+        let state = self.state(
             request,
             Phase::Issuing,
             &[
@@ -455,182 +533,124 @@ fn phases(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<CertificateAuthoritie
                 (CA_BUNDLE, &ca_bundle),
                 (FRONT_PROXY_CA_BUNDLE, &proxy_bundle),
             ],
-            None,
-        ));
-        return issuing(
-            spec,
-            target_name.as_str(),
-            inputs,
-            Phase::Issuing,
-            request,
-            (next_ca, next_proxy),
-            Some(previous_ca),
-            cross,
-            (ca_bundle, proxy_bundle),
-            out,
         );
+        self.out.writes.push(state);
+        let next = (next_ca, next_proxy);
+        self.sign_with(&next);
+        self.serve_both(&next.0, previous_ca, cross, (ca_bundle, proxy_bundle));
+        // The pods roll to the new certificates: `Issuing` starts with this pass.
+        self.stay(request, Phase::Issuing, "", SETTLE_RECHECK);
+        Ok(())
     }
-    let roots_current = stored_ca == next_ca.cert_pem() && stored_proxy == next_proxy.cert_pem();
-    if !roots_current {
-        out.writes.extend(root_writes(spec, &next_ca, &next_proxy));
-    }
-    out.signing = Some((next_ca.clone(), next_proxy.clone()));
-    if state.phase == Phase::Dropping {
-        if settled_on(None) {
-            out.authentication_trust = Some(AuthenticationTrust {
-                client_ca: next_ca.cert_pem().to_owned(),
-                requestheader_client_ca: next_proxy.cert_pem().to_owned(),
-                super_admin_secret: spec.names.super_admin_kubeconfig_secret(),
-            });
-            out.writes
-                .push(state_secret(target, request, Phase::Done, &[], None));
-            out.condition = Some(done(request));
-        } else {
-            out.condition = Some(phase_condition(request, Phase::Dropping, ""));
-            out.due = Some(SETTLE_RECHECK);
-        }
-        return Ok(out);
-    }
-    let previous_ca = ca_of(s, PREVIOUS_CA_CRT, PREVIOUS_CA_KEY)?;
-    let cross = text(s, CROSS_SIGNED_CA_CRT).unwrap_or_default();
-    issuing(
-        spec,
-        target_name.as_str(),
-        inputs,
-        state.phase,
-        request,
-        (next_ca, next_proxy),
-        Some(previous_ca),
-        cross,
-        (ca_bundle, proxy_bundle),
-        out,
-    )
-}
 
-/// A new rotation: the next CAs are made and trusted beside the current ones.
-fn start(
-    target: SecretTarget<'_>,
-    inputs: &Inputs<'_>,
-    request: &str,
-    mut out: CertificateAuthorities,
-) -> Result<CertificateAuthorities, Error> {
-    let next_ca = CertificateAuthority::generate(CA_COMMON_NAME, inputs.algorithm, inputs.now)?;
-    let next_proxy =
-        CertificateAuthority::generate(FRONT_PROXY_CA_COMMON_NAME, inputs.algorithm, inputs.now)?;
-    let stored_ca = text(inputs.ca, secrets::TLS_CRT_KEY).unwrap_or_default();
-    let stored_proxy = text(inputs.front_proxy_ca, secrets::TLS_CRT_KEY).unwrap_or_default();
-    let ca_bundle = bundle(&stored_ca, next_ca.cert_pem());
-    let proxy_bundle = bundle(&stored_proxy, next_proxy.cert_pem());
-    out.writes.push(state_secret(
-        target,
-        request,
-        Phase::Trusting,
-        &[
-            (NEXT_CA_CRT, next_ca.cert_pem()),
-            (NEXT_CA_KEY, next_ca.key_pem()),
-            (NEXT_FRONT_PROXY_CA_CRT, next_proxy.cert_pem()),
-            (NEXT_FRONT_PROXY_CA_KEY, next_proxy.key_pem()),
-            (CA_BUNDLE, &ca_bundle),
-            (FRONT_PROXY_CA_BUNDLE, &proxy_bundle),
-        ],
-        None,
-    ));
-    out.fingerprint = Some(fingerprint(&[
-        Phase::Trusting.name(),
-        &stored_ca,
-        &ca_bundle,
-        &proxy_bundle,
-    ]));
-    out.ca_bundle = Some(ca_bundle);
-    out.front_proxy_ca_bundle = Some(proxy_bundle);
-    out.condition = Some(phase_condition(request, Phase::Trusting, ""));
-    out.due = Some(SETTLE_RECHECK);
-    Ok(out)
-}
-
-/// `Issuing` and `ReplacingWorkers`: the new CAs sign, both are trusted, the API server
-/// serves the cross-signed new CA; each moves on once settled (and, for workers, once every
-/// worker Machine is newer than the rollout instant).
-#[allow(
-    clippy::too_many_arguments,
-    clippy::too_many_lines,
-    clippy::unnecessary_wraps
-)]
-fn issuing(
-    spec: &ValidSpec,
-    target_name: &str,
-    inputs: &Inputs<'_>,
-    phase: Phase,
-    request: &str,
-    (next_ca, next_proxy): (CertificateAuthority, CertificateAuthority),
-    previous_ca: Option<CertificateAuthority>,
-    cross: String,
-    (ca_bundle, proxy_bundle): (String, String),
-    mut out: CertificateAuthorities,
-) -> Result<CertificateAuthorities, Error> {
-    let target = SecretTarget {
-        name: target_name,
-        namespace: &spec.namespace,
-        cluster_name: &spec.cluster_name,
-    };
-    // On promotion the roots are written after the rotation Secret (a repair was added by
-    // the caller already).
-    let stored_ca = text(inputs.ca, secrets::TLS_CRT_KEY).unwrap_or_default();
-    if out
-        .writes
-        .iter()
-        .all(|w| w.metadata.name.as_deref() != Some(&spec.names.ca_secret()))
-        && stored_ca != next_ca.cert_pem()
-    {
-        out.writes.extend(root_writes(spec, &next_ca, &next_proxy));
-    }
-    out.signing = Some((next_ca.clone(), next_proxy));
-    out.kubelet_client_issuer = previous_ca;
-    let fp = fingerprint(&[
-        "Issuing",
-        next_ca.cert_pem(),
-        &ca_bundle,
-        &proxy_bundle,
-        &cross,
-    ]);
-    out.fingerprint = Some(fp.clone());
-    out.ca_bundle = Some(ca_bundle);
-    out.front_proxy_ca_bundle = Some(proxy_bundle);
-    out.serving_chain = Some(cross);
-    let settled = settled(inputs.pods, Some(&fp));
-    let promoted_now = out.writes.iter().any(|w| {
-        w.metadata.name.as_deref() == Some(target_name)
-            && annotation(w, PHASE_ANNOTATION).as_deref() == Some(Phase::Issuing.name())
-    });
-    if phase == Phase::Issuing {
-        if !settled || promoted_now {
-            out.condition = Some(phase_condition(request, Phase::Issuing, ""));
-            out.due = Some(SETTLE_RECHECK);
-            return Ok(out);
+    /// The next CAs sign this pass's leaves; the roots are written (after the rotation
+    /// Secret) when they do not hold them yet, by a promotion or because a pass killed in
+    /// between left them behind.
+    fn sign_with(&mut self, (next_ca, next_proxy): &Pair) {
+        let stored = |s| text(s, secrets::TLS_CRT_KEY).unwrap_or_default();
+        if stored(self.inputs.ca) != next_ca.cert_pem()
+            || stored(self.inputs.front_proxy_ca) != next_proxy.cert_pem()
+        {
+            self.out
+                .writes
+                .extend(root_writes(self.spec, next_ca, next_proxy));
         }
-        let after = whole_seconds(inputs.now);
-        let mut next = state_secret_like(target, inputs.state.cloned().unwrap_or_default());
-        set_phase(&mut next, Phase::ReplacingWorkers, Some(after));
-        out.writes.push(next);
-        out.roll_workers_after = Some(after);
-        out.condition = Some(phase_condition(
+        self.out.signing = Some((next_ca.clone(), next_proxy.clone()));
+    }
+
+    /// `Issuing` and `ReplacingWorkers`: both CAs are trusted (`bundles`), the API server
+    /// serves the new CA cross-signed by the old one (`cross`), and the old CA issues the
+    /// kubelet client certificate. Returns the phases' fingerprint.
+    fn serve_both(
+        &mut self,
+        next_ca: &CertificateAuthority,
+        previous_ca: CertificateAuthority,
+        cross: String,
+        (ca_bundle, proxy_bundle): (String, String),
+    ) -> String {
+        let fp = fingerprint(&[
+            Phase::Issuing.name(),
+            next_ca.cert_pem(),
+            &ca_bundle,
+            &proxy_bundle,
+            &cross,
+        ]);
+        self.out.kubelet_client_issuer = Some(previous_ca);
+        self.out.fingerprint = Some(fp.clone());
+        self.out.ca_bundle = Some(ca_bundle);
+        self.out.front_proxy_ca_bundle = Some(proxy_bundle);
+        self.out.serving_chain = Some(cross);
+        fp
+    }
+
+    /// `Issuing`: once every pod runs the new certificates (`fp`), the workers are replaced.
+    fn issuing(&mut self, state: &Secret, request: &str, fp: &str) {
+        if !self.settled(Some(fp)) {
+            self.stay(request, Phase::Issuing, "", SETTLE_RECHECK);
+            return;
+        }
+        let after = whole_seconds(self.inputs.now);
+        self.move_on(state, Phase::ReplacingWorkers, Some(after));
+        self.out.roll_workers_after = Some(after);
+        self.stay(
             request,
             Phase::ReplacingWorkers,
             "the Cluster's MachineDeployments roll",
-        ));
-        out.due = Some(WORKERS_RECHECK);
-        return Ok(out);
+            WORKERS_RECHECK,
+        );
     }
-    // ReplacingWorkers.
-    let after = inputs
-        .state
-        .and_then(|s| annotation(s, WORKERS_AFTER_ANNOTATION))
-        .and_then(|t| t.parse::<Timestamp>().ok())
-        .map_or(inputs.now, SystemTime::from);
-    out.roll_workers_after = Some(after);
-    let waiting: Vec<String> = inputs
-        .machines
-        .unwrap_or_default()
+
+    /// `ReplacingWorkers`: once every worker Machine is newer than the rollout instant and
+    /// every pod still runs `fp`, the old CAs are dropped.
+    fn replacing_workers(&mut self, state: &Secret, request: &str, fp: &str) {
+        let after =
+            rotation::instant_of(state, WORKERS_AFTER_ANNOTATION).unwrap_or(self.inputs.now);
+        self.out.roll_workers_after = Some(after);
+        let waiting = older_machines(self.inputs.machines.unwrap_or_default(), after);
+        if self.inputs.machines.is_none() || !waiting.is_empty() || !self.settled(Some(fp)) {
+            let mut detail = if waiting.is_empty() {
+                "the Cluster's MachineDeployments roll".to_owned()
+            } else {
+                format!(
+                    "waiting for Machines made before the new CA to be replaced: {}",
+                    waiting.join(", ")
+                )
+            };
+            detail.push_str(&held_back(self.inputs.held.unwrap_or_default()));
+            self.stay(request, Phase::ReplacingWorkers, &detail, WORKERS_RECHECK);
+            return;
+        }
+        // Every worker joined with the new CA: drop the old ones.
+        self.move_on(state, Phase::Dropping, None);
+        self.out.ca_bundle = None;
+        self.out.front_proxy_ca_bundle = None;
+        self.out.serving_chain = None;
+        self.out.kubelet_client_issuer = None;
+        self.out.fingerprint = None;
+        self.stay(request, Phase::Dropping, "", SETTLE_RECHECK);
+    }
+
+    /// `Dropping`: once no pod trusts the old CAs, the tenant's trust is reset to the new
+    /// ones and the rotation is done.
+    fn dropping(&mut self, request: &str, (next_ca, next_proxy): &Pair) {
+        if !self.settled(None) {
+            self.stay(request, Phase::Dropping, "", SETTLE_RECHECK);
+            return;
+        }
+        self.out.authentication_trust = Some(AuthenticationTrust {
+            client_ca: next_ca.cert_pem().to_owned(),
+            requestheader_client_ca: next_proxy.cert_pem().to_owned(),
+            super_admin_secret: self.spec.names.super_admin_kubeconfig_secret(),
+        });
+        let done_state = self.state(request, Phase::Done, &[]);
+        self.out.writes.push(done_state);
+        self.out.condition = Some(done(request));
+    }
+}
+
+/// The worker Machines made before `after`, as the `ReplacingWorkers` condition names them.
+fn older_machines(machines: &[WorkerMachine], after: SystemTime) -> Vec<String> {
+    machines
         .iter()
         .filter(|m| m.created < after)
         .map(|m| {
@@ -643,33 +663,7 @@ fn issuing(
                 )
             }
         })
-        .collect();
-    if inputs.machines.is_none() || !waiting.is_empty() || !settled {
-        let mut detail = if waiting.is_empty() {
-            "the Cluster's MachineDeployments roll".to_owned()
-        } else {
-            format!(
-                "waiting for Machines made before the new CA to be replaced: {}",
-                waiting.join(", ")
-            )
-        };
-        detail.push_str(&held_back(inputs.held.unwrap_or_default()));
-        out.condition = Some(phase_condition(request, Phase::ReplacingWorkers, &detail));
-        out.due = Some(WORKERS_RECHECK);
-        return Ok(out);
-    }
-    // Every worker joined with the new CA: drop the old ones.
-    let mut next = state_secret_like(target, inputs.state.cloned().unwrap_or_default());
-    set_phase(&mut next, Phase::Dropping, None);
-    out.writes.push(next);
-    out.ca_bundle = None;
-    out.front_proxy_ca_bundle = None;
-    out.serving_chain = None;
-    out.kubelet_client_issuer = None;
-    out.fingerprint = None;
-    out.condition = Some(phase_condition(request, Phase::Dropping, ""));
-    out.due = Some(SETTLE_RECHECK);
-    Ok(out)
+        .collect()
 }
 
 /// What Cluster API holds back, for the `ReplacingWorkers` condition: each MachineSet that
@@ -705,13 +699,12 @@ fn held_back(held: &[HeldMachineSet]) -> String {
 /// `CertificateAuthoritiesRotated=False` for a rotation that waits for the control plane's
 /// upgrade `upgrade` to roll out before it starts.
 fn waiting_for_upgrade(request: &str, upgrade: &str) -> Cond {
-    Cond::no(
-        types::CERTIFICATE_AUTHORITIES_ROTATED,
+    ROTATION.running(
         reasons::WAITING_FOR_UPGRADE,
         format!(
-            "rotation {request:?} waits for the upgrade {upgrade} to roll out: Cluster API \
-             creates no worker Machine while the control plane upgrades, and the rotation \
-             replaces the workers"
+            "{} waits for the upgrade {upgrade} to roll out: Cluster API creates no worker \
+             Machine while the control plane upgrades, and the rotation replaces the workers",
+            ROTATION.named(request)
         ),
     )
 }
@@ -721,25 +714,6 @@ fn whole_seconds(t: SystemTime) -> SystemTime {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-}
-
-fn set_phase(secret: &mut Secret, phase: Phase, workers_after: Option<SystemTime>) {
-    let a = secret
-        .metadata
-        .annotations
-        .get_or_insert_with(BTreeMap::new);
-    a.insert(PHASE_ANNOTATION.to_owned(), phase.name().to_owned());
-    if let Some(t) = workers_after.and_then(|t| Timestamp::try_from(t).ok()) {
-        a.insert(WORKERS_AFTER_ANNOTATION.to_owned(), t.to_string());
-    }
-}
-
-/// The stored rotation Secret with its data and annotations, as a Secret to apply (labels and
-/// type of [`secrets::data_secret`]).
-fn state_secret_like(target: SecretTarget<'_>, stored: Secret) -> Secret {
-    let mut s = secrets::data_secret(target, stored.data.unwrap_or_default());
-    s.metadata.annotations = stored.metadata.annotations;
-    s
 }
 
 fn root_writes(
@@ -758,27 +732,6 @@ fn root_writes(
         secrets::ca_secret(target(ca_name.as_str()), ca),
         secrets::ca_secret(target(proxy_name.as_str()), front_proxy),
     ]
-}
-
-fn state_secret(
-    target: SecretTarget<'_>,
-    request: &str,
-    phase: Phase,
-    data: &[(&str, &str)],
-    workers_after: Option<SystemTime>,
-) -> Secret {
-    let mut s = secrets::data_secret(
-        target,
-        data.iter()
-            .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
-            .collect::<BTreeMap<_, _>>(),
-    );
-    s.metadata.annotations = Some(BTreeMap::from([(
-        CA_ROTATION_ANNOTATION.to_owned(),
-        request.to_owned(),
-    )]));
-    set_phase(&mut s, phase, workers_after);
-    s
 }
 
 fn phase_condition(request: &str, phase: Phase, detail: &str) -> Cond {
@@ -807,26 +760,23 @@ fn phase_condition(request: &str, phase: Phase, detail: &str) -> Cond {
     } else {
         format!(" ({detail})")
     };
-    Cond::no(
-        types::CERTIFICATE_AUTHORITIES_ROTATED,
-        reason,
-        format!("rotation {request:?}: {what}{detail}"),
-    )
+    ROTATION.in_phase(request, reason, &format!("{what}{detail}"))
 }
 
 fn done(request: &str) -> Cond {
-    Cond::yes(
-        types::CERTIFICATE_AUTHORITIES_ROTATED,
-        reasons::ROTATED,
-        format!(
-            "rotation {request:?} done: only the new CAs sign and are trusted (set the \
-             annotation {CA_ROTATION_ANNOTATION} to a new value to rotate again)"
+    ROTATION.done(
+        request,
+        &format!(
+            "only the new CAs sign and are trusted (set the annotation {CA_ROTATION_ANNOTATION} \
+             to a new value to rotate again)"
         ),
     )
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::reconcile::validate::tests::{fixture, valid};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;

@@ -23,18 +23,21 @@
 //! then is the previous key dropped; a removed resource's objects are rewritten as plain text
 //! before it leaves the configuration, an added one's once it is written encrypted
 //! everywhere ([`RESOURCES_REWRITE_ANNOTATION`]).
+//!
+//! What the three rotations share (reading the request back, the settled check, the
+//! conditions, the note naming a request that waits, writing the configuration Secret) is
+//! [`super::rotation`]'s; this module holds the phases and what each writes.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::ENCRYPTION_KEY_ROTATION_ANNOTATION;
 use kamaji_bootstrap::encryption::{CONFIGURATION_KEY, Configuration, Key, Mode, SECRETS};
 use sha2::{Digest, Sha256};
 
-use super::sa_rotation::{SETTLE_RECHECK, annotation, text};
+use super::rotation::{self, Pods, Rotation, SETTLE_RECHECK, annotation, text};
 use crate::error::Error;
 use crate::reconcile::status::Cond;
 
@@ -51,6 +54,60 @@ pub const RESOURCES_REWRITE_ANNOTATION: &str =
 
 const RESOURCES_READING: &str = "resources";
 const RESOURCES_WRITING: &str = "resources-rewrite";
+
+/// The encryption-key rotation, as the core reads and reports it.
+const ROTATION: Rotation = Rotation {
+    condition: types::ENCRYPTION_KEY_ROTATED,
+    request_annotation: ENCRYPTION_KEY_ROTATION_ANNOTATION,
+    quoted: false,
+};
+
+/// The phases of a key rotation, as stored in [`PHASE_ANNOTATION`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyPhase {
+    Reading,
+    Writing,
+    Dropping,
+}
+
+impl KeyPhase {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Reading => "reading",
+            Self::Writing => "writing",
+            Self::Dropping => "dropping",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [Self::Reading, Self::Writing, Self::Dropping]
+            .into_iter()
+            .find(|p| p.name() == s)
+    }
+
+    /// `EncryptionKeyRotated=False` in this phase, `next` being the new key.
+    fn condition(self, next: &Key) -> Cond {
+        let (reason, message) = match self {
+            Self::Reading => (
+                reasons::READING_NEW_KEY,
+                format!("the API servers roll to read {} as well", next.name),
+            ),
+            Self::Writing => (
+                reasons::WRITING_WITH_NEW_KEY,
+                format!("the API servers roll to write with {}", next.name),
+            ),
+            Self::Dropping => (
+                reasons::DROPPING_PREVIOUS_KEY,
+                format!(
+                    "every encrypted object is rewritten with {}; the API servers roll without \
+                     the previous key",
+                    next.name
+                ),
+            ),
+        };
+        ROTATION.running(reason, message)
+    }
+}
 
 /// The encryption configuration of one pass (the default: nothing changes).
 #[derive(Debug, Clone, Default)]
@@ -78,9 +135,8 @@ pub struct Inputs<'a> {
     pub request: Option<&'a str>,
     /// The resources to encrypt besides the Secrets (`spec.encryptionAtRest.resources`).
     pub resources: &'a [String],
-    /// Fingerprints of the control-plane pods (terminating included), when listed, and
-    /// whether the Deployment has rolled out.
-    pub pods: Option<(&'a [Option<String>], bool)>,
+    /// Fingerprints of the control-plane pods, when listed ([`rotation::Pods`]).
+    pub pods: Option<Pods<'a>>,
 }
 
 /// `sha256:` of an encryption configuration, for [`ENCRYPTION_KEYS_ANNOTATION`].
@@ -97,12 +153,7 @@ pub fn fingerprint(configuration: &str) -> String {
 /// # Errors
 /// [`Error::Pki`] when it is missing or does not parse.
 pub fn configuration_of(secret: &Secret) -> Result<(String, Configuration), Error> {
-    let unusable = |reason: String| {
-        Error::Pki(crate::error::PkiError::UnusableRoot {
-            name: secret.metadata.name.clone().unwrap_or_default(),
-            reason,
-        })
-    };
+    let unusable = |reason| super::pki::unusable(secret, reason);
     let text = text(secret, CONFIGURATION_KEY)
         .ok_or_else(|| unusable(format!("{CONFIGURATION_KEY} missing")))?;
     let config = Configuration::parse(&text).map_err(|e| unusable(e.to_string()))?;
@@ -143,21 +194,7 @@ fn next_name(keys: &[Key]) -> String {
 
 /// `stored` with `config` and the annotations `set` (a `None` value removes one).
 fn with(stored: &Secret, config: &Configuration, set: &[(&str, Option<&str>)]) -> Secret {
-    let mut s = stored.clone();
-    s.data.get_or_insert_default().insert(
-        CONFIGURATION_KEY.into(),
-        ByteString(config.render().into_bytes()),
-    );
-    let annotations = s.metadata.annotations.get_or_insert_default();
-    for (k, v) in set {
-        match v {
-            Some(v) => annotations.insert((*k).to_owned(), (*v).to_owned()),
-            None => annotations.remove(*k),
-        };
-    }
-    s.metadata.managed_fields = None;
-    s.metadata.resource_version = None;
-    s
+    rotation::updated(stored, CONFIGURATION_KEY, &config.render(), set)
 }
 
 /// `config` with other keys.
@@ -166,10 +203,6 @@ fn rekeyed(config: &Configuration, keys: &[Key]) -> Configuration {
         keys: keys.to_vec(),
         resources: config.resources.clone(),
     }
-}
-
-fn running(reason: &'static str, message: String) -> Cond {
-    Cond::no(types::ENCRYPTION_KEY_ROTATED, reason, message)
 }
 
 /// Everything the configuration encrypts: the Secrets, then its other resources.
@@ -193,9 +226,7 @@ fn encrypted(config: &Configuration) -> Vec<String> {
 pub fn plan(inputs: &Inputs<'_>) -> Result<EncryptionKeys, Error> {
     let (text, config) = configuration_of(inputs.stored)?;
     let fp = fingerprint(&text);
-    let settled = inputs.pods.is_some_and(|(pods, rolled_out)| {
-        rolled_out && pods.iter().all(|p| p.as_deref() == Some(fp.as_str()))
-    });
+    let settled = rotation::settled(inputs.pods, Some(&fp));
     let phase = annotation(inputs.stored, PHASE_ANNOTATION);
     let resources_phase = matches!(
         phase.as_deref(),
@@ -203,13 +234,13 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<EncryptionKeys, Error> {
     );
     let mut out = EncryptionKeys::default();
     if !resources_phase {
-        rotation(inputs, &config, settled, &mut out)?;
+        key_rotation(inputs, &config, settled, &mut out)?;
     } else if inputs.request.is_some_and(|r| {
         annotation(inputs.stored, ENCRYPTION_KEY_ROTATION_ANNOTATION).as_deref() != Some(r)
     }) {
-        out.conditions.push(running(
+        out.conditions.push(ROTATION.running(
             reasons::WAITING_FOR_ENCRYPTION_CHANGE,
-            "a change of the encrypted resources runs first".into(),
+            "a change of the encrypted resources runs first",
         ));
     }
     let rotating = out.write.is_some() || (phase.is_some() && !resources_phase);
@@ -230,139 +261,156 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<EncryptionKeys, Error> {
 }
 
 /// The rotation's step, into `out` (nothing when none was asked for; waits while a change of
-/// resources runs).
-fn rotation(
+/// resources runs). A rotation under way keeps its own request (recorded on the Secret): it
+/// finishes even when the annotation is removed or changed meanwhile, and a new value waits
+/// for it, to get a key made after it was asked for, not the one the running rotation made
+/// before.
+fn key_rotation(
     inputs: &Inputs<'_>,
     config: &Configuration,
     settled: bool,
     out: &mut EncryptionKeys,
 ) -> Result<(), Error> {
-    let stored = inputs.stored;
-    let keys = &config.keys;
-    let wait = if settled { None } else { Some(SETTLE_RECHECK) };
-    let recorded = annotation(stored, ENCRYPTION_KEY_ROTATION_ANNOTATION);
-    let phase = annotation(stored, PHASE_ANNOTATION);
-    let (Some(request), waiting) = requests(inputs, phase.as_deref(), recorded.as_deref()) else {
+    let recorded = ROTATION.read(Some(inputs.stored), |s| annotation(s, PHASE_ANNOTATION));
+    let running = recorded.phase.is_some();
+    let request = if running {
+        recorded.request.as_deref().or(inputs.request)
+    } else {
+        inputs.request
+    };
+    let Some(request) = request else {
         return Ok(());
     };
-    let mut condition;
-    let rolling = |reason, message: String| {
-        (
-            Some(running(reason, message)),
-            wait.or(Some(Duration::from_secs(1))),
-        )
+    let step = KeyStep {
+        stored: inputs.stored,
+        config,
+        request,
+        settled,
     };
-    let step = |keys: &[Key], phase: Option<&str>| {
-        with(
-            stored,
-            &rekeyed(config, keys),
-            &[
-                (ENCRYPTION_KEY_ROTATION_ANNOTATION, Some(request)),
-                (PHASE_ANNOTATION, phase),
-            ],
-        )
-    };
-    match (phase.as_deref(), keys.as_slice()) {
-        (Some("reading"), [current, next, ..]) => {
-            let message = format!("the API servers roll to read {} as well", next.name);
-            (condition, out.due) = rolling(reasons::READING_NEW_KEY, message);
-            if settled {
-                out.write = Some(step(&[next.clone(), current.clone()], Some("writing")));
-                condition = Some(running(
-                    reasons::WRITING_WITH_NEW_KEY,
-                    format!("the API servers roll to write with {}", next.name),
-                ));
-            }
-        }
-        (Some("writing"), [next, ..]) => {
-            let message = format!("the API servers roll to write with {}", next.name);
-            (condition, out.due) = rolling(reasons::WRITING_WITH_NEW_KEY, message);
-            if settled {
-                out.migrate = encrypted(config);
-                out.write = Some(step(std::slice::from_ref(next), Some("dropping")));
-                condition = Some(running(
-                    reasons::DROPPING_PREVIOUS_KEY,
-                    format!(
-                        "every encrypted object is rewritten with {}; the API servers roll \
-                         without the previous key",
-                        next.name
-                    ),
-                ));
-            }
-        }
-        (Some("dropping"), [next]) => {
-            let message = format!(
-                "every encrypted object is rewritten with {}; the API servers roll without the \
-                 previous key",
-                next.name
-            );
-            (condition, out.due) = rolling(reasons::DROPPING_PREVIOUS_KEY, message);
-            if settled {
-                out.write = Some(step(std::slice::from_ref(next), None));
-                condition = Some(rotated(request, &next.name));
-                out.due = None;
-            }
-        }
-        (None, [current]) if recorded.as_deref() == Some(request) => {
-            condition = Some(rotated(request, &current.name));
-        }
-        (None, _) if config.resources.iter().any(|(_, m)| *m == Mode::Plaintext) => {
-            // Left over from an interrupted change of resources: that finishes first.
-            condition = Some(running(
-                reasons::WAITING_FOR_ENCRYPTION_CHANGE,
-                "a change of the encrypted resources runs first".into(),
-            ));
-        }
-        _ => {
-            // A new request (or a phase that does not match its keys: start again from the
-            // key that writes).
-            let current = keys[0].clone();
-            let next = Key::generate(&next_name(keys))?;
-            condition = Some(running(
-                reasons::READING_NEW_KEY,
-                format!("the API servers roll to read {} as well", next.name),
-            ));
-            out.write = Some(step(&[current, next], Some("reading")));
-            out.due = Some(SETTLE_RECHECK);
-        }
-    }
-    if let (Some(cond), Some(next)) = (condition.as_mut(), waiting) {
-        let _ = write!(
-            cond.message,
-            "; rotation {next} waits for rotation {request} to finish"
-        );
-    }
-    out.conditions.extend(condition);
+    let mut condition = step.next(recorded.phase.as_deref(), recorded.request.as_deref(), out)?;
+    ROTATION.note_waiting(
+        Some(&mut condition),
+        running.then_some(request),
+        inputs.request,
+    );
+    out.conditions.push(condition);
     Ok(())
 }
 
-/// The request a rotation step runs, and a request that waits for it. A rotation under way
-/// (`phase`) keeps its own request (`recorded`): it finishes even when the annotation is
-/// removed or changed meanwhile, and a new value waits for it, to get a key made after it was
-/// asked for, not the one the running rotation made before.
-fn requests<'a>(
-    inputs: &Inputs<'a>,
-    phase: Option<&str>,
-    recorded: Option<&'a str>,
-) -> (Option<&'a str>, Option<&'a str>) {
-    let request = match phase {
-        Some(_) => recorded.or(inputs.request),
-        None => inputs.request,
-    };
-    let waiting = inputs
-        .request
-        .filter(|r| phase.is_some() && !r.is_empty() && Some(*r) != request);
-    (request, waiting)
+/// One step of the key rotation of `request`.
+struct KeyStep<'a> {
+    stored: &'a Secret,
+    config: &'a Configuration,
+    request: &'a str,
+    /// Every pod runs the stored configuration.
+    settled: bool,
+}
+
+impl KeyStep<'_> {
+    /// The step from `phase` (as stored), into `out`, and the rotation's condition.
+    /// `recorded`: the request the stored Secret records.
+    fn next(
+        &self,
+        phase: Option<&str>,
+        recorded: Option<&str>,
+        out: &mut EncryptionKeys,
+    ) -> Result<Cond, Error> {
+        let keys = self.config.keys.as_slice();
+        let plain_left = self
+            .config
+            .resources
+            .iter()
+            .any(|(_, m)| *m == Mode::Plaintext);
+        let condition = match (phase, phase.and_then(KeyPhase::parse), keys) {
+            (_, Some(KeyPhase::Reading), [current, next, ..]) => {
+                self.advance(out, KeyPhase::Reading, next, |out| {
+                    out.write =
+                        Some(self.write(&[next.clone(), current.clone()], Some(KeyPhase::Writing)));
+                    KeyPhase::Writing.condition(next)
+                })
+            }
+            (_, Some(KeyPhase::Writing), [next, ..]) => {
+                self.advance(out, KeyPhase::Writing, next, |out| {
+                    out.migrate = encrypted(self.config);
+                    out.write =
+                        Some(self.write(std::slice::from_ref(next), Some(KeyPhase::Dropping)));
+                    KeyPhase::Dropping.condition(next)
+                })
+            }
+            (_, Some(KeyPhase::Dropping), [next]) => {
+                self.advance(out, KeyPhase::Dropping, next, |out| {
+                    out.write = Some(self.write(std::slice::from_ref(next), None));
+                    out.due = None;
+                    rotated(self.request, &next.name)
+                })
+            }
+            (None, _, [current]) if recorded == Some(self.request) => {
+                rotated(self.request, &current.name)
+            }
+            (None, _, _) if plain_left => {
+                // Left over from an interrupted change of resources: that finishes first.
+                ROTATION.running(
+                    reasons::WAITING_FOR_ENCRYPTION_CHANGE,
+                    "a change of the encrypted resources runs first",
+                )
+            }
+            // A new request (or a phase that does not match its keys: start again from the
+            // key that writes).
+            _ => self.start(out)?,
+        };
+        Ok(condition)
+    }
+
+    /// `<cluster>-encryption.config` with `keys`, in `phase` (`None`: done).
+    fn write(&self, keys: &[Key], phase: Option<KeyPhase>) -> Secret {
+        with(
+            self.stored,
+            &rekeyed(self.config, keys),
+            &[
+                (ENCRYPTION_KEY_ROTATION_ANNOTATION, Some(self.request)),
+                (PHASE_ANNOTATION, phase.map(KeyPhase::name)),
+            ],
+        )
+    }
+
+    /// In `phase` (`next` the new key): once settled, the step after it (`then`, which says
+    /// the condition); meanwhile the phase's condition. Either way the pass looks again soon:
+    /// the pods roll.
+    fn advance(
+        &self,
+        out: &mut EncryptionKeys,
+        phase: KeyPhase,
+        next: &Key,
+        then: impl FnOnce(&mut EncryptionKeys) -> Cond,
+    ) -> Cond {
+        out.due = Some(if self.settled {
+            Duration::from_secs(1)
+        } else {
+            SETTLE_RECHECK
+        });
+        if self.settled {
+            then(out)
+        } else {
+            phase.condition(next)
+        }
+    }
+
+    /// A new rotation: the next key is read beside the one that writes.
+    fn start(&self, out: &mut EncryptionKeys) -> Result<Cond, Error> {
+        let keys = &self.config.keys;
+        let current = keys[0].clone();
+        let next = Key::generate(&next_name(keys))?;
+        let condition = KeyPhase::Reading.condition(&next);
+        out.write = Some(self.write(&[current, next], Some(KeyPhase::Reading)));
+        out.due = Some(SETTLE_RECHECK);
+        Ok(condition)
+    }
 }
 
 fn rotated(request: &str, key: &str) -> Cond {
-    Cond::yes(
-        types::ENCRYPTION_KEY_ROTATED,
-        reasons::ROTATED,
-        format!(
-            "rotation {request} done: every encrypted object is encrypted with {key}, the \
-             previous key is dropped"
-        ),
+    ROTATION.done(
+        request,
+        &format!("every encrypted object is encrypted with {key}, the previous key is dropped"),
     )
 }
 
@@ -593,6 +641,7 @@ fn resources_reading(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::ByteString;
     use std::collections::BTreeMap;
 
     fn stored() -> Secret {

@@ -8,6 +8,10 @@
 //! - [`endpoint`]: the endpoint, from the Cluster, the ingress or gateway host, the service
 //!   address or the Service;
 //! - [`deployment`]: the control-plane Deployment;
+//! - the rotations, each a state machine read back from its state Secret:
+//!   [`sa_rotation`] (the service-account key), [`ca_rotation`] (the certificate
+//!   authorities), [`encryption_rotation`] (the encryption key and the encrypted resources),
+//!   on the core they share, [`rotation`];
 //! - [`lifecycle`]: what a lifecycle operation waits for ([`kamaji_api::lifecycle`]);
 //! - the tenant's kubeadm artifacts, once its API answers.
 //!
@@ -23,6 +27,7 @@ pub mod gateway;
 pub mod ingress;
 pub mod lifecycle;
 pub mod pki;
+pub mod rotation;
 pub mod sa_rotation;
 pub mod service;
 
@@ -225,6 +230,16 @@ fn exposure_meta(
     annotations.extend(extra_annotations.cloned().unwrap_or_default());
     m.annotations = Some(annotations).filter(|a| !a.is_empty());
     m
+}
+
+/// Whether the control plane of UID `uid` is `secret`'s controller.
+fn controlled_by(secret: &Secret, uid: &str) -> bool {
+    secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
 fn owned(mut secret: Secret, owner: &OwnerReference) -> Secret {
@@ -551,16 +566,15 @@ fn control_plane(
     let legacy = pki::legacy_secrets(spec, &observed.secrets, &owner.uid);
     let leaves: Vec<LeafSecret> = pki::leaves(
         spec,
-        &roots.material,
-        &endpoint,
-        Some(service_ip),
-        &settings.management_domain,
-        &observed.secrets,
-        &legacy,
-        settings.algorithm,
-        settings.leaf_policy,
-        settings.now,
-        authorities,
+        &pki::LeavesInputs {
+            roots: &roots.material,
+            endpoint: &endpoint,
+            service_ip: Some(service_ip),
+            stored: &observed.secrets,
+            legacy: &legacy,
+            authorities,
+            settings,
+        },
     )?
     .into_iter()
     .map(|mut l| {
@@ -654,13 +668,7 @@ fn unused_konnectivity_secret(spec: &ValidSpec, observed: &Observed, uid: &str) 
     observed
         .secrets
         .get(&spec.names.konnectivity_secret())
-        .filter(|s| {
-            s.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.controller == Some(true) && o.uid == uid)
-        })
+        .filter(|s| controlled_by(s, uid))
         .cloned()
 }
 

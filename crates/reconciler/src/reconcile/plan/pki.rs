@@ -85,22 +85,7 @@ pub fn roots(
         .map(|(what, name)| format!("Secret {ns}/{name} ({what})"))
         .collect();
     if initialized && !missing.is_empty() {
-        return Ok(Err(Cond::no(
-            types::CERTIFICATES_AVAILABLE,
-            reasons::ROOT_KEY_MATERIAL_MISSING,
-            format!(
-                "{} missing, and the control plane is initialized: kamaji-rs does not \
-                 generate a new one, because every joined node, issued kubeconfig and \
-                 service-account token trusts the old one. Restore it from a backup (for \
-                 example `kubectl apply` of the saved Secret, keys tls.crt and tls.key) and the \
-                 control plane continues unchanged; nothing is rolled until then. To move to \
-                 new key material, restore it first, then request a rotation (annotations \
-                 {} and {}).",
-                missing.join(" and "),
-                kamaji_api::meta::CA_ROTATION_ANNOTATION,
-                kamaji_api::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION,
-            ),
-        )));
+        return Ok(Err(roots_missing(&missing)));
     }
     let make = |name: &str, i: usize| -> Result<Root, Error> {
         if let Some(s) = stored.get(name) {
@@ -142,6 +127,26 @@ pub fn roots(
         encryption,
         material,
     }))
+}
+
+/// `CertificatesAvailable=False` for roots `missing` after initialization: how to restore
+/// them.
+fn roots_missing(missing: &[String]) -> Cond {
+    Cond::no(
+        types::CERTIFICATES_AVAILABLE,
+        reasons::ROOT_KEY_MATERIAL_MISSING,
+        format!(
+            "{} missing, and the control plane is initialized: kamaji-rs does not generate a \
+             new one, because every joined node, issued kubeconfig and service-account token \
+             trusts the old one. Restore it from a backup (for example `kubectl apply` of the \
+             saved Secret, keys tls.crt and tls.key) and the control plane continues \
+             unchanged; nothing is rolled until then. To move to new key material, restore it \
+             first, then request a rotation (annotations {} and {}).",
+            missing.join(" and "),
+            kamaji_api::meta::CA_ROTATION_ANNOTATION,
+            kamaji_api::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION,
+        ),
+    )
 }
 
 /// The name of the first key of a tenant's encryption configuration.
@@ -212,7 +217,8 @@ pub fn encryption(
     ))))
 }
 
-fn unusable(secret: &Secret, reason: impl std::fmt::Display) -> Error {
+/// [`crate::error::PkiError::UnusableRoot`]: the stored `secret` cannot be used, for `reason`.
+pub(super) fn unusable(secret: &Secret, reason: impl std::fmt::Display) -> Error {
     Error::Pki(crate::error::PkiError::UnusableRoot {
         name: secret.metadata.name.clone().unwrap_or_default(),
         reason: reason.to_string(),
@@ -371,43 +377,53 @@ pub fn legacy_secrets(
         .iter()
         .filter_map(|which| {
             let old = spec.names.legacy_internal_secret(*which)?;
-            let secret = stored.get(&old).filter(|s| {
-                s.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.controller == Some(true) && o.uid == uid)
-            })?;
+            let secret = stored.get(&old).filter(|s| super::controlled_by(s, uid))?;
             Some((spec.names.internal_secret(*which), secret.clone()))
         })
         .collect()
 }
 
-/// The leaves for `endpoint`: kept or reissued (kamaji-bootstrap's decision), a leaf stored
+/// What [`leaves()`] reads.
+#[derive(Debug, Clone, Copy)]
+pub struct LeavesInputs<'a> {
+    /// The roots that sign.
+    pub roots: &'a TenantRoots,
+    /// The endpoint the serving certificate and the kubeconfigs name.
+    pub endpoint: &'a Endpoint,
+    /// The control-plane Service's ClusterIP.
+    pub service_ip: Option<std::net::IpAddr>,
+    /// The stored Secrets.
+    pub stored: &'a BTreeMap<String, Secret>,
+    /// The Secrets stored under v0.1 names, with their new names ([`legacy_secrets`]).
+    pub legacy: &'a [(String, Secret)],
+    /// The certificate authorities of a CA rotation: what the leaves trust and serve, and
+    /// who issues the kubelet client certificate.
+    pub authorities: &'a super::ca_rotation::CertificateAuthorities,
+    /// The management cluster's DNS domain, the new keys' algorithm, the leaf policy, now.
+    pub settings: &'a super::Settings,
+}
+
+/// The leaves for the endpoint: kept or reissued (kamaji-bootstrap's decision), a leaf stored
 /// under its v0.1 name counting as stored under the new one.
 ///
 /// # Errors
 /// [`Error`] when a SAN is invalid or issuing fails.
-#[allow(clippy::too_many_arguments)]
-pub fn leaves(
-    spec: &ValidSpec,
-    roots: &TenantRoots,
-    endpoint: &Endpoint,
-    service_ip: Option<std::net::IpAddr>,
-    management_domain: &str,
-    stored: &BTreeMap<String, Secret>,
-    legacy: &[(String, Secret)],
-    algorithm: KeyAlgorithm,
-    policy: LeafPolicy,
-    now: SystemTime,
-    authorities: &super::ca_rotation::CertificateAuthorities,
-) -> Result<Vec<LeafSecret>, Error> {
+pub fn leaves(spec: &ValidSpec, inputs: &LeavesInputs<'_>) -> Result<Vec<LeafSecret>, Error> {
+    let LeavesInputs {
+        roots,
+        endpoint,
+        service_ip,
+        stored,
+        legacy,
+        authorities,
+        settings,
+    } = *inputs;
     let names = ApiServerNames {
         endpoint_host: endpoint.host.clone(),
         service: Some(ServiceNames {
             name: spec.names.service(),
             namespace: spec.namespace.clone(),
-            cluster_domain: management_domain.to_owned(),
+            cluster_domain: settings.management_domain.clone(),
             cluster_ip: service_ip,
         }),
         cert_sans: spec.exposure.cert_sans.clone(),
@@ -427,7 +443,7 @@ pub fn leaves(
             .or_insert_with(|| old.clone());
     }
     let local = kamaji_bootstrap::kubeconfig::server_url("localhost", spec.port);
-    let inputs = LeafInputs {
+    let leaf_inputs = LeafInputs {
         names: &spec.names,
         namespace: &spec.namespace,
         cluster_name: &spec.cluster_name,
@@ -443,11 +459,11 @@ pub fn leaves(
         trust_bundle: authorities.ca_bundle.as_deref(),
         serving_chain: authorities.serving_chain.as_deref(),
         kubelet_client_issuer: authorities.kubelet_client_issuer.as_ref(),
-        algorithm,
-        policy,
-        now,
+        algorithm: settings.algorithm,
+        policy: settings.leaf_policy,
+        now: settings.now,
     };
-    Ok(leaves::plan(&inputs, &existing)?)
+    Ok(leaves::plan(&leaf_inputs, &existing)?)
 }
 
 /// How long from `now` until the first of `leaves` or the datastore client (as planned this

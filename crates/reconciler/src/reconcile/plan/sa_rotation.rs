@@ -19,14 +19,14 @@
 //! by default 25 h: kubelets refresh projected tokens after 80 % of their life or 24 h at
 //! the latest) has passed. Promoting writes the rotation Secret (with the old public key)
 //! before it overwrites `<cluster>-sa`, so a pass killed in between finds both keys.
+//!
+//! What the three rotations share (reading the request back, the settled check, the
+//! conditions, the note naming a request that waits, writing the rotation Secret) is
+//! [`super::rotation`]'s; this module holds the phases and what each writes.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::jiff::Timestamp;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::kcp::Component;
 use kamaji_api::meta::SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION;
@@ -35,6 +35,7 @@ use kamaji_bootstrap::pki::{KeyAlgorithm, ServiceAccountKeyPair};
 use kamaji_bootstrap::secrets::{self, SecretTarget};
 use sha2::{Digest, Sha256};
 
+use super::rotation::{self, Material, Pods, Recorded, Rotation, SETTLE_RECHECK, text};
 use crate::error::Error;
 use crate::reconcile::status::Cond;
 use crate::reconcile::validate::ValidSpec;
@@ -53,9 +54,13 @@ pub const VERIFY_KEY: &str = "verify.pub";
 pub const NEXT_KEY: &str = "next.key";
 /// Key of the rotation Secret: the previous public key, while promoting.
 pub const PREVIOUS_KEY: &str = "previous.pub";
-/// How often a rotation waiting for pods looks again: a terminating pod's end produces no
-/// event for the KamajiControlPlane.
-pub const SETTLE_RECHECK: Duration = Duration::from_secs(3);
+
+/// The service-account key rotation, as the core reads and reports it.
+const ROTATION: Rotation = Rotation {
+    condition: types::SERVICE_ACCOUNT_KEY_ROTATED,
+    request_annotation: SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION,
+    quoted: true,
+};
 
 /// The service-account keys of one pass (the default: no rotation, nothing to write).
 #[derive(Debug, Clone, Default)]
@@ -86,9 +91,8 @@ pub struct Inputs<'a> {
     /// The UID of the KamajiControlPlane (a rotation overwrites `<cluster>-sa` only when it
     /// controls it).
     pub uid: &'a str,
-    /// Fingerprints of the control-plane pods (terminating included), when listed, and
-    /// whether the Deployment has rolled out.
-    pub pods: Option<(&'a [Option<String>], bool)>,
+    /// Fingerprints of the control-plane pods, when listed ([`rotation::Pods`]).
+    pub pods: Option<Pods<'a>>,
     /// How long the old key keeps verifying after the new one signs.
     pub overlap: Duration,
     /// Algorithm of the next key.
@@ -97,52 +101,27 @@ pub struct Inputs<'a> {
     pub now: SystemTime,
 }
 
-/// Where a rotation stands, read back from the rotation Secret.
+/// The phase under way, read back from the rotation Secret's keys (none: no rotation runs).
 enum Phase {
-    /// No rotation runs (`last`: the request of the last one done).
-    Idle { last: Option<String> },
     /// The next key is trusted (and, once `previous` is set, being promoted).
     Trusting {
-        request: String,
         next: String,
         previous: Option<String>,
     },
     /// The new key signs; the previous public key verifies until `until`.
-    Overlap { request: String, until: SystemTime },
+    Overlap { until: SystemTime },
 }
 
-/// The UTF-8 value of `key` in `secret`'s data.
-pub(super) fn text(secret: &Secret, key: &str) -> Option<String> {
-    secret
-        .data
-        .as_ref()?
-        .get(key)
-        .and_then(|b| String::from_utf8(b.0.clone()).ok())
-}
-
-/// The value of annotation `key` on `secret`.
-pub(super) fn annotation(secret: &Secret, key: &str) -> Option<String> {
-    secret.metadata.annotations.as_ref()?.get(key).cloned()
-}
-
-fn phase(state: Option<&Secret>) -> Phase {
-    let Some(s) = state else {
-        return Phase::Idle { last: None };
-    };
-    let request = annotation(s, SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION).unwrap_or_default();
-    let until = annotation(s, VERIFY_PREVIOUS_UNTIL_ANNOTATION)
-        .and_then(|t| t.parse::<Timestamp>().ok())
-        .map(SystemTime::from);
-    match (text(s, NEXT_KEY), text(s, VERIFY_KEY), until) {
-        (Some(next), _, _) => Phase::Trusting {
-            request,
+/// The phase `state` records, if a rotation runs.
+fn phase(state: &Secret) -> Option<Phase> {
+    let until = rotation::instant_of(state, VERIFY_PREVIOUS_UNTIL_ANNOTATION);
+    match (text(state, NEXT_KEY), text(state, VERIFY_KEY), until) {
+        (Some(next), _, _) => Some(Phase::Trusting {
             next,
-            previous: text(s, PREVIOUS_KEY),
-        },
-        (None, Some(_), Some(until)) => Phase::Overlap { request, until },
-        _ => Phase::Idle {
-            last: Some(request).filter(|r| !r.is_empty()),
-        },
+            previous: text(state, PREVIOUS_KEY),
+        }),
+        (None, Some(_), Some(until)) => Some(Phase::Overlap { until }),
+        _ => None,
     }
 }
 
@@ -160,40 +139,23 @@ fn fingerprint(signing_public: &str, extra: Option<&str>) -> Option<String> {
 /// Why a new rotation cannot start, if it cannot: `<cluster>-sa` is not this control
 /// plane's, or the user's `extraArgs` name the key files themselves.
 fn refusal(spec: &ValidSpec, sa: &Secret, uid: &str) -> Option<String> {
-    let ours = sa
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.uid == uid);
-    if !ours {
-        return Some(format!(
-            "Secret {} was not created by this KamajiControlPlane (it is not its controller): \
-             kamaji-rs rotates only a key it generated; rotate a key you provide yourself",
-            spec.names.service_account_secret()
-        ));
-    }
-    let own = [
-        (Component::ApiServer, "service-account-key-file"),
-        (Component::ApiServer, "service-account-signing-key-file"),
-        (
-            Component::ControllerManager,
-            "service-account-private-key-file",
-        ),
-    ];
-    own.iter().find_map(|(c, flag)| {
-        spec.component(*c)
-            .extra_args
-            .iter()
-            .any(|a| a.trim_start_matches('-').split('=').next() == Some(flag))
-            .then(|| {
-                format!(
-                    "{} sets --{flag}: the key files are the user's, so kamaji-rs cannot \
-                     rotate the key; remove the flag first",
-                    c.spec_field()
-                )
-            })
-    })
+    rotation::refusal(
+        spec,
+        &[(sa, spec.names.service_account_secret())],
+        uid,
+        &[
+            (Component::ApiServer, "service-account-key-file"),
+            (Component::ApiServer, "service-account-signing-key-file"),
+            (
+                Component::ControllerManager,
+                "service-account-private-key-file",
+            ),
+        ],
+        Material {
+            one: "key",
+            all: "key",
+        },
+    )
 }
 
 /// The keys of this pass and the next step of a requested rotation. A request made while
@@ -203,227 +165,209 @@ fn refusal(spec: &ValidSpec, sa: &Secret, uid: &str) -> Option<String> {
 /// # Errors
 /// [`Error`] when a stored key does not parse or a new key cannot be generated.
 pub fn plan(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<ServiceAccountKeys, Error> {
-    let running = match phase(inputs.state) {
-        Phase::Trusting { request, .. } | Phase::Overlap { request, .. } => Some(request),
-        Phase::Idle { .. } => None,
-    };
-    let mut out = phases(spec, inputs)?;
-    if let (Some(running), Some(next), Some(cond)) =
-        (running, inputs.request, out.condition.as_mut())
-        && !next.is_empty()
-        && next != running
-    {
-        let _ = write!(
-            cond.message,
-            "; rotation {next:?} waits for rotation {running:?} to finish"
-        );
-    }
+    let recorded = ROTATION.read(inputs.state, phase);
+    let running = recorded.running().map(str::to_owned);
+    let mut out = phases(spec, inputs, recorded)?;
+    ROTATION.note_waiting(out.condition.as_mut(), running.as_deref(), inputs.request);
     Ok(out)
 }
 
 /// The keys of this pass and the next step of the rotation under way, or of a new one.
-fn phases(spec: &ValidSpec, inputs: &Inputs<'_>) -> Result<ServiceAccountKeys, Error> {
-    let sa_key = secrets::tls_pair_of(inputs.service_account)
-        .map(|(_, key)| key)
-        .unwrap_or_default();
-    let sa = ServiceAccountKeyPair::from_private_pem(&sa_key)?;
-    let target_name = spec
-        .names
-        .internal_secret(InternalSecret::ServiceAccountRotation);
-    let target = SecretTarget {
-        name: &target_name,
-        namespace: &spec.namespace,
-        cluster_name: &spec.cluster_name,
-    };
-    let stored_extra = inputs.state.and_then(|s| text(s, VERIFY_KEY));
-    let current = fingerprint(sa.public_pem(), stored_extra.as_deref());
-    let settled = inputs
-        .pods
-        .is_some_and(|(pods, rolled_out)| rolled_out && pods.iter().all(|p| *p == current));
-    let mut out = ServiceAccountKeys {
-        verify_extra: stored_extra.clone(),
-        fingerprint: current,
-        writes: Vec::new(),
-        condition: None,
-        due: None,
-    };
-    let wait = |out: &mut ServiceAccountKeys| {
-        if !settled {
-            out.due = Some(SETTLE_RECHECK);
-        }
-    };
-    match phase(inputs.state) {
-        Phase::Idle { last } => {
-            let Some(request) = inputs.request.filter(|r| !r.is_empty()) else {
-                out.condition = last.map(|l| done(&l));
-                return Ok(out);
-            };
-            if last.as_deref() == Some(request) {
-                out.condition = Some(done(request));
-                return Ok(out);
-            }
-            if let Some(why) = refusal(spec, inputs.service_account, inputs.uid) {
-                out.condition = Some(Cond::no(
-                    types::SERVICE_ACCOUNT_KEY_ROTATED,
-                    reasons::ROTATION_REFUSED,
-                    format!("rotation {request:?}: {why}"),
-                ));
-                return Ok(out);
-            }
-            let next = ServiceAccountKeyPair::generate(inputs.algorithm)?;
-            out.writes.push(state_secret(
-                target,
-                request,
-                &[
-                    (NEXT_KEY, next.private_pem()),
-                    (VERIFY_KEY, next.public_pem()),
-                ],
-                None,
-            ));
-            out.verify_extra = Some(next.public_pem().to_owned());
-            out.fingerprint = fingerprint(sa.public_pem(), Some(next.public_pem()));
-            out.condition = Some(trusting(request));
-            out.due = Some(SETTLE_RECHECK);
-        }
-        Phase::Trusting {
-            request,
-            next,
-            previous,
-        } => {
-            // Promote once every API server trusts the next key; a promotion a killed pass
-            // left half-done (previous recorded) is finished whatever the pods say.
-            if settled || previous.is_some() {
-                promote(
-                    spec, inputs, target, &sa, &request, &next, previous, &mut out,
-                )?;
-            } else {
-                out.condition = Some(trusting(&request));
-                wait(&mut out);
-            }
-        }
-        Phase::Overlap { request, until } => {
-            let left = until.duration_since(inputs.now).unwrap_or_default();
-            if !left.is_zero() || !settled {
-                out.condition = Some(overlap(&request, until));
-                out.due = Some(if settled { left } else { SETTLE_RECHECK });
-                return Ok(out);
-            }
-            out.writes.push(state_secret(target, &request, &[], None));
-            out.verify_extra = None;
-            out.fingerprint = fingerprint(sa.public_pem(), None);
-            out.condition = Some(done(&request));
-        }
-    }
-    Ok(out)
-}
-
-/// The next key signs: the rotation Secret records the previous public key (still with the
-/// next key), `<cluster>-sa` gets the next key pair, and the rotation Secret keeps only the
-/// previous public key with the end of the overlap. A promotion already written (`sa` is
-/// the next key) only finishes the last step.
-#[allow(clippy::too_many_arguments)]
-fn promote(
+fn phases(
     spec: &ValidSpec,
     inputs: &Inputs<'_>,
-    target: SecretTarget<'_>,
-    sa: &ServiceAccountKeyPair,
-    request: &str,
-    next: &str,
-    previous: Option<String>,
-    out: &mut ServiceAccountKeys,
-) -> Result<(), Error> {
-    let next_pair = ServiceAccountKeyPair::from_private_pem(next)?;
-    let previous = previous.unwrap_or_else(|| sa.public_pem().to_owned());
-    if sa.public_pem() != next_pair.public_pem() {
-        out.writes.push(state_secret(
-            target,
-            request,
-            &[
-                (NEXT_KEY, next),
-                (VERIFY_KEY, next_pair.public_pem()),
-                (PREVIOUS_KEY, previous.as_str()),
-            ],
-            None,
-        ));
-        out.writes.push(secrets::service_account_secret(
-            SecretTarget {
-                name: &spec.names.service_account_secret(),
-                namespace: &spec.namespace,
-                cluster_name: &spec.cluster_name,
-            },
-            &next_pair,
-        ));
+    recorded: Recorded<'_, Phase>,
+) -> Result<ServiceAccountKeys, Error> {
+    let mut pass = Pass::new(spec, inputs)?;
+    let request = recorded.request.clone().unwrap_or_default();
+    match recorded.phase {
+        None => pass.idle(recorded.last())?,
+        Some(Phase::Trusting { next, previous }) => {
+            // Promote once every API server trusts the next key; a promotion a killed pass
+            // left half-done (previous recorded) is finished whatever the pods say.
+            if pass.settled || previous.is_some() {
+                pass.promote(&request, &next, previous)?;
+            } else {
+                pass.out.condition = Some(trusting(&request));
+                pass.out.due = Some(SETTLE_RECHECK);
+            }
+        }
+        Some(Phase::Overlap { until }) => pass.overlap(&request, until),
     }
-    let until = inputs.now + inputs.overlap;
-    out.writes.push(state_secret(
-        target,
-        request,
-        &[(VERIFY_KEY, previous.as_str())],
-        Some(until),
-    ));
-    out.fingerprint = fingerprint(next_pair.public_pem(), Some(&previous));
-    out.verify_extra = Some(previous);
-    out.condition = Some(overlap(request, until));
-    out.due = Some(SETTLE_RECHECK);
-    Ok(())
+    Ok(pass.out)
 }
 
-fn state_secret(
-    target: SecretTarget<'_>,
-    request: &str,
-    data: &[(&str, &str)],
-    until: Option<SystemTime>,
-) -> Secret {
-    let mut s = secrets::data_secret(
-        target,
-        data.iter()
-            .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
-            .collect::<BTreeMap<_, _>>(),
-    );
-    let mut annotations = BTreeMap::from([(
-        SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION.to_owned(),
-        request.to_owned(),
-    )]);
-    if let Some(until) = until.and_then(|u| Timestamp::try_from(u).ok()) {
-        annotations.insert(
-            VERIFY_PREVIOUS_UNTIL_ANNOTATION.to_owned(),
-            until.to_string(),
-        );
+/// One pass: what it reads, and the keys it leaves.
+struct Pass<'a> {
+    spec: &'a ValidSpec,
+    inputs: &'a Inputs<'a>,
+    /// `<cluster>-sa-rotation.keys`.
+    target_name: String,
+    /// The stored signing key.
+    sa: ServiceAccountKeyPair,
+    /// Every pod runs the stored keys.
+    settled: bool,
+    out: ServiceAccountKeys,
+}
+
+impl<'a> Pass<'a> {
+    /// The stored keys, as the pods should run them.
+    fn new(spec: &'a ValidSpec, inputs: &'a Inputs<'a>) -> Result<Self, Error> {
+        let sa_key = secrets::tls_pair_of(inputs.service_account)
+            .map(|(_, key)| key)
+            .unwrap_or_default();
+        let sa = ServiceAccountKeyPair::from_private_pem(&sa_key)?;
+        let verify_extra = inputs.state.and_then(|s| text(s, VERIFY_KEY));
+        let current = fingerprint(sa.public_pem(), verify_extra.as_deref());
+        Ok(Self {
+            spec,
+            inputs,
+            target_name: spec
+                .names
+                .internal_secret(InternalSecret::ServiceAccountRotation),
+            settled: rotation::settled(inputs.pods, current.as_deref()),
+            sa,
+            out: ServiceAccountKeys {
+                verify_extra,
+                fingerprint: current,
+                ..ServiceAccountKeys::default()
+            },
+        })
     }
-    s.metadata.annotations = Some(annotations);
-    s
+
+    /// The rotation Secret with `data`, for `request` (and, in the overlap, `until`).
+    fn state(&self, request: &str, data: &[(&str, &str)], until: Option<SystemTime>) -> Secret {
+        let until = until.and_then(rotation::instant);
+        let mut annotations = vec![(SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION, request)];
+        if let Some(until) = &until {
+            annotations.push((VERIFY_PREVIOUS_UNTIL_ANNOTATION, until));
+        }
+        rotation::state_secret(
+            SecretTarget {
+                name: &self.target_name,
+                namespace: &self.spec.namespace,
+                cluster_name: &self.spec.cluster_name,
+            },
+            data,
+            &annotations,
+        )
+    }
+
+    /// No rotation runs: the last one's condition, or a new request refused or started (the
+    /// next key trusted beside the current one).
+    fn idle(&mut self, last: Option<&str>) -> Result<(), Error> {
+        let Some(request) = self.inputs.request.filter(|r| !r.is_empty()) else {
+            self.out.condition = last.map(done);
+            return Ok(());
+        };
+        if last == Some(request) {
+            self.out.condition = Some(done(request));
+            return Ok(());
+        }
+        if let Some(why) = refusal(self.spec, self.inputs.service_account, self.inputs.uid) {
+            self.out.condition = Some(ROTATION.refused(request, &why));
+            return Ok(());
+        }
+        let next = ServiceAccountKeyPair::generate(self.inputs.algorithm)?;
+        let state = self.state(
+            request,
+            &[
+                (NEXT_KEY, next.private_pem()),
+                (VERIFY_KEY, next.public_pem()),
+            ],
+            None,
+        );
+        self.out.writes.push(state);
+        self.out.verify_extra = Some(next.public_pem().to_owned());
+        self.out.fingerprint = fingerprint(self.sa.public_pem(), Some(next.public_pem()));
+        self.out.condition = Some(trusting(request));
+        self.out.due = Some(SETTLE_RECHECK);
+        Ok(())
+    }
+
+    /// The next key signs: the rotation Secret records the previous public key (still with
+    /// the next key), `<cluster>-sa` gets the next key pair, and the rotation Secret keeps
+    /// only the previous public key with the end of the overlap. A promotion already written
+    /// (`<cluster>-sa` holds the next key) only finishes the last step.
+    fn promote(
+        &mut self,
+        request: &str,
+        next: &str,
+        previous: Option<String>,
+    ) -> Result<(), Error> {
+        let next_pair = ServiceAccountKeyPair::from_private_pem(next)?;
+        let previous = previous.unwrap_or_else(|| self.sa.public_pem().to_owned());
+        if self.sa.public_pem() != next_pair.public_pem() {
+            let recorded = self.state(
+                request,
+                &[
+                    (NEXT_KEY, next),
+                    (VERIFY_KEY, next_pair.public_pem()),
+                    (PREVIOUS_KEY, previous.as_str()),
+                ],
+                None,
+            );
+            self.out.writes.push(recorded);
+            self.out.writes.push(secrets::service_account_secret(
+                SecretTarget {
+                    name: &self.spec.names.service_account_secret(),
+                    namespace: &self.spec.namespace,
+                    cluster_name: &self.spec.cluster_name,
+                },
+                &next_pair,
+            ));
+        }
+        let until = self.inputs.now + self.inputs.overlap;
+        let overlapping = self.state(request, &[(VERIFY_KEY, previous.as_str())], Some(until));
+        self.out.writes.push(overlapping);
+        self.out.fingerprint = fingerprint(next_pair.public_pem(), Some(&previous));
+        self.out.verify_extra = Some(previous);
+        self.out.condition = Some(overlap(request, until));
+        self.out.due = Some(SETTLE_RECHECK);
+        Ok(())
+    }
+
+    /// The overlap: once it has passed and every pod runs the new key with the old one, the
+    /// old public key is dropped.
+    fn overlap(&mut self, request: &str, until: SystemTime) {
+        let left = until.duration_since(self.inputs.now).unwrap_or_default();
+        if !left.is_zero() || !self.settled {
+            self.out.condition = Some(overlap(request, until));
+            self.out.due = Some(if self.settled { left } else { SETTLE_RECHECK });
+            return;
+        }
+        let done_state = self.state(request, &[], None);
+        self.out.writes.push(done_state);
+        self.out.verify_extra = None;
+        self.out.fingerprint = fingerprint(self.sa.public_pem(), None);
+        self.out.condition = Some(done(request));
+    }
 }
 
 fn trusting(request: &str) -> Cond {
-    Cond::no(
-        types::SERVICE_ACCOUNT_KEY_ROTATED,
+    ROTATION.in_phase(
+        request,
         reasons::TRUSTING_NEW_KEY,
-        format!(
-            "rotation {request:?}: the API servers roll to accept the new key as well; the old \
-             key signs until every one of them does"
-        ),
+        "the API servers roll to accept the new key as well; the old key signs until every one \
+         of them does",
     )
 }
 
 fn overlap(request: &str, until: SystemTime) -> Cond {
-    let until = Timestamp::try_from(until).map_or_else(|_| "?".into(), |t| t.to_string());
-    Cond::no(
-        types::SERVICE_ACCOUNT_KEY_ROTATED,
+    let until = rotation::instant(until).unwrap_or_else(|| "?".into());
+    ROTATION.in_phase(
+        request,
         reasons::VERIFYING_PREVIOUS_KEY,
-        format!(
-            "rotation {request:?}: the new key signs; tokens signed by the old key are accepted \
-             until {until}"
-        ),
+        &format!("the new key signs; tokens signed by the old key are accepted until {until}"),
     )
 }
 
 fn done(request: &str) -> Cond {
-    Cond::yes(
-        types::SERVICE_ACCOUNT_KEY_ROTATED,
-        reasons::ROTATED,
-        format!(
-            "rotation {request:?} done: only the new key signs and verifies (set the \
-             annotation {SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION} to a new value to rotate again)"
+    ROTATION.done(
+        request,
+        &format!(
+            "only the new key signs and verifies (set the annotation \
+             {SERVICE_ACCOUNT_KEY_ROTATION_ANNOTATION} to a new value to rotate again)"
         ),
     )
 }
