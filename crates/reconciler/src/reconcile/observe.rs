@@ -11,14 +11,15 @@ use kamaji_api::KamajiControlPlane;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::CLUSTER_NAME_LABEL;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ApiResource, GroupVersionKind, ListParams};
 
-use super::status::{Cond, Replicas};
+use super::status::Cond;
 use super::validate::ValidSpec;
 use crate::context::Context;
 use crate::datastore::{self, Override, Problem, Resolved};
 use crate::error::{Error, KubeContext};
 use crate::lean::Lean;
+use crate::replicas::Replicas;
 use crate::tenant;
 
 /// What the observe step read.
@@ -85,22 +86,23 @@ pub fn is_initialized(kcp: &KamajiControlPlane) -> bool {
 /// override's CA certificate is not the control plane's DataStore's (the message names the
 /// entry).
 pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Cond), Cond> {
-    let mut ds = match datastore::resolve(ctx, &spec.datastore_name).await {
-        Ok(ds) => ds,
-        Err(problem) => {
-            let mut msg = problem.message();
-            if spec.default_datastore {
-                msg.push_str(
-                    " (spec.dataStoreName is empty, so the manager's default DataStore, its \
+    let mut ds =
+        match datastore::resolve(ctx.client(), ctx.datastores(), &spec.datastore_name).await {
+            Ok(ds) => ds,
+            Err(problem) => {
+                let mut msg = problem.message();
+                if spec.default_datastore {
+                    msg.push_str(
+                        " (spec.dataStoreName is empty, so the manager's default DataStore, its \
                      --default-datastore, is used)",
-                );
+                    );
+                }
+                if let Problem::NotFound(name) = &problem {
+                    msg.push_str(&missing_datastore_hint(name));
+                }
+                return Err(Cond::no(types::DATASTORE_READY, reason(&problem), msg));
             }
-            if let Problem::NotFound(name) = &problem {
-                msg.push_str(&missing_datastore_hint(name));
-            }
-            return Err(Cond::no(types::DATASTORE_READY, reason(&problem), msg));
-        }
-    };
+        };
     let mut message = if ds.sql.is_some() {
         format!(
             "DataStore {} ({}), database {}",
@@ -119,13 +121,15 @@ pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Con
         let other = if *name == ds.name {
             ds.clone()
         } else {
-            datastore::resolve(ctx, name).await.map_err(|p| {
-                Cond::no(
-                    types::DATASTORE_READY,
-                    reason(&p),
-                    format!("{field}: {}", p.message()),
-                )
-            })?
+            datastore::resolve(ctx.client(), ctx.datastores(), name)
+                .await
+                .map_err(|p| {
+                    Cond::no(
+                        types::DATASTORE_READY,
+                        reason(&p),
+                        format!("{field}: {}", p.message()),
+                    )
+                })?
         };
         if !datastore::same_ca(&ds.ca_cert, &other.ca_cert) {
             return Err(Cond::no(
@@ -185,7 +189,7 @@ pub async fn observe(
 ) -> Result<Observed, Error> {
     let ns = &spec.namespace;
     // Objects are read without `managedFields` ([`Lean`]): no step reads them.
-    let secrets_api = Api::<Lean<Secret>>::namespaced(ctx.client.clone(), ns);
+    let secrets_api = Api::<Lean<Secret>>::namespaced(ctx.client().clone(), ns);
     let lp = ListParams::default().labels(&format!(
         "{CLUSTER_NAME_LABEL}={}",
         spec.names.cluster_label_value()
@@ -220,12 +224,12 @@ pub async fn observe(
             }
         }
     }
-    let deployment = Api::<Lean<Deployment>>::namespaced(ctx.client.clone(), ns)
+    let deployment = Api::<Lean<Deployment>>::namespaced(ctx.client().clone(), ns)
         .get_opt(&spec.names.deployment())
         .await
         .ctx(|| "get Deployment".into())?
         .map(|d| d.0);
-    let service = Api::<Lean<Service>>::namespaced(ctx.client.clone(), ns)
+    let service = Api::<Lean<Service>>::namespaced(ctx.client().clone(), ns)
         .get_opt(&spec.names.service())
         .await
         .ctx(|| "get Service".into())?
@@ -238,7 +242,7 @@ pub async fn observe(
         // unreachable until then.
         // A new connection each time: one kept from an earlier pass would hide an endpoint
         // that refuses new connections.
-        if let Ok(client) = ctx.tenant_clients.fresh(kubeconfig).await {
+        if let Ok(client) = ctx.tenant_clients().fresh(kubeconfig).await {
             reachable = tenant::readyz(&client).await;
         }
     }
@@ -339,6 +343,24 @@ pub fn after_own_writes(
     Some(Box::new(next))
 }
 
+/// Cluster API's `Machine` (`cluster.x-k8s.io/v1beta2`).
+fn machine_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "Machine",
+    ))
+}
+
+/// Cluster API's `MachineSet` (`cluster.x-k8s.io/v1beta2`).
+fn machine_set_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "MachineSet",
+    ))
+}
+
 /// The Cluster's Machines (label `cluster.x-k8s.io/cluster-name`): name, creation time and
 /// whether a MachineSet owns it.
 async fn worker_machines(
@@ -346,10 +368,10 @@ async fn worker_machines(
     ctx: &Context,
 ) -> Result<Vec<super::plan::ca_rotation::WorkerMachine>, Error> {
     use kube::api::DynamicObject;
-    let resource = crate::reconcile::apply::machines::machine_resource();
+    let resource = machine_resource();
     let selector = format!("{CLUSTER_NAME_LABEL}={}", spec.cluster_name);
     let list =
-        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &spec.namespace, &resource)
+        Api::<DynamicObject>::namespaced_with(ctx.client().clone(), &spec.namespace, &resource)
             .list(&ListParams::default().labels(&selector))
             .await
             .ctx(|| format!("list Machines ({selector})"))?;
@@ -381,10 +403,10 @@ async fn held_machine_sets(
     ctx: &Context,
 ) -> Result<Vec<super::plan::ca_rotation::HeldMachineSet>, Error> {
     use kube::api::DynamicObject;
-    let resource = crate::reconcile::apply::machines::machine_set_resource();
+    let resource = machine_set_resource();
     let selector = format!("{CLUSTER_NAME_LABEL}={}", spec.cluster_name);
     let list =
-        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &spec.namespace, &resource)
+        Api::<DynamicObject>::namespaced_with(ctx.client().clone(), &spec.namespace, &resource)
             .list(&ListParams::default().labels(&selector))
             .await
             .ctx(|| format!("list MachineSets ({selector})"))?;
@@ -449,12 +471,12 @@ async fn pod_fingerprints(
 ) -> Result<ControlPlanePods, Error> {
     use super::plan::ca_rotation::CERTIFICATE_AUTHORITIES_ANNOTATION;
     use super::plan::sa_rotation::SERVICE_ACCOUNT_KEYS_ANNOTATION;
-    let selector = super::plan::selector_labels(spec)
+    let selector = super::validate::selector_labels(spec)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &spec.namespace)
+    let pods = Api::<Pod>::namespaced(ctx.client().clone(), &spec.namespace)
         .list(&ListParams::default().labels(&selector))
         .await
         .ctx(|| format!("list control-plane Pods ({selector})"))?;

@@ -197,6 +197,16 @@ pub struct PodSettings {
     pub extra_volumes: Vec<Volume>,
 }
 
+/// The pod selector of the control-plane Deployment and Service (the observe step lists the
+/// control-plane pods with it).
+#[must_use]
+pub fn selector_labels(spec: &ValidSpec) -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        kamaji_api::meta::KAMAJI_NAME_LABEL.to_owned(),
+        spec.names.pod_label_value(),
+    )])
+}
+
 /// Everything the later steps need, validated and with defaults applied; nothing but typed
 /// values (no copy of the resource).
 #[derive(Debug, Clone)]
@@ -293,8 +303,7 @@ pub fn refusal(errors: &[SpecError]) -> Cond {
 
 /// Validates `kcp` against its `cluster` and the `infrastructure` cluster's endpoint (its kind
 /// and `spec.controlPlaneEndpoint`, when set); `default_datastore` is the manager's
-/// `--default-datastore`. (One check per block, in field order; the helpers below hold the
-/// longer ones.)
+/// `--default-datastore`: its checks ([`check`]), then the values read as they are.
 ///
 /// # Errors
 /// Every problem found, each naming its field.
@@ -304,20 +313,38 @@ pub fn validate(
     infrastructure: Option<(&str, &(String, i32))>,
     default_datastore: &str,
 ) -> Result<ValidSpec, Vec<SpecError>> {
+    let checked = check(kcp, cluster, infrastructure)?;
+    Ok(valid_spec(kcp, cluster, default_datastore, checked))
+}
+
+/// What [`validate`]'s checks give, the rest of a [`ValidSpec`] being read as it is.
+struct Checked {
+    version: KubernetesVersion,
+    network: TenantNetwork,
+    port: u16,
+    preset_endpoint: Option<PresetEndpoint>,
+    exposure: Exposure,
+    registry: String,
+    kubelet_address_types: Vec<String>,
+    datastore_overrides: Vec<(String, String)>,
+    encrypted_resources: Vec<String>,
+    tenant: Tenant,
+    konnectivity: Option<Konnectivity>,
+}
+
+/// [`validate`]'s checks, one per block in field order (the helpers below hold the longer
+/// ones): every problem found, or the checked values.
+fn check(
+    kcp: &KamajiControlPlane,
+    cluster: &ClusterView,
+    infrastructure: Option<(&str, &(String, i32))>,
+) -> Result<Checked, Vec<SpecError>> {
     let mut errors = Vec::new();
     let fields = &kcp.spec.fields;
     let version = version(kcp, &mut errors);
     let network_spec = network_spec(kcp, cluster);
     let network = network(fields, &network_spec, &mut errors);
-    let port = u16::try_from(cluster.api_server_port)
-        .ok()
-        .filter(|p| *p != 0);
-    if port.is_none() {
-        errors.push(SpecError::new(
-            "Cluster.spec.clusterNetwork.apiServerPort",
-            format!("{} is not a TCP port", cluster.api_server_port),
-        ));
-    }
+    let port = api_server_port(cluster, &mut errors);
     errors.extend(field_errors(kcp));
     let cluster_endpoint = cluster
         .control_plane_endpoint
@@ -339,22 +366,71 @@ pub fn validate(
     };
     errors.extend(serving_names(&exposure, preset_endpoint.as_ref(), &network));
     let konnectivity = konnectivity(fields, &exposure, port, version.minor, &mut errors);
-    let tenant = tenant(
-        kcp,
-        cluster,
-        &version,
-        &network_spec,
-        &registry,
-        &exposure,
-        &kubelet_address_types,
+    let artifacts = TenantInputs {
+        version: &version,
+        network: &network_spec,
+        registry: &registry,
+        exposure: &exposure,
+        kubelet_address_types: &kubelet_address_types,
         port,
-    )
-    .map_err(|e| errors.push(e))
-    .ok();
+    };
+    let tenant = tenant(kcp, cluster, &artifacts)
+        .map_err(|e| errors.push(e))
+        .ok();
     let (Some(tenant), true) = (tenant, errors.is_empty()) else {
         return Err(errors);
     };
-    Ok(ValidSpec {
+    Ok(Checked {
+        version,
+        network,
+        port,
+        preset_endpoint,
+        exposure,
+        registry,
+        kubelet_address_types,
+        datastore_overrides,
+        encrypted_resources,
+        tenant,
+        konnectivity,
+    })
+}
+
+/// `Cluster.spec.clusterNetwork.apiServerPort`, when it is a TCP port (else an error).
+fn api_server_port(cluster: &ClusterView, errors: &mut Vec<SpecError>) -> Option<u16> {
+    let port = u16::try_from(cluster.api_server_port)
+        .ok()
+        .filter(|p| *p != 0);
+    if port.is_none() {
+        errors.push(SpecError::new(
+            "Cluster.spec.clusterNetwork.apiServerPort",
+            format!("{} is not a TCP port", cluster.api_server_port),
+        ));
+    }
+    port
+}
+
+/// The [`ValidSpec`] of `kcp` and `cluster` with the values `checked`.
+fn valid_spec(
+    kcp: &KamajiControlPlane,
+    cluster: &ClusterView,
+    default_datastore: &str,
+    checked: Checked,
+) -> ValidSpec {
+    let fields = &kcp.spec.fields;
+    let Checked {
+        version,
+        network,
+        port,
+        preset_endpoint,
+        exposure,
+        registry,
+        kubelet_address_types,
+        datastore_overrides,
+        encrypted_resources,
+        tenant,
+        konnectivity,
+    } = checked;
+    ValidSpec {
         namespace: kcp.metadata.namespace.clone().unwrap_or_default(),
         names: ObjectNames::new(
             &cluster.name,
@@ -395,7 +471,7 @@ pub fn validate(
         tenant,
         addons: declared_addons(fields.addons.as_ref()),
         konnectivity,
-    })
+    }
 }
 
 /// `addons.konnectivity`, with defaults: images without a version take the
@@ -730,19 +806,32 @@ fn serving_names(
     }
 }
 
+/// What the kubeadm artifacts' inputs share with the rest of the spec ([`tenant`]).
+#[derive(Clone, Copy)]
+struct TenantInputs<'a> {
+    version: &'a KubernetesVersion,
+    network: &'a NetworkSpec,
+    registry: &'a str,
+    exposure: &'a Exposure,
+    kubelet_address_types: &'a [String],
+    port: u16,
+}
+
 /// The kubeadm artifacts' inputs, validated now with a placeholder endpoint (the plan step sets
 /// the real one): addon images, kubelet settings and configuration patches, registry.
-#[allow(clippy::too_many_arguments)]
 fn tenant(
     kcp: &KamajiControlPlane,
     cluster: &ClusterView,
-    version: &KubernetesVersion,
-    network: &NetworkSpec,
-    registry: &str,
-    exposure: &Exposure,
-    kubelet_address_types: &[String],
-    port: u16,
+    inputs: &TenantInputs<'_>,
 ) -> Result<Tenant, SpecError> {
+    let TenantInputs {
+        version,
+        network,
+        registry,
+        exposure,
+        kubelet_address_types,
+        port,
+    } = *inputs;
     let fields = &kcp.spec.fields;
     let addons = fields.addons.clone().unwrap_or_default();
     let kubelet = fields.kubelet.clone().unwrap_or_default();
@@ -838,6 +927,22 @@ fn field_errors(kcp: &KamajiControlPlane) -> Vec<SpecError> {
     errors
 }
 
+/// The volume of the service-account rotation Secret, mounted into kube-apiserver while a
+/// rotation runs (only its public key, `plan::sa_rotation::VERIFY_KEY`).
+pub const SERVICE_ACCOUNT_ROTATION_VOLUME: &str = "sa-rotation";
+
+/// The volume of the encryption Secret (`<cluster>-encryption.config`), mounted into
+/// kube-apiserver.
+pub const ENCRYPTION_VOLUME: &str = "encryption";
+
+/// The volume of the CA rotation Secret, mounted into kube-apiserver and
+/// kube-controller-manager while a rotation runs (only its trust bundles,
+/// `plan::ca_rotation::CA_BUNDLE` and `FRONT_PROXY_CA_BUNDLE`).
+pub const CA_ROTATION_VOLUME: &str = "ca-rotation";
+
+/// The volume of `<cluster>-kine.config`, mounted into the kine container.
+pub const KINE_VOLUME: &str = "kine";
+
 /// `spec.deployment.extraVolumes` must not reuse the name of a volume kamaji-rs mounts (the
 /// key material's, the service-account rotation's): the Deployment would be refused with
 /// duplicate volume names.
@@ -847,10 +952,10 @@ fn reserved_volumes(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecEr
         .iter()
         .map(|v| v.volume_name())
         .chain([
-            super::plan::deployment::SERVICE_ACCOUNT_ROTATION_VOLUME,
-            super::plan::deployment::CA_ROTATION_VOLUME,
-            super::plan::deployment::ENCRYPTION_VOLUME,
-            super::plan::deployment::KINE_VOLUME,
+            SERVICE_ACCOUNT_ROTATION_VOLUME,
+            CA_ROTATION_VOLUME,
+            ENCRYPTION_VOLUME,
+            KINE_VOLUME,
         ])
         .collect();
     fields

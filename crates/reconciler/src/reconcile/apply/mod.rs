@@ -20,11 +20,12 @@ pub mod machines;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kamaji_api::KamajiControlPlane;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::FIELD_MANAGER;
+use kamaji_bootstrap::leaves::LeafSecret;
 use kamaji_bootstrap::pki::LeafRole;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -33,22 +34,37 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
+use super::kcp::object_key;
 use super::observe::Observed;
 use super::plan::endpoint::Endpoint;
 use super::plan::pki::Root;
-use super::plan::{DESIRED_HASH_ANNOTATION, Plan, TenantObjects, desired_hash};
-use super::status::{Cond, Replicas};
+use super::plan::{ControlPlane, DESIRED_HASH_ANNOTATION, Plan, TenantObjects, desired_hash};
+use super::report::Report;
+use super::status::{Agents, Cond, TenantSide};
 use super::validate::ValidSpec;
-use super::{Flow, Report, object_key};
 use crate::context::Context;
 use crate::error::{Error, KubeContext};
 use crate::infrastructure::InfrastructureCluster;
 use crate::lean::Lean;
+use crate::replicas::Replicas;
 use crate::tenant;
 
 /// How long a pass waits before looking again at a state that produces no event for this
 /// control plane (an object another controller owns).
 pub const RECHECK: Duration = Duration::from_mins(1);
+
+/// What the apply step tells the driver: go on with a value, or stop the pass here.
+#[derive(Debug)]
+pub enum Flow<T> {
+    /// Go on.
+    Continue(T),
+    /// Stop; look again as the action says.
+    Stop(Action),
+    /// Run the steps again, in this pass: the step wrote what the plan was waiting for (the
+    /// Service whose address the endpoint and the serving certificate need). From this
+    /// observation ([`super::observe::after_own_writes`]) when given, else from observe.
+    Again(Option<Box<Observed>>),
+}
 
 /// What the apply step wrote or found.
 #[derive(Debug, Clone)]
@@ -70,9 +86,11 @@ enum Outcome<K> {
     Conflict(String),
 }
 
-/// Writes `plan`. Stops (with a condition in `report`) at the first object another object
-/// controls, at a root another writer created first (the next pass uses theirs), and while the
-/// endpoint is unknown.
+/// Writes `plan`, in numbered steps: each step's comment says why it comes where it does.
+/// Stops (with a condition in `report`) at the first object another object controls, at a root
+/// another writer created first (the next pass uses theirs), and while the endpoint is unknown.
+/// What it did that conditions report is recorded in `report`
+/// ([`super::status::AppliedRecord`]).
 ///
 /// # Errors
 /// [`Error`] when a write fails.
@@ -88,35 +106,132 @@ pub async fn apply(
     let ns = spec.namespace.as_str();
     // The Secrets this round writes before the Service, for a second round's observation.
     let mut written = Vec::new();
+    // 1. The schema claim, the roots and the rotations' next steps first: nothing is written on
+    //    a schema another control plane holds, and every later Secret is issued by these roots.
     if let Some(stop) = roots(ctx, ns, observed, &plan, report, &mut written).await? {
         return Ok(Flow::Stop(stop));
     }
-    if let Some(after) = plan.certificate_authorities.roll_workers_after {
-        machines::roll_machine_deployments(&ctx.client, ns, &spec.cluster_name, after).await?;
-    }
-    let owner = &plan.owner;
+    // 2. The workers a CA rotation replaces, once step 1 has recorded that the new CA is trusted.
+    roll_workers(ctx, spec, &plan.certificate_authorities).await?;
+    // 3. The datastore client, the Service and its exposure: the Service gives the endpoint.
     let service = match front(ctx, ns, &plan, observed, &mut written).await? {
         Ok(service) => service,
         Err((type_, msg)) => return Ok(Flow::Stop(conflict(report, type_, msg))),
     };
-    let cp = match plan.control_plane {
+    // 4. The rest needs the endpoint: planned already, or given by the Service of step 3.
+    let cp = match with_endpoint(spec, observed, plan.control_plane, written, service, report) {
         Ok(cp) => cp,
-        // The Service this pass created (or changed) now gives what the plan waited for: the
-        // steps run again in this pass instead of in the pass its event wakes.
-        Err(_) if observed.service.is_none() && super::plan::endpoint_known(spec, &service) => {
-            let next = super::observe::after_own_writes(spec, observed, written, service);
-            return Ok(Flow::Again(next));
-        }
-        Err(waiting) => {
-            report.push(waiting);
-            return Ok(Flow::Stop(Action::await_change()));
-        }
+        Err(flow) => return Ok(flow),
     };
+    // 5. The endpoint into the KamajiControlPlane, before anything that serves at it.
     if !set_kcp_endpoint(kcp, ctx, &cp.endpoint, report).await? {
         return Ok(Flow::Stop(Action::await_change()));
     }
+    // 6. The leaves and kubeconfigs, before the Deployment whose pods mount them.
+    let super_admin = match leaves(ctx, ns, observed, &plan.owner, cp.leaves, report).await? {
+        Ok(super_admin) => super_admin,
+        Err(stop) => return Ok(Flow::Stop(stop)),
+    };
+    report.applied.key_material = Some(spec.names.kubeconfig_secret());
+    // 7. The Deployment, then the Secrets its pods no longer mount once it has rolled out.
+    let (deployment, template_changed) =
+        match deployment(ctx, spec, observed, &plan.owner, cp.deployment, &cp.legacy).await? {
+            Outcome::Stored(stored) => stored,
+            Outcome::Conflict(msg) => {
+                return Ok(Flow::Stop(conflict(report, types::DEPLOYMENT_READY, msg)));
+            }
+        };
+    // 8. The tenant's artifacts, once its API answered: its clients trust the leaves of step 6.
+    let konnectivity = spec.konnectivity.as_ref();
+    let tenant = cp.tenant.as_ref();
+    let (side, requeue) = tenant_side(
+        kcp,
+        ctx,
+        konnectivity,
+        tenant,
+        super_admin.as_ref(),
+        &deployment,
+    )
+    .await?;
+    report.applied.tenant = Some(side);
+    // 9. Last, the endpoint into the infrastructure cluster: a provider refusing it (its
+    //    admission, missing RBAC) holds up nothing of the control plane; the failure is the
+    //    pass's (Reconciled=False, retried with backoff).
+    set_infrastructure_endpoint(ctx, ns, infrastructure, &cp.endpoint).await?;
+    // 10. When to look again: `spec.rollout.after` passing, a rotation waiting for pods to end
+    //     or its overlap to pass, a leaf's renewal time; no event says so.
+    let dues = [
+        cp.rollout_due,
+        plan.service_account.due,
+        plan.certificate_authorities.due,
+        plan.encryption_keys.due,
+    ];
+    let requeue = timed_requeue(
+        kcp,
+        requeue,
+        dues.into_iter().flatten().min(),
+        cp.renewal_due,
+    );
+    Ok(Flow::Continue(Applied {
+        deployment: Some(deployment),
+        template_changed,
+        requeue: Action::requeue(requeue),
+    }))
+}
+
+/// Sets `spec.rollout.after` on the Cluster's MachineDeployments when a CA rotation replaces
+/// its workers ([`machines::roll_machine_deployments`]).
+async fn roll_workers(
+    ctx: &Context,
+    spec: &ValidSpec,
+    authorities: &super::plan::ca_rotation::CertificateAuthorities,
+) -> Result<(), Error> {
+    let Some(after) = authorities.roll_workers_after else {
+        return Ok(());
+    };
+    machines::roll_machine_deployments(ctx.client(), &spec.namespace, &spec.cluster_name, after)
+        .await?;
+    Ok(())
+}
+
+/// The part of the plan that needs the endpoint (`planned`), or the flow of a pass without it:
+/// when the Service this round created (or changed) gives what the plan waited for, the steps
+/// run again in this pass ([`Flow::Again`], from this round's observation and what it
+/// `written`) instead of in the pass its event wakes; otherwise the pass waits
+/// (`EndpointReady=False` reported).
+fn with_endpoint(
+    spec: &ValidSpec,
+    observed: &Observed,
+    planned: Result<ControlPlane, Cond>,
+    written: Vec<Secret>,
+    service: Service,
+    report: &mut Report,
+) -> Result<ControlPlane, Flow<Applied>> {
+    match planned {
+        Ok(cp) => Ok(cp),
+        Err(_) if observed.service.is_none() && super::plan::endpoint_known(spec, &service) => {
+            let next = super::observe::after_own_writes(spec, observed, written, service);
+            Err(Flow::Again(next))
+        }
+        Err(waiting) => {
+            report.push(waiting);
+            Err(Flow::Stop(Action::await_change()))
+        }
+    }
+}
+
+/// Writes the leaves and kubeconfigs in order; returns the super-admin kubeconfig as stored
+/// (the provider's identity in the tenant), or stops at one another object controls.
+async fn leaves(
+    ctx: &Context,
+    ns: &str,
+    observed: &Observed,
+    owner: &OwnerReference,
+    leaves: Vec<LeafSecret>,
+    report: &mut Report,
+) -> Result<Result<Option<Secret>, Action>, Error> {
     let mut super_admin = None;
-    for leaf in cp.leaves {
+    for leaf in leaves {
         let role = leaf.role;
         match apply_secret(ctx, ns, leaf.secret, observed, owner).await? {
             Outcome::Stored(s) if role == LeafRole::SuperAdmin => super_admin = Some(s),
@@ -126,69 +241,56 @@ pub async fn apply(
                     LeafRole::Admin => types::KUBECONFIG_AVAILABLE,
                     _ => types::CERTIFICATES_AVAILABLE,
                 };
-                return Ok(Flow::Stop(conflict(report, type_, msg)));
+                return Ok(Err(conflict(report, type_, msg)));
             }
         }
     }
-    report.push(Cond::yes(
-        types::CERTIFICATES_AVAILABLE,
-        reasons::READY,
-        "CA, service-account key, front-proxy CA and every leaf certificate are present",
-    ));
-    report.push(Cond::yes(
-        types::KUBECONFIG_AVAILABLE,
-        reasons::READY,
-        format!("Secret {}", spec.names.kubeconfig_secret()),
-    ));
+    Ok(Ok(super_admin))
+}
+
+/// Writes the Deployment (read by the observe step) and, once it has rolled out, deletes the
+/// Secrets no pod mounts any more (`legacy`); returns it as stored and whether this pass
+/// changed its pod template (a rollout begins).
+async fn deployment(
+    ctx: &Context,
+    spec: &ValidSpec,
+    observed: &Observed,
+    owner: &OwnerReference,
+    desired: Deployment,
+    legacy: &[Secret],
+) -> Result<Outcome<(Deployment, bool)>, Error> {
     let read = Known::Read(observed.deployment.as_ref());
-    let deployment = match apply_known(ctx, ns, cp.deployment, read, owner).await? {
+    let deployment = match apply_known(ctx, &spec.namespace, desired, read, owner).await? {
         Outcome::Stored(d) => d,
-        Outcome::Conflict(msg) => {
-            return Ok(Flow::Stop(conflict(report, types::DEPLOYMENT_READY, msg)));
-        }
+        Outcome::Conflict(msg) => return Ok(Outcome::Conflict(msg)),
     };
     let template_changed = observed
         .deployment
         .as_ref()
         .is_some_and(|old| template_of(old) != template_of(&deployment));
-    remove_legacy_secrets(ctx, spec, &cp.legacy, &deployment).await?;
-    // spec.rollout.after passing, a service-account key rotation waiting for pods to end or
-    // its overlap to pass: no event says so.
-    let rollout_due = cp
-        .rollout_due
-        .into_iter()
-        .chain(plan.service_account.due)
-        .chain(plan.certificate_authorities.due)
-        .chain(plan.encryption_keys.due)
-        .min();
-    let requeue = tenant(
-        kcp,
-        ctx,
-        spec,
-        cp.tenant.as_ref(),
-        super_admin.as_ref(),
-        &deployment,
-        report,
+    remove_legacy_secrets(ctx, spec, legacy, &deployment).await?;
+    Ok(Outcome::Stored((deployment, template_changed)))
+}
+
+/// Writes the endpoint into the infrastructure cluster when there is one
+/// ([`crate::infrastructure::set_endpoint`]: once, while empty).
+async fn set_infrastructure_endpoint(
+    ctx: &Context,
+    ns: &str,
+    infrastructure: Option<&InfrastructureCluster>,
+    endpoint: &Endpoint,
+) -> Result<(), Error> {
+    let Some(infrastructure) = infrastructure else {
+        return Ok(());
+    };
+    crate::infrastructure::set_endpoint(
+        ctx.client(),
+        ns,
+        infrastructure,
+        &endpoint.host,
+        endpoint.port,
     )
-    .await?;
-    // Last, so that a provider refusing it (its admission, missing RBAC) holds up nothing of
-    // the control plane; the failure is the pass's (Reconciled=False, retried with backoff).
-    if let Some(infrastructure) = infrastructure {
-        crate::infrastructure::set_endpoint(
-            ctx,
-            ns,
-            infrastructure,
-            &cp.endpoint.host,
-            cp.endpoint.port,
-        )
-        .await?;
-    }
-    let requeue = timed_requeue(kcp, requeue, rollout_due, cp.renewal_due);
-    Ok(Flow::Continue(Applied {
-        deployment: Some(deployment),
-        template_changed,
-        requeue: Action::requeue(requeue),
-    }))
+    .await
 }
 
 /// Writes the Secrets of a rotation step, in order (a root only after the rotation Secret
@@ -348,7 +450,7 @@ async fn roots(
             .secrets
             .get(&trust.super_admin_secret)
             .ok_or_else(|| Error::Tenant(format!("Secret {} missing", trust.super_admin_secret)))?;
-        let client = ctx.tenant_clients.get(secret, false).await?;
+        let client = ctx.tenant_clients().get(secret, false).await?;
         if tenant::set_authentication_trust(
             &client,
             &trust.client_ca,
@@ -378,7 +480,7 @@ async fn roots(
             .secrets
             .get(&encryption.migrate_with)
             .ok_or_else(|| Error::Tenant(format!("Secret {} missing", encryption.migrate_with)))?;
-        let client = ctx.tenant_clients.get(secret, false).await?;
+        let client = ctx.tenant_clients().get(secret, false).await?;
         let rewritten = tenant::rewrite(&client, &encryption.migrate).await?;
         info!(
             namespace = ns,
@@ -408,8 +510,14 @@ async fn stored_roots(
     report: &mut Report,
     written: &mut Vec<Secret>,
 ) -> Result<Option<Action>, Error> {
-    let roots = plan.roots.secrets.iter();
-    for root in roots.chain(std::iter::once(&plan.roots.encryption)) {
+    let roots = &plan.roots;
+    let in_order = [
+        &roots.ca,
+        &roots.front_proxy_ca,
+        &roots.service_account,
+        &roots.encryption,
+    ];
+    for root in in_order {
         let theirs = match root {
             Root::Stored(s) => s.clone(),
             Root::New(s) => match create_if_absent(ctx, ns, s).await? {
@@ -433,72 +541,6 @@ async fn stored_roots(
     Ok(None)
 }
 
-/// The tenant side: once its API answered this pass, the kubeadm artifacts; returns when to
-/// look again (a back-off while the API does not answer, since reachability produces no event).
-#[allow(clippy::too_many_arguments)]
-async fn tenant(
-    kcp: &KamajiControlPlane,
-    ctx: &Context,
-    spec: &ValidSpec,
-    objects: Option<&TenantObjects>,
-    super_admin: Option<&Secret>,
-    deployment: &Deployment,
-    report: &mut Report,
-) -> Result<Duration, Error> {
-    let key = object_key(kcp);
-    let Some(objects) = objects else {
-        let available = Replicas::of(Some(deployment)).available;
-        report.push(if available == 0 {
-            Cond::no(
-                types::TENANT_BOOTSTRAPPED,
-                reasons::WAITING_FOR_PODS,
-                "waiting for a control-plane pod to become available",
-            )
-        } else {
-            Cond::no(
-                types::TENANT_BOOTSTRAPPED,
-                reasons::WAITING_FOR_API_SERVER,
-                "waiting for the API server to answer /readyz through the endpoint",
-            )
-        });
-        // Pod readiness produces Deployment events; reachability through the endpoint does not.
-        return Ok(if available > 0 {
-            ctx.waiting.next(&key)
-        } else {
-            ctx.config.resync
-        });
-    };
-    ctx.waiting.reset(&key);
-    match bootstrap_tenant(ctx, kcp, objects, super_admin).await {
-        Ok(client) => {
-            report.push(Cond::yes(
-                types::TENANT_BOOTSTRAPPED,
-                reasons::READY,
-                format!("applied: {}", objects.summary),
-            ));
-            let Some(k) = &spec.konnectivity else {
-                return Ok(ctx.config.resync);
-            };
-            // Agents connecting produce no event here: look again until all are connected.
-            let connected = konnectivity_agents(k, &client, report).await;
-            Ok(if connected {
-                ctx.config.resync
-            } else {
-                ctx.waiting.next(&key)
-            })
-        }
-        Err(e) => {
-            warn!(kcp = %key, "tenant bootstrap: {e}");
-            report.push(Cond::no(
-                types::TENANT_BOOTSTRAPPED,
-                reasons::WAITING_FOR_API_SERVER,
-                e.to_string(),
-            ));
-            Ok(ctx.waiting.next(&key))
-        }
-    }
-}
-
 /// What [`create_if_absent`] found.
 enum Created {
     /// No Secret of its name existed: this one, as stored.
@@ -509,7 +551,7 @@ enum Created {
 
 /// Creates `secret` unless a Secret of its name exists.
 async fn create_if_absent(ctx: &Context, ns: &str, secret: &Secret) -> Result<Created, Error> {
-    let api = Api::<Lean<Secret>>::namespaced(ctx.client.clone(), ns);
+    let api = Api::<Lean<Secret>>::namespaced(ctx.client().clone(), ns);
     let name = secret.name_any();
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -519,7 +561,8 @@ async fn create_if_absent(ctx: &Context, ns: &str, secret: &Secret) -> Result<Cr
         Ok(Lean(created)) => {
             // Its watch event wakes no pass.
             let uid = created.uid().unwrap_or_default();
-            ctx.created(&uid, &created.resource_version().unwrap_or_default());
+            ctx.memory()
+                .created(&uid, &created.resource_version().unwrap_or_default());
             Ok(Created::Now(created))
         }
         Err(kube::Error::Api(e)) if e.code == 409 => api
@@ -635,7 +678,7 @@ async fn known_absent(
         .namespace_secrets
         .get_or_try_init(|| async {
             let list = Api::<Lean<kube::core::PartialObjectMeta<Secret>>>::namespaced(
-                ctx.client.clone(),
+                ctx.client().clone(),
                 ns,
             )
             .list(&kube::api::ListParams::default().limit(NAMESPACE_SECRETS_PAGE))
@@ -691,7 +734,7 @@ where
         .insert(DESIRED_HASH_ANNOTATION.into(), hash.clone());
     let name = desired.name_any();
     // Objects are read without `managedFields` ([`Lean`]): no step reads them.
-    let api: Api<Lean<K>> = Api::namespaced(ctx.client.clone(), ns);
+    let api: Api<Lean<K>> = Api::namespaced(ctx.client().clone(), ns);
     let kind = K::kind(&());
     let (observed, read) = match known {
         Known::Listed(o) => (o, false),
@@ -713,21 +756,21 @@ where
         if cur.annotations().get(DESIRED_HASH_ANNOTATION) == Some(&hash) {
             let uid = cur.uid().unwrap_or_default();
             let version = cur.resource_version().unwrap_or_default();
-            if ctx.holds_desired(&uid, &version, &hash) {
+            if ctx.memory().holds_desired(&uid, &version, &hash) {
                 return Ok(Outcome::Stored(cur.clone()));
             }
             let desired_json = serde_json::to_value(&desired)?;
             match drift::drifted(&desired_json, &serde_json::to_value(cur)?) {
                 None => {
-                    ctx.verified_desired(&uid, &version, &hash);
+                    ctx.memory().verified_desired(&uid, &version, &hash);
                     return Ok(Outcome::Stored(cur.clone()));
                 }
-                Some(_) if ctx.drift_settled(&uid, &hash) => {
+                Some(_) if ctx.memory().drift_settled(&uid, &hash) => {
                     return Ok(Outcome::Stored(cur.clone()));
                 }
                 Some(field) => {
                     info!(object = %format!("{kind} {ns}/{name}"), field, "the live object no longer holds what kamaji-rs set: applying it again");
-                    ctx.metrics.drift_corrections.inc();
+                    ctx.metrics().drift_corrections.inc();
                 }
             }
         }
@@ -741,13 +784,14 @@ where
         // Something rewrites what kamaji-rs sets as it is stored (a mutating webhook):
         // applying again would only loop. Accept it until the desired object changes.
         warn!(object = %format!("{kind} {ns}/{name}"), field, "the stored object differs from what kamaji-rs applied; not re-applying it until the desired object changes");
-        ctx.settle_drift(&stored.uid().unwrap_or_default(), &hash);
+        ctx.memory()
+            .settle_drift(&stored.uid().unwrap_or_default(), &hash);
     } else {
         // The next pass reading this version skips the comparison, and its watch event wakes
         // no pass.
         let uid = stored.uid().unwrap_or_default();
         let version = stored.resource_version().unwrap_or_default();
-        ctx.verified_desired(&uid, &version, &hash);
+        ctx.memory().verified_desired(&uid, &version, &hash);
     }
     Ok(Outcome::Stored(stored))
 }
@@ -778,7 +822,7 @@ where
     {
         Ok(Lean(o)) => Ok(Outcome::Stored(o)),
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            ctx.metrics.ssa_conflicts.inc();
+            ctx.metrics().ssa_conflicts.inc();
             if was_absent
                 && let Some(Lean(now)) = api
                     .get_opt(&name)
@@ -818,7 +862,7 @@ async fn remove_legacy_secrets(
     if legacy.is_empty() || !rolled_out {
         return Ok(());
     }
-    let api = Api::<Secret>::namespaced(ctx.client.clone(), &spec.namespace);
+    let api = Api::<Secret>::namespaced(ctx.client().clone(), &spec.namespace);
     for old in legacy {
         let name = old.name_any();
         let precondition = DeleteParams {
@@ -843,7 +887,7 @@ async fn remove_legacy_secrets(
 }
 
 /// Reports the endpoint ready and writes it into `spec.controlPlaneEndpoint` when it differs
-/// ([`super::patch_kcp`]: `Ok(false)` when the pass read a replaced version).
+/// ([`super::kcp::patch_kcp`]: `Ok(false)` when the pass read a replaced version).
 async fn set_kcp_endpoint(
     kcp: &KamajiControlPlane,
     ctx: &Context,
@@ -862,59 +906,71 @@ async fn set_kcp_endpoint(
         return Ok(true);
     }
     let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": {"host": endpoint.host, "port": endpoint.port}}});
-    super::patch_kcp(kcp, ctx, report, patch, "set spec.controlPlaneEndpoint").await
+    super::kcp::patch_kcp(kcp, ctx, report, patch, "set spec.controlPlaneEndpoint").await
 }
 
-/// Reports whether the konnectivity agents are connected (`KonnectivityReady`, from their
-/// workload's ready count in the tenant: an agent is ready once it holds a connection to a
-/// server); returns whether all are.
+/// The tenant side: once its API answered this pass, the kubeadm artifacts (`objects`) and,
+/// with konnectivity, its agents; returns how far it got and when to look again (a back-off
+/// while the API does not answer or agents are not connected, since neither produces an event).
+async fn tenant_side(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    konnectivity: Option<&kamaji_bootstrap::konnectivity::Konnectivity>,
+    objects: Option<&TenantObjects>,
+    super_admin: Option<&Secret>,
+    deployment: &Deployment,
+) -> Result<(TenantSide, Duration), Error> {
+    let key = object_key(kcp);
+    let Some(objects) = objects else {
+        let available = Replicas::of(Some(deployment)).available;
+        // Pod readiness produces Deployment events; reachability through the endpoint does not.
+        return Ok(if available == 0 {
+            (TenantSide::WaitingForPods, ctx.config().resync)
+        } else {
+            (TenantSide::WaitingForApiServer, ctx.waiting().next(&key))
+        });
+    };
+    ctx.waiting().reset(&key);
+    let client = match bootstrap_tenant(ctx, kcp, objects, super_admin).await {
+        Ok(client) => client,
+        Err(e) => {
+            warn!(kcp = %key, "tenant bootstrap: {e}");
+            return Ok((TenantSide::Failed(e.to_string()), ctx.waiting().next(&key)));
+        }
+    };
+    let summary = objects.summary.clone();
+    let Some(k) = konnectivity else {
+        let side = TenantSide::Bootstrapped {
+            summary,
+            agents: None,
+        };
+        return Ok((side, ctx.config().resync));
+    };
+    // Agents connecting produce no event here: look again until all are connected.
+    let agents = konnectivity_agents(k, &client).await;
+    let requeue = if agents.all_connected() {
+        ctx.config().resync
+    } else {
+        ctx.waiting().next(&key)
+    };
+    let side = TenantSide::Bootstrapped {
+        summary,
+        agents: Some(agents),
+    };
+    Ok((side, requeue))
+}
+
+/// The konnectivity agents' workload in the tenant (an agent is ready once it holds a
+/// connection to a server).
 async fn konnectivity_agents(
     k: &kamaji_bootstrap::konnectivity::Konnectivity,
     client: &kube::Client,
-    report: &mut Report,
-) -> bool {
-    let counts = tenant::konnectivity_agents(client, k.agent.mode).await;
-    let (cond, connected) = match counts {
-        Ok(Some((ready, desired))) if desired > 0 && ready >= desired => (
-            Cond::yes(
-                types::KONNECTIVITY_READY,
-                reasons::AGENTS_CONNECTED,
-                format!("{ready} of {desired} konnectivity agents connected"),
-            ),
-            true,
-        ),
-        Ok(Some((ready, desired))) => (
-            Cond::no(
-                types::KONNECTIVITY_READY,
-                reasons::WAITING_FOR_AGENTS,
-                if desired == 0 {
-                    "no konnectivity agent is scheduled (the tenant has no node for them yet)"
-                        .to_owned()
-                } else {
-                    format!("{ready} of {desired} konnectivity agents connected")
-                },
-            ),
-            false,
-        ),
-        Ok(None) => (
-            Cond::no(
-                types::KONNECTIVITY_READY,
-                reasons::WAITING_FOR_AGENTS,
-                "the konnectivity agents' workload does not exist in the tenant yet",
-            ),
-            false,
-        ),
-        Err(e) => (
-            Cond::unknown(
-                types::KONNECTIVITY_READY,
-                reasons::WAITING_FOR_AGENTS,
-                format!("cannot read the konnectivity agents: {e}"),
-            ),
-            false,
-        ),
-    };
-    report.push(cond);
-    connected
+) -> Agents {
+    match tenant::konnectivity_agents(client, k.agent.mode).await {
+        Ok(Some((ready, desired))) => Agents::Counted { ready, desired },
+        Ok(None) => Agents::Missing,
+        Err(e) => Agents::Unreadable(e.to_string()),
+    }
 }
 
 /// Applies the kubeadm join artifacts to the tenant unless its cluster-info already holds the
@@ -932,10 +988,10 @@ async fn bootstrap_tenant(
     let super_admin =
         super_admin.ok_or_else(|| Error::Tenant("super-admin kubeconfig missing".into()))?;
     let coming_up = !super::observe::is_initialized(kcp);
-    let client = ctx.tenant_clients.get(super_admin, coming_up).await?;
+    let client = ctx.tenant_clients().get(super_admin, coming_up).await?;
     let applied = apply_tenant_artifacts(kcp, tenant, &client).await;
     if applied.is_err() {
-        ctx.tenant_clients.forget(super_admin);
+        ctx.tenant_clients().forget(super_admin);
     }
     applied.map(|()| client)
 }

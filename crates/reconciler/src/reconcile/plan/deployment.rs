@@ -21,8 +21,11 @@ use kamaji_bootstrap::controlplane::{
     ControlPlaneSpec, Layout, PkiVolume, component_args, health_endpoint,
 };
 
-use super::{API_SERVER_PORT_NAME, PKI_HASH_ANNOTATION, common_labels, meta, selector_labels};
-use crate::reconcile::validate::ValidSpec;
+use super::{API_SERVER_PORT_NAME, PKI_HASH_ANNOTATION, common_labels, meta};
+use crate::reconcile::validate::{
+    CA_ROTATION_VOLUME, ENCRYPTION_VOLUME, KINE_VOLUME, SERVICE_ACCOUNT_ROTATION_VOLUME, ValidSpec,
+    selector_labels,
+};
 
 /// Pod-template annotation holding the `spec.rollout.after` (RFC 3339) the pods were last
 /// replaced for; changing it is what replaces them.
@@ -225,19 +228,6 @@ fn container(spec: &ValidSpec, cp: &ControlPlaneSpec, c: Component) -> Container
     }
 }
 
-/// The volume of the service-account rotation Secret, mounted into kube-apiserver while a
-/// rotation runs (only its public key, [`super::sa_rotation::VERIFY_KEY`]).
-pub const SERVICE_ACCOUNT_ROTATION_VOLUME: &str = "sa-rotation";
-
-/// The volume of the encryption Secret (`<cluster>-encryption.config`), mounted into
-/// kube-apiserver.
-pub const ENCRYPTION_VOLUME: &str = "encryption";
-
-/// The volume of the CA rotation Secret, mounted into kube-apiserver and
-/// kube-controller-manager while a rotation runs (only its trust bundles,
-/// [`super::ca_rotation::CA_BUNDLE`] and [`super::ca_rotation::FRONT_PROXY_CA_BUNDLE`]).
-pub const CA_ROTATION_VOLUME: &str = "ca-rotation";
-
 /// A volume of the internal Secret `which` with only `keys`, each under its own name.
 fn internal_secret_volume(
     spec: &ValidSpec,
@@ -345,9 +335,6 @@ fn topology_spread_constraints(spec: &ValidSpec) -> Option<Vec<TopologySpreadCon
             .collect()
     })
 }
-
-/// The volume of `<cluster>-kine.config`, mounted into the kine container.
-pub const KINE_VOLUME: &str = "kine";
 
 /// Where the kine container finds `<cluster>-kine.config`'s files.
 pub const KINE_DIR: &str = "/etc/kine";
