@@ -137,22 +137,12 @@ pub async fn apply(
     let (deployment, template_changed) =
         match deployment(ctx, spec, observed, &plan.owner, cp.deployment, &cp.legacy).await? {
             Outcome::Stored(stored) => stored,
-            Outcome::Conflict(msg) => {
-                return Ok(Flow::Stop(conflict(report, types::DEPLOYMENT_READY, msg)));
-            }
+            Outcome::Conflict(msg) => return Ok(Flow::Stop(deployment_conflict(report, msg))),
         };
     // 8. The tenant's artifacts, once its API answered: its clients trust the leaves of step 6.
-    let konnectivity = spec.konnectivity.as_ref();
-    let tenant = cp.tenant.as_ref();
-    let (side, requeue) = tenant_side(
-        kcp,
-        ctx,
-        konnectivity,
-        tenant,
-        super_admin.as_ref(),
-        &deployment,
-    )
-    .await?;
+    let admin = super_admin.as_ref();
+    let (side, requeue) =
+        tenant_side(kcp, ctx, spec, cp.tenant.as_ref(), admin, &deployment).await?;
     report.applied.tenant = Some(side);
     // 9. Last, the endpoint into the infrastructure cluster: a provider refusing it (its
     //    admission, missing RBAC) holds up nothing of the control plane; the failure is the
@@ -160,18 +150,11 @@ pub async fn apply(
     set_infrastructure_endpoint(ctx, ns, infrastructure, &cp.endpoint).await?;
     // 10. When to look again: `spec.rollout.after` passing, a rotation waiting for pods to end
     //     or its overlap to pass, a leaf's renewal time; no event says so.
-    let dues = [
-        cp.rollout_due,
-        plan.service_account.due,
-        plan.certificate_authorities.due,
-        plan.encryption_keys.due,
-    ];
-    let requeue = timed_requeue(
-        kcp,
-        requeue,
-        dues.into_iter().flatten().min(),
-        cp.renewal_due,
-    );
+    let rotations = [&plan.service_account.due, &plan.certificate_authorities.due];
+    let due = rotations
+        .into_iter()
+        .chain([&plan.encryption_keys.due, &cp.rollout_due]);
+    let requeue = timed_requeue(kcp, requeue, due.flatten().min().copied(), cp.renewal_due);
     Ok(Flow::Continue(Applied {
         deployment: Some(deployment),
         template_changed,
@@ -293,30 +276,39 @@ async fn set_infrastructure_endpoint(
     .await
 }
 
-/// Writes the Secrets of a rotation step, in order (a root only after the rotation Secret
-/// holds what it replaces); returns them as stored. Stops at a Secret another object controls
-/// (`Err` with the action).
-async fn rotation_writes(
+/// The next step of a rotation: what it writes, in order (a root only after the rotation
+/// Secret holds what it replaces), and the conditions it reports.
+struct RotationStep<'a> {
+    what: &'a str,
+    writes: Vec<Secret>,
+    conditions: Vec<Cond>,
+}
+
+/// Writes a rotation's next step (adding the Secrets to `written` as stored) and reports its
+/// conditions; `Some(action)` stops the pass at a Secret another object controls.
+async fn rotation_step(
     ctx: &Context,
     ns: &str,
     observed: &Observed,
     owner: &OwnerReference,
-    writes: Vec<Secret>,
-    what: &str,
+    step: RotationStep<'_>,
     report: &mut Report,
-) -> Result<Result<Vec<Secret>, Action>, Error> {
-    let mut stored = Vec::with_capacity(writes.len());
-    for secret in writes {
+    written: &mut Vec<Secret>,
+) -> Result<Option<Action>, Error> {
+    for secret in step.writes {
         let name = secret.name_any();
-        info!(secret = %format!("{ns}/{name}"), "{what}: writing the next step");
+        info!(secret = %format!("{ns}/{name}"), "{}: writing the next step", step.what);
         match apply_secret(ctx, ns, secret, observed, owner).await? {
-            Outcome::Stored(s) => stored.push(s),
+            Outcome::Stored(s) => written.push(s),
             Outcome::Conflict(msg) => {
-                return Ok(Err(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
+                return Ok(Some(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
             }
         }
     }
-    Ok(Ok(stored))
+    for cond in step.conditions {
+        report.push(cond);
+    }
+    Ok(None)
 }
 
 /// `requeue`, or earlier when state that produces no event changes first: `spec.rollout.after`
@@ -404,6 +396,11 @@ async fn front(
     Ok(Ok(service))
 }
 
+/// [`conflict`] of the Deployment.
+fn deployment_conflict(report: &mut Report, msg: String) -> Action {
+    conflict(report, types::DEPLOYMENT_READY, msg)
+}
+
 /// Reports an object another object controls, and stops the pass (a recheck, since its
 /// removal produces no event for this control plane).
 fn conflict(report: &mut Report, type_: &'static str, msg: String) -> Action {
@@ -432,73 +429,87 @@ async fn roots(
     if let Some(stop) = stored_roots(ctx, ns, plan, report, written).await? {
         return Ok(Some(stop));
     }
-    let keys = &plan.service_account;
-    let writes = keys.writes.clone();
-    let what = "service-account key rotation";
-    match rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await? {
-        Ok(stored) => written.extend(stored),
-        Err(stop) => return Ok(Some(stop)),
-    }
-    for cond in keys.condition.iter().cloned() {
-        report.push(cond);
+    let (owner, keys) = (&plan.owner, &plan.service_account);
+    let step = RotationStep {
+        what: "service-account key rotation",
+        writes: keys.writes.clone(),
+        conditions: keys.condition.iter().cloned().collect(),
+    };
+    if let Some(stop) = rotation_step(ctx, ns, observed, owner, step, report, written).await? {
+        return Ok(Some(stop));
     }
     let authorities = &plan.certificate_authorities;
     // Before the rotation is recorded as done: the tenant's published trust loses the old CAs
     // (a failure fails the pass, and the next one tries again).
     if let Some(trust) = &authorities.authentication_trust {
-        let secret = observed
-            .secrets
-            .get(&trust.super_admin_secret)
-            .ok_or_else(|| Error::Tenant(format!("Secret {} missing", trust.super_admin_secret)))?;
-        let client = ctx.tenant_clients().get(secret, false).await?;
-        if tenant::set_authentication_trust(
-            &client,
-            &trust.client_ca,
-            &trust.requestheader_client_ca,
-        )
-        .await?
-        {
-            info!(
-                namespace = ns,
-                "certificate-authority rotation: extension-apiserver-authentication trusts only the new CAs"
-            );
-        }
+        publish_trust(ctx, ns, observed, trust).await?;
     }
-    let writes = authorities.writes.clone();
-    let what = "certificate-authority rotation";
-    match rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await? {
-        Ok(stored) => written.extend(stored),
-        Err(stop) => return Ok(Some(stop)),
-    }
-    for cond in authorities.condition.iter().cloned() {
-        report.push(cond);
+    let step = RotationStep {
+        what: "certificate-authority rotation",
+        writes: authorities.writes.clone(),
+        conditions: authorities.condition.iter().cloned().collect(),
+    };
+    if let Some(stop) = rotation_step(ctx, ns, observed, owner, step, report, written).await? {
+        return Ok(Some(stop));
     }
     let encryption = &plan.encryption_keys;
     // Before the previous key is dropped: every Secret is stored anew with the one that writes.
     if !encryption.migrate.is_empty() {
-        let secret = observed
-            .secrets
-            .get(&encryption.migrate_with)
-            .ok_or_else(|| Error::Tenant(format!("Secret {} missing", encryption.migrate_with)))?;
-        let client = ctx.tenant_clients().get(secret, false).await?;
-        let rewritten = tenant::rewrite(&client, &encryption.migrate).await?;
+        migrate_encryption(ctx, ns, observed, encryption).await?;
+    }
+    let step = RotationStep {
+        what: "encryption configuration change",
+        writes: encryption.write.clone().into_iter().collect(),
+        conditions: encryption.conditions.clone(),
+    };
+    rotation_step(ctx, ns, observed, owner, step, report, written).await
+}
+
+/// Makes the tenant's `extension-apiserver-authentication` trust only the CAs `trust` names
+/// (a CA rotation dropping the old ones), through the super-admin kubeconfig.
+async fn publish_trust(
+    ctx: &Context,
+    ns: &str,
+    observed: &Observed,
+    trust: &super::plan::ca_rotation::AuthenticationTrust,
+) -> Result<(), Error> {
+    let secret = observed
+        .secrets
+        .get(&trust.super_admin_secret)
+        .ok_or_else(|| Error::Tenant(format!("Secret {} missing", trust.super_admin_secret)))?;
+    let client = ctx.tenant_clients().get(secret, false).await?;
+    if tenant::set_authentication_trust(&client, &trust.client_ca, &trust.requestheader_client_ca)
+        .await?
+    {
         info!(
             namespace = ns,
-            rewritten,
-            resources = encryption.migrate.join(","),
-            "encryption at rest: stored objects rewritten with the configuration that writes"
+            "certificate-authority rotation: extension-apiserver-authentication trusts only the new CAs"
         );
     }
-    let writes = encryption.write.clone().into_iter().collect();
-    let what = "encryption configuration change";
-    match rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await? {
-        Ok(stored) => written.extend(stored),
-        Err(stop) => return Ok(Some(stop)),
-    }
-    for cond in encryption.conditions.iter().cloned() {
-        report.push(cond);
-    }
-    Ok(None)
+    Ok(())
+}
+
+/// Stores every object of the resources `encryption.migrate` anew in the tenant, through the
+/// kubeconfig `encryption.migrate_with`: written with the configuration that writes now.
+async fn migrate_encryption(
+    ctx: &Context,
+    ns: &str,
+    observed: &Observed,
+    encryption: &super::plan::encryption_rotation::EncryptionKeys,
+) -> Result<(), Error> {
+    let secret = observed
+        .secrets
+        .get(&encryption.migrate_with)
+        .ok_or_else(|| Error::Tenant(format!("Secret {} missing", encryption.migrate_with)))?;
+    let client = ctx.tenant_clients().get(secret, false).await?;
+    let rewritten = tenant::rewrite(&client, &encryption.migrate).await?;
+    info!(
+        namespace = ns,
+        rewritten,
+        resources = encryption.migrate.join(","),
+        "encryption at rest: stored objects rewritten with the configuration that writes"
+    );
+    Ok(())
 }
 
 /// The roots of `plan`: a stored one must not be controlled by another object; a new one is
@@ -713,13 +724,50 @@ enum Known<'a, K> {
 async fn apply_known<K>(
     ctx: &Context,
     ns: &str,
-    mut desired: K,
+    desired: K,
     known: Known<'_, K>,
     owner: &OwnerReference,
 ) -> Result<Outcome<K>, Error>
 where
     K: OwnedKind,
 {
+    let (desired, hash) = with_desired_hash(desired);
+    let name = desired.name_any();
+    let what = format!("{} {ns}/{name}", K::kind(&()));
+    // Objects are read without `managedFields` ([`Lean`]): no step reads them.
+    let api: Api<Lean<K>> = Api::namespaced(ctx.client().clone(), ns);
+    let (observed, read) = match known {
+        Known::Listed(o) => (o, false),
+        Known::Read(o) => (o, true),
+    };
+    let fetched = if observed.is_none() && !read {
+        api.get_opt(&name)
+            .await
+            .ctx(|| format!("get {what}"))?
+            .map(|o| o.0)
+    } else {
+        None
+    };
+    let current = observed.or(fetched.as_ref());
+    if let Some(cur) = current {
+        if let Some(msg) = foreign_controller(cur, owner) {
+            return Ok(Outcome::Conflict(msg));
+        }
+        if holds_desired(ctx, cur, &desired, &hash, &what)? {
+            return Ok(Outcome::Stored(cur.clone()));
+        }
+    }
+    let stored = match server_side_apply(ctx, &api, &desired, current.is_none(), owner).await? {
+        Outcome::Stored(s) => s,
+        Outcome::Conflict(msg) => return Ok(Outcome::Conflict(msg)),
+    };
+    remember_applied(ctx, &desired, &stored, &hash, &what)?;
+    Ok(Outcome::Stored(stored))
+}
+
+/// `desired` annotated with its desired hash (of the object without that annotation), and
+/// the hash.
+fn with_desired_hash<K: OwnedKind>(mut desired: K) -> (K, String) {
     let hash = {
         let meta = desired.meta_mut();
         if let Some(a) = meta.annotations.as_mut() {
@@ -732,68 +780,70 @@ where
         .annotations
         .get_or_insert_with(Default::default)
         .insert(DESIRED_HASH_ANNOTATION.into(), hash.clone());
-    let name = desired.name_any();
-    // Objects are read without `managedFields` ([`Lean`]): no step reads them.
-    let api: Api<Lean<K>> = Api::namespaced(ctx.client().clone(), ns);
-    let kind = K::kind(&());
-    let (observed, read) = match known {
-        Known::Listed(o) => (o, false),
-        Known::Read(o) => (o, true),
-    };
-    let fetched = if observed.is_none() && !read {
-        api.get_opt(&name)
-            .await
-            .ctx(|| format!("get {kind} {ns}/{name}"))?
-            .map(|o| o.0)
-    } else {
-        None
-    };
-    let current = observed.or(fetched.as_ref());
-    if let Some(cur) = current {
-        if let Some(msg) = foreign_controller(cur, owner) {
-            return Ok(Outcome::Conflict(msg));
+    (desired, hash)
+}
+
+/// Whether the live object `cur` (`what`, for the log) needs no write: it carries the desired
+/// hash `hash` and still holds everything `desired` sets (remembered per version), or its
+/// drift from that desired object was accepted ([`remember_applied`]).
+fn holds_desired<K: OwnedKind>(
+    ctx: &Context,
+    cur: &K,
+    desired: &K,
+    hash: &str,
+    what: &str,
+) -> Result<bool, Error> {
+    if cur
+        .annotations()
+        .get(DESIRED_HASH_ANNOTATION)
+        .map(String::as_str)
+        != Some(hash)
+    {
+        return Ok(false);
+    }
+    let uid = cur.uid().unwrap_or_default();
+    let version = cur.resource_version().unwrap_or_default();
+    if ctx.memory().holds_desired(&uid, &version, hash) {
+        return Ok(true);
+    }
+    let desired_json = serde_json::to_value(desired)?;
+    match drift::drifted(&desired_json, &serde_json::to_value(cur)?) {
+        None => {
+            ctx.memory().verified_desired(&uid, &version, hash);
+            Ok(true)
         }
-        if cur.annotations().get(DESIRED_HASH_ANNOTATION) == Some(&hash) {
-            let uid = cur.uid().unwrap_or_default();
-            let version = cur.resource_version().unwrap_or_default();
-            if ctx.memory().holds_desired(&uid, &version, &hash) {
-                return Ok(Outcome::Stored(cur.clone()));
-            }
-            let desired_json = serde_json::to_value(&desired)?;
-            match drift::drifted(&desired_json, &serde_json::to_value(cur)?) {
-                None => {
-                    ctx.memory().verified_desired(&uid, &version, &hash);
-                    return Ok(Outcome::Stored(cur.clone()));
-                }
-                Some(_) if ctx.memory().drift_settled(&uid, &hash) => {
-                    return Ok(Outcome::Stored(cur.clone()));
-                }
-                Some(field) => {
-                    info!(object = %format!("{kind} {ns}/{name}"), field, "the live object no longer holds what kamaji-rs set: applying it again");
-                    ctx.metrics().drift_corrections.inc();
-                }
-            }
+        Some(_) if ctx.memory().drift_settled(&uid, hash) => Ok(true),
+        Some(field) => {
+            info!(object = %what, field, "the live object no longer holds what kamaji-rs set: applying it again");
+            ctx.metrics().drift_corrections.inc();
+            Ok(false)
         }
     }
-    let stored = match server_side_apply(ctx, &api, &desired, current.is_none(), owner).await? {
-        Outcome::Stored(s) => s,
-        Outcome::Conflict(msg) => return Ok(Outcome::Conflict(msg)),
-    };
-    let desired_json = serde_json::to_value(&desired)?;
-    if let Some(field) = drift::drifted(&desired_json, &serde_json::to_value(&stored)?) {
-        // Something rewrites what kamaji-rs sets as it is stored (a mutating webhook):
-        // applying again would only loop. Accept it until the desired object changes.
-        warn!(object = %format!("{kind} {ns}/{name}"), field, "the stored object differs from what kamaji-rs applied; not re-applying it until the desired object changes");
+}
+
+/// Remembers the object `stored` just applied from `desired` (hash `hash`; `what`, for the
+/// log): holding the desired object at its version (the next pass reading it skips the
+/// comparison, and its watch event wakes no pass), or, when what is stored differs from what
+/// was applied (a mutating webhook rewrites it: applying again would only loop), its drift is
+/// accepted until the desired object changes.
+fn remember_applied<K: OwnedKind>(
+    ctx: &Context,
+    desired: &K,
+    stored: &K,
+    hash: &str,
+    what: &str,
+) -> Result<(), Error> {
+    let desired_json = serde_json::to_value(desired)?;
+    if let Some(field) = drift::drifted(&desired_json, &serde_json::to_value(stored)?) {
+        warn!(object = %what, field, "the stored object differs from what kamaji-rs applied; not re-applying it until the desired object changes");
         ctx.memory()
-            .settle_drift(&stored.uid().unwrap_or_default(), &hash);
+            .settle_drift(&stored.uid().unwrap_or_default(), hash);
     } else {
-        // The next pass reading this version skips the comparison, and its watch event wakes
-        // no pass.
         let uid = stored.uid().unwrap_or_default();
         let version = stored.resource_version().unwrap_or_default();
-        ctx.memory().verified_desired(&uid, &version, &hash);
+        ctx.memory().verified_desired(&uid, &version, hash);
     }
-    Ok(Outcome::Stored(stored))
+    Ok(())
 }
 
 /// Server-side applies `desired`; a field another manager holds is taken back (forced), unless
@@ -910,12 +960,12 @@ async fn set_kcp_endpoint(
 }
 
 /// The tenant side: once its API answered this pass, the kubeadm artifacts (`objects`) and,
-/// with konnectivity, its agents; returns how far it got and when to look again (a back-off
+/// with konnectivity (`spec`), its agents; returns how far it got and when to look again (a back-off
 /// while the API does not answer or agents are not connected, since neither produces an event).
 async fn tenant_side(
     kcp: &KamajiControlPlane,
     ctx: &Context,
-    konnectivity: Option<&kamaji_bootstrap::konnectivity::Konnectivity>,
+    spec: &ValidSpec,
     objects: Option<&TenantObjects>,
     super_admin: Option<&Secret>,
     deployment: &Deployment,
@@ -939,7 +989,7 @@ async fn tenant_side(
         }
     };
     let summary = objects.summary.clone();
-    let Some(k) = konnectivity else {
+    let Some(k) = &spec.konnectivity else {
         let side = TenantSide::Bootstrapped {
             summary,
             agents: None,
