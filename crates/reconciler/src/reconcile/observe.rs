@@ -188,42 +188,9 @@ pub async fn observe(
     ctx: &Context,
 ) -> Result<Observed, Error> {
     let ns = &spec.namespace;
-    // Objects are read without `managedFields` ([`Lean`]): no step reads them.
-    let secrets_api = Api::<Lean<Secret>>::namespaced(ctx.client().clone(), ns);
-    let lp = ListParams::default().labels(&format!(
-        "{CLUSTER_NAME_LABEL}={}",
-        spec.names.cluster_label_value()
-    ));
-    // A Secret without the label (a kubeconfig written by someone else, case B01) is not
-    // listed here; the apply step looks for it in a list of the namespace, or reads it by
-    // name, before it writes.
-    let mut secrets: BTreeMap<String, Secret> = secrets_api
-        .list(&lp)
-        .await
-        .ctx(|| format!("list Secrets of Cluster {ns}/{}", spec.cluster_name))?
-        .items
-        .into_iter()
-        .map(|Lean(s)| (s.name_any(), s))
-        .collect();
     let initialized = is_initialized(kcp);
-    if initialized {
-        // A root restored from a backup without its labels is still the root.
-        let n = &spec.names;
-        for name in [
-            n.ca_secret(),
-            n.front_proxy_ca_secret(),
-            n.service_account_secret(),
-        ] {
-            if !secrets.contains_key(&name)
-                && let Some(s) = secrets_api
-                    .get_opt(&name)
-                    .await
-                    .ctx(|| format!("get Secret {ns}/{name}"))?
-            {
-                secrets.insert(name, s.0);
-            }
-        }
-    }
+    let secrets = secrets(spec, ctx, initialized).await?;
+    // Objects are read without `managedFields` ([`Lean`]): no step reads them.
     let deployment = Api::<Lean<Deployment>>::namespaced(ctx.client().clone(), ns)
         .get_opt(&spec.names.deployment())
         .await
@@ -234,18 +201,7 @@ pub async fn observe(
         .await
         .ctx(|| "get Service".into())?
         .map(|s| s.0);
-    let mut reachable = false;
-    if Replicas::of(deployment.as_ref()).available > 0
-        && let Some(kubeconfig) = secrets.get(&spec.names.kubeconfig_secret())
-    {
-        // A kubeconfig that does not load is reissued by this pass; the tenant counts as
-        // unreachable until then.
-        // A new connection each time: one kept from an earlier pass would hide an endpoint
-        // that refuses new connections.
-        if let Ok(client) = ctx.tenant_clients().fresh(kubeconfig).await {
-            reachable = tenant::readyz(&client).await;
-        }
-    }
+    let reachable = reachable(spec, ctx, deployment.as_ref(), &secrets).await;
     let reads = RotationReads::of(spec, &secrets);
     let control_plane_pods = if reads.control_plane_pods {
         Some(pod_fingerprints(spec, ctx, deployment.as_ref()).await?)
@@ -272,6 +228,74 @@ pub async fn observe(
         status_version: kcp.status.as_ref().and_then(|s| s.version.clone()),
         namespace_secrets: tokio::sync::OnceCell::new(),
     })
+}
+
+/// The control plane's Secrets, by name: those labelled with its Cluster, and, once
+/// `initialized`, its roots read by name when the list lacks them (a root restored from a
+/// backup without its labels is still the root).
+async fn secrets(
+    spec: &ValidSpec,
+    ctx: &Context,
+    initialized: bool,
+) -> Result<BTreeMap<String, Secret>, Error> {
+    let ns = &spec.namespace;
+    let secrets_api = Api::<Lean<Secret>>::namespaced(ctx.client().clone(), ns);
+    let lp = ListParams::default().labels(&format!(
+        "{CLUSTER_NAME_LABEL}={}",
+        spec.names.cluster_label_value()
+    ));
+    // A Secret without the label (a kubeconfig written by someone else, case B01) is not
+    // listed here; the apply step looks for it in a list of the namespace, or reads it by
+    // name, before it writes.
+    let mut secrets: BTreeMap<String, Secret> = secrets_api
+        .list(&lp)
+        .await
+        .ctx(|| format!("list Secrets of Cluster {ns}/{}", spec.cluster_name))?
+        .items
+        .into_iter()
+        .map(|Lean(s)| (s.name_any(), s))
+        .collect();
+    if !initialized {
+        return Ok(secrets);
+    }
+    let n = &spec.names;
+    for name in [
+        n.ca_secret(),
+        n.front_proxy_ca_secret(),
+        n.service_account_secret(),
+    ] {
+        if !secrets.contains_key(&name)
+            && let Some(s) = secrets_api
+                .get_opt(&name)
+                .await
+                .ctx(|| format!("get Secret {ns}/{name}"))?
+        {
+            secrets.insert(name, s.0);
+        }
+    }
+    Ok(secrets)
+}
+
+/// Whether the tenant API answers `/readyz` through the endpoint with `<cluster>-kubeconfig`,
+/// asked once a control-plane pod is available. A kubeconfig that does not load is reissued
+/// by this pass; the tenant counts as unreachable until then. A new connection each time: one
+/// kept from an earlier pass would hide an endpoint that refuses new connections.
+async fn reachable(
+    spec: &ValidSpec,
+    ctx: &Context,
+    deployment: Option<&Deployment>,
+    secrets: &BTreeMap<String, Secret>,
+) -> bool {
+    if Replicas::of(deployment).available == 0 {
+        return false;
+    }
+    let Some(kubeconfig) = secrets.get(&spec.names.kubeconfig_secret()) else {
+        return false;
+    };
+    match ctx.tenant_clients().fresh(kubeconfig).await {
+        Ok(client) => tenant::readyz(&client).await,
+        Err(_) => false,
+    }
 }
 
 /// What the observe step reads besides the Secrets, Deployment and Service while a rotation is
