@@ -497,41 +497,19 @@ fn konnectivity(
     let port = server.port.unwrap_or(DEFAULT_KONNECTIVITY_SERVER_PORT);
     let before = errors.len();
     errors.extend(konnectivity_errors(fields, exposure, api_port, minor, port));
-    let mut image =
-        |image: Option<&String>, default: &str, version: Option<&String>, field: &str| {
-            let tag = version
-                .filter(|v| !v.is_empty())
-                .cloned()
-                .or_else(|| k::default_version(minor).map(str::to_owned))
-                .unwrap_or_default();
-            if k::is_too_old(&tag) {
-                errors.push(SpecError::new(
-                    field,
-                    format!(
-                        "{tag} is older than v0.{}.0, the first apiserver-network-proxy release \
-                     with the lease-counting flags kamaji-rs runs the server and agents with",
-                        k::MIN_RELEASE_MINOR
-                    ),
-                ));
-            }
-            format!(
-                "{}:{tag}",
-                image
-                    .filter(|i| !i.is_empty())
-                    .map_or(default, String::as_str)
-            )
-        };
-    let server_image = image(
-        server.image.as_ref(),
-        DEFAULT_KONNECTIVITY_SERVER_IMAGE,
+    let server_image = konnectivity_image(
+        (server.image.as_ref(), DEFAULT_KONNECTIVITY_SERVER_IMAGE),
         server.version.as_ref(),
+        minor,
         "spec.addons.konnectivity.server.version",
+        errors,
     );
-    let agent_image = image(
-        agent.image.as_ref(),
-        DEFAULT_KONNECTIVITY_AGENT_IMAGE,
+    let agent_image = konnectivity_image(
+        (agent.image.as_ref(), DEFAULT_KONNECTIVITY_AGENT_IMAGE),
         agent.version.as_ref(),
+        minor,
         "spec.addons.konnectivity.agent.version",
+        errors,
     );
     if errors.len() > before {
         return None;
@@ -563,6 +541,40 @@ fn konnectivity(
     })
 }
 
+/// A konnectivity image: `image` (the default when empty) at `version`, else at the
+/// apiserver-network-proxy release known for the tenant's `minor`; a release older than the
+/// first with the flags kamaji-rs runs it with is refused (`field`).
+fn konnectivity_image(
+    (image, default): (Option<&String>, &str),
+    version: Option<&String>,
+    minor: u32,
+    field: &str,
+    errors: &mut Vec<SpecError>,
+) -> String {
+    use kamaji_bootstrap::konnectivity as k;
+    let tag = version
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .or_else(|| k::default_version(minor).map(str::to_owned))
+        .unwrap_or_default();
+    if k::is_too_old(&tag) {
+        errors.push(SpecError::new(
+            field,
+            format!(
+                "{tag} is older than v0.{}.0, the first apiserver-network-proxy release \
+                     with the lease-counting flags kamaji-rs runs the server and agents with",
+                k::MIN_RELEASE_MINOR
+            ),
+        ));
+    }
+    format!(
+        "{}:{tag}",
+        image
+            .filter(|i| !i.is_empty())
+            .map_or(default, String::as_str)
+    )
+}
+
 /// Why `addons.konnectivity` cannot work as asked: a tenant older than the releases it runs;
 /// an exposure the agents cannot dial the server port through (an Ingress or TLSRoute routes
 /// only the API server's TLS; a NodePort Service would put the port on a node port the agents
@@ -589,26 +601,7 @@ fn konnectivity_errors(
             ),
         ));
     }
-    let via = if exposure.ingress.is_some() {
-        Some("spec.network.ingress")
-    } else if exposure.gateway.is_some() {
-        Some("spec.network.gateway")
-    } else if exposure.service_type == kamaji_api::kcp::ServiceType::NodePort {
-        Some("a NodePort Service (spec.network.serviceType)")
-    } else {
-        None
-    };
-    if let Some(via) = via {
-        errors.push(SpecError::new(
-            "spec.addons.konnectivity",
-            format!(
-                "konnectivity agents connect to the endpoint's host at the server port, which \
-                 {via} does not serve: expose the control plane with a LoadBalancer Service (or \
-                 a ClusterIP Service behind a load balancer of yours that forwards the server \
-                 port too), or remove konnectivity"
-            ),
-        ));
-    }
+    errors.extend(konnectivity_exposure_error(exposure));
     let taken = |p: u16| {
         [
             api_port,
@@ -637,6 +630,38 @@ fn konnectivity_errors(
             ),
         ));
     }
+    errors.extend(konnectivity_name_errors(fields));
+    errors
+}
+
+/// An exposure the konnectivity agents cannot dial the server port through: an Ingress or
+/// TLSRoute routes only the API server's TLS; a NodePort Service would put the port on a node
+/// port the agents are not told.
+fn konnectivity_exposure_error(exposure: &Exposure) -> Option<SpecError> {
+    let via = if exposure.ingress.is_some() {
+        "spec.network.ingress"
+    } else if exposure.gateway.is_some() {
+        "spec.network.gateway"
+    } else if exposure.service_type == kamaji_api::kcp::ServiceType::NodePort {
+        "a NodePort Service (spec.network.serviceType)"
+    } else {
+        return None;
+    };
+    Some(SpecError::new(
+        "spec.addons.konnectivity",
+        format!(
+            "konnectivity agents connect to the endpoint's host at the server port, which \
+                 {via} does not serve: expose the control plane with a LoadBalancer Service (or \
+                 a ClusterIP Service behind a load balancer of yours that forwards the server \
+                 port too), or remove konnectivity"
+        ),
+    ))
+}
+
+/// An extra container or volume under the names konnectivity adds to the pod.
+fn konnectivity_name_errors(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecError> {
+    use kamaji_bootstrap::konnectivity as k;
+    let mut errors = Vec::new();
     let deployment = fields.deployment.as_ref();
     if deployment
         .and_then(|d| d.extra_containers.as_ref())
@@ -1006,6 +1031,27 @@ pub const RESERVED_KINE_FLAGS: &[&str] = &["listen-address", "endpoint"];
 /// Reported as `SpecValid=False`, each error naming its field.
 #[must_use]
 pub fn against_datastore(spec: &ValidSpec, ds: &crate::datastore::Resolved) -> Vec<SpecError> {
+    let mut errors = driver_field_errors(spec, ds);
+    if let Some(access) = &ds.sql {
+        errors.extend(reserved_sql_errors(spec, access));
+    }
+    if ds.sql.is_some() && !spec.datastore_overrides.is_empty() {
+        errors.push(SpecError::new(
+            "spec.dataStoreOverrides",
+            format!(
+                "overrides are for etcd DataStores; DataStore {} is {}, whose kine serves \
+                 every resource from the tenant's one database: remove them",
+                ds.name,
+                ds.driver.as_str()
+            ),
+        ));
+    }
+    errors
+}
+
+/// The fields the DataStore's driver does not take: `spec.dataStoreUsername` and `spec.kine`
+/// on etcd, a PostgreSQL role name PostgreSQL reserves.
+fn driver_field_errors(spec: &ValidSpec, ds: &crate::datastore::Resolved) -> Vec<SpecError> {
     let mut errors = Vec::new();
     let driver = ds.driver.as_str();
     if ds.sql.is_none() {
@@ -1045,57 +1091,55 @@ pub fn against_datastore(spec: &ValidSpec, ds: &crate::datastore::Resolved) -> V
             ),
         ));
     }
-    if let Some(access) = &ds.sql {
-        for (field, name) in [
-            ("spec.dataStoreSchema", Some(spec.datastore_schema.as_str())),
-            ("spec.dataStoreUsername", spec.datastore_username.as_deref()),
-        ] {
-            if let Some(name) = name
-                .filter(|n| RESERVED_SQL_NAMES.contains(n) || *n == access.admin.username.as_str())
-            {
-                errors.push(SpecError::new(
-                    field,
-                    format!(
-                        "{name} is a name of the server itself or of the DataStore's \
-                         administrator (reserved: {}, and the administrator): choose another",
-                        RESERVED_SQL_NAMES.join(", ")
-                    ),
-                ));
-            }
-        }
-        for (i, arg) in spec
-            .kine
-            .as_ref()
-            .and_then(|k| k.extra_args.as_ref())
-            .into_iter()
-            .flatten()
-            .enumerate()
+    errors
+}
+
+/// Names a PostgreSQL or MySQL DataStore (`access`) reserves: the server's own and its
+/// administrator's (schema, user), and the kine flags kamaji-rs sets.
+fn reserved_sql_errors(
+    spec: &ValidSpec,
+    access: &crate::datastore::sql::SqlAccess,
+) -> Vec<SpecError> {
+    let mut errors = Vec::new();
+    for (field, name) in [
+        ("spec.dataStoreSchema", Some(spec.datastore_schema.as_str())),
+        ("spec.dataStoreUsername", spec.datastore_username.as_deref()),
+    ] {
+        if let Some(name) =
+            name.filter(|n| RESERVED_SQL_NAMES.contains(n) || *n == access.admin.username.as_str())
         {
-            let name = arg
-                .trim_start_matches('-')
-                .split('=')
-                .next()
-                .unwrap_or_default();
-            if RESERVED_KINE_FLAGS.contains(&name) {
-                errors.push(SpecError::new(
-                    format!("spec.kine.extraArgs[{i}]"),
-                    format!(
-                        "--{name} is kamaji-rs's: kine listens on the pod's loopback only and \
-                         reaches the tenant's own database"
-                    ),
-                ));
-            }
+            errors.push(SpecError::new(
+                field,
+                format!(
+                    "{name} is a name of the server itself or of the DataStore's \
+                     administrator (reserved: {}, and the administrator): choose another",
+                    RESERVED_SQL_NAMES.join(", ")
+                ),
+            ));
         }
     }
-    if ds.sql.is_some() && !spec.datastore_overrides.is_empty() {
-        errors.push(SpecError::new(
-            "spec.dataStoreOverrides",
-            format!(
-                "overrides are for etcd DataStores; DataStore {} is {driver}, whose kine serves \
-                 every resource from the tenant's one database: remove them",
-                ds.name
-            ),
-        ));
+    for (i, arg) in spec
+        .kine
+        .as_ref()
+        .and_then(|k| k.extra_args.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let name = arg
+            .trim_start_matches('-')
+            .split('=')
+            .next()
+            .unwrap_or_default();
+        if RESERVED_KINE_FLAGS.contains(&name) {
+            errors.push(SpecError::new(
+                format!("spec.kine.extraArgs[{i}]"),
+                format!(
+                    "--{name} is kamaji-rs's: kine listens on the pod's loopback only and \
+                     reaches the tenant's own database"
+                ),
+            ));
+        }
     }
     errors
 }
