@@ -354,66 +354,13 @@ pub fn add_kine(
     datastore: &crate::datastore::Resolved,
     image: &str,
 ) {
-    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, SecretKeySelector};
-    use kamaji_bootstrap::controlplane::flags::{Flag, merge_flags};
     let Some(access) = &datastore.sql else {
         return;
     };
     let secret = spec
         .names
         .internal_secret(kamaji_api::names::InternalSecret::Kine);
-    let mut defaults = vec![
-        Flag::new(
-            "listen-address",
-            crate::datastore::sql::KINE_LISTEN_ADDRESS.to_owned(),
-        ),
-        Flag::new("metrics-bind-address", "0".to_owned()),
-    ];
-    if access.ca_cert.is_some() {
-        defaults.push(Flag::new("ca-file", format!("{KINE_DIR}/ca.crt")));
-    }
-    if access.client.is_some() {
-        defaults.push(Flag::new("cert-file", format!("{KINE_DIR}/tls.crt")));
-        defaults.push(Flag::new("key-file", format!("{KINE_DIR}/tls.key")));
-    }
-    let extra = spec
-        .kine
-        .as_ref()
-        .and_then(|k| k.extra_args.clone())
-        .unwrap_or_default();
-    let container = Container {
-        name: "kine".into(),
-        image: Some(image.to_owned()),
-        image_pull_policy: Some("IfNotPresent".into()),
-        command: Some(vec!["/bin/kine".into()]),
-        args: Some(
-            merge_flags(&defaults, &extra, |_| false)
-                .iter()
-                .map(Flag::render)
-                .collect(),
-        ),
-        env: Some(vec![EnvVar {
-            name: "KINE_ENDPOINT".into(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: secret.clone(),
-                    key: super::pki::KINE_ENDPOINT_KEY.into(),
-                    optional: Some(false),
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        }]),
-        resources: spec.kine.as_ref().and_then(|k| k.resources.clone()),
-        volume_mounts: Some(vec![VolumeMount {
-            name: KINE_VOLUME.into(),
-            mount_path: KINE_DIR.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        }]),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Container::default()
-    };
+    let container = kine_container(spec, access, image, &secret);
     if let Some(pod) = deployment
         .spec
         .as_mut()
@@ -430,6 +377,78 @@ pub fn add_kine(
             ..Volume::default()
         });
     }
+}
+
+/// kine's container ([`add_kine`]), reading `<cluster>-kine.config` (`secret`).
+fn kine_container(
+    spec: &ValidSpec,
+    access: &crate::datastore::sql::SqlAccess,
+    image: &str,
+    secret: &str,
+) -> Container {
+    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, SecretKeySelector};
+    use kamaji_bootstrap::controlplane::flags::{Flag, merge_flags};
+    let extra = spec
+        .kine
+        .as_ref()
+        .and_then(|k| k.extra_args.clone())
+        .unwrap_or_default();
+    Container {
+        name: "kine".into(),
+        image: Some(image.to_owned()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec!["/bin/kine".into()]),
+        args: Some(
+            merge_flags(&kine_flags(access), &extra, |_| false)
+                .iter()
+                .map(Flag::render)
+                .collect(),
+        ),
+        env: Some(vec![EnvVar {
+            name: "KINE_ENDPOINT".into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: secret.to_owned(),
+                    key: super::pki::KINE_ENDPOINT_KEY.into(),
+                    optional: Some(false),
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        }]),
+        resources: spec.kine.as_ref().and_then(|k| k.resources.clone()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: KINE_VOLUME.into(),
+            mount_path: KINE_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        }]),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Container::default()
+    }
+}
+
+/// kine's own flags: its loopback listen address, metrics off, and the DataStore's CA and
+/// client certificate when it has them.
+fn kine_flags(
+    access: &crate::datastore::sql::SqlAccess,
+) -> Vec<kamaji_bootstrap::controlplane::flags::Flag> {
+    use kamaji_bootstrap::controlplane::flags::Flag;
+    let mut defaults = vec![
+        Flag::new(
+            "listen-address",
+            crate::datastore::sql::KINE_LISTEN_ADDRESS.to_owned(),
+        ),
+        Flag::new("metrics-bind-address", "0".to_owned()),
+    ];
+    if access.ca_cert.is_some() {
+        defaults.push(Flag::new("ca-file", format!("{KINE_DIR}/ca.crt")));
+    }
+    if access.client.is_some() {
+        defaults.push(Flag::new("cert-file", format!("{KINE_DIR}/tls.crt")));
+        defaults.push(Flag::new("key-file", format!("{KINE_DIR}/tls.key")));
+    }
+    defaults
 }
 
 /// The control-plane Deployment. `pki_hash` is the hash of the mounted Secrets' content.
