@@ -22,6 +22,11 @@ impl SourceFile {
         let full = workspace_root().join(path);
         let text =
             std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()));
+        Self::of_text(path, text)
+    }
+
+    /// The file `path` holding `text`.
+    pub fn of_text(path: &Path, text: String) -> Self {
         let code = blank_test_items(blank_comments_and_literals(&text));
         Self {
             path: path.to_owned(),
