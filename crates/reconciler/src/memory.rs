@@ -77,9 +77,9 @@ pub struct Memory {
 /// The metrics [`Memory`] counts (clones of [`Metrics`]' counters).
 #[derive(Debug)]
 struct Counters {
-    own_result_events: Counter,
-    owned_own_write_events: Counter,
-    unchanged_deployment_events: Counter,
+    own_results: Counter,
+    owned_own_writes: Counter,
+    unchanged_deployments: Counter,
 }
 
 /// A watch event held while a control plane's pass runs ([`Memory::begin_pass`]).
@@ -124,9 +124,9 @@ impl Memory {
             resync,
             transient_grace,
             counters: Counters {
-                own_result_events: metrics.own_result_events.clone(),
-                owned_own_write_events: metrics.owned_own_write_events.clone(),
-                unchanged_deployment_events: metrics.unchanged_deployment_events.clone(),
+                own_results: metrics.own_result_events.clone(),
+                owned_own_writes: metrics.owned_own_write_events.clone(),
+                unchanged_deployments: metrics.unchanged_deployment_events.clone(),
             },
         }
     }
@@ -289,7 +289,7 @@ impl Memory {
         }
         let unchanged = deployment.is_some_and(|d| !self.deployment_wakes(owner, d));
         if unchanged {
-            self.counters.unchanged_deployment_events.inc();
+            self.counters.unchanged_deployments.inc();
         }
         !unchanged
     }
@@ -472,7 +472,7 @@ impl Memory {
             || uid_and_version(&kcp.metadata)
                 .is_some_and(|(uid, version)| self.hold_event(uid, version));
         if skip {
-            self.counters.own_result_events.inc();
+            self.counters.own_results.inc();
         }
         skip
     }
@@ -497,7 +497,7 @@ impl Memory {
     pub fn owned_event_skipped(&self, meta: &ObjectMeta) -> bool {
         let skip = self.own_owned(meta, None);
         if skip {
-            self.counters.owned_own_write_events.inc();
+            self.counters.owned_own_writes.inc();
         }
         skip
     }
@@ -507,13 +507,13 @@ impl Memory {
     /// owner's pass runs, or one showing nothing the owner's last pass did not see. Counted.
     pub fn deployment_event_skipped(&self, meta: &ObjectMeta, view: &DeploymentView) -> bool {
         if self.own_owned(meta, Some(view)) {
-            self.counters.owned_own_write_events.inc();
+            self.counters.owned_own_writes.inc();
             return true;
         }
         let unchanged =
             controller_uid(meta).is_some_and(|owner| !self.deployment_wakes(owner, view));
         if unchanged {
-            self.counters.unchanged_deployment_events.inc();
+            self.counters.unchanged_deployments.inc();
         }
         unchanged
     }

@@ -587,7 +587,7 @@ pub async fn provision(
     }
     match access.dialect {
         Dialect::PostgreSql => {
-            create_postgres(&mut admin, tenant, &user, &database, &secret).await?
+            create_postgres(&mut admin, tenant, &user, &database, &secret).await?;
         }
         Dialect::MySql => create_mysql(&mut admin, tenant, &database, &secret).await?,
     }

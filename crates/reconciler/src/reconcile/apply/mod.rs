@@ -120,8 +120,9 @@ pub async fn apply(
     };
     // 4. The rest needs the endpoint: planned already, or given by the Service of step 3.
     let cp = match with_endpoint(spec, observed, plan.control_plane, written, service, report) {
-        Ok(cp) => cp,
-        Err(flow) => return Ok(flow),
+        Flow::Continue(cp) => cp,
+        Flow::Stop(action) => return Ok(Flow::Stop(action)),
+        Flow::Again(next) => return Ok(Flow::Again(next)),
     };
     // 5. The endpoint into the KamajiControlPlane, before anything that serves at it.
     if !set_kcp_endpoint(kcp, ctx, &cp.endpoint, report).await? {
@@ -189,16 +190,17 @@ fn with_endpoint(
     written: Vec<Secret>,
     service: Service,
     report: &mut Report,
-) -> Result<ControlPlane, Flow<Applied>> {
+) -> Flow<ControlPlane> {
     match planned {
-        Ok(cp) => Ok(cp),
+        Ok(cp) => Flow::Continue(cp),
         Err(_) if observed.service.is_none() && super::plan::endpoint_known(spec, &service) => {
-            let next = super::observe::after_own_writes(spec, observed, written, service);
-            Err(Flow::Again(next))
+            Flow::Again(super::observe::after_own_writes(
+                spec, observed, written, service,
+            ))
         }
         Err(waiting) => {
             report.push(waiting);
-            Err(Flow::Stop(Action::await_change()))
+            Flow::Stop(Action::await_change())
         }
     }
 }
