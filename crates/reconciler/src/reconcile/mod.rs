@@ -231,15 +231,15 @@ async fn steps(
     // plan waits for: the second round, in the same pass, writes that rest (one status write
     // and one pass fewer than leaving it to the pass the Service's event wakes).
     let mut rounds = 0;
-    let mut observed = None;
+    let mut prior = None;
     loop {
         rounds += 1;
         let infrastructure = infrastructure.as_ref();
-        match Box::pin(round(kcp, ctx, &spec, infrastructure, observed, report)).await? {
+        match Box::pin(round(kcp, ctx, &spec, infrastructure, prior, report)).await? {
             Flow::Continue(action) | Flow::Stop(action) => return Ok(Some(action)),
             Flow::Again(next) if rounds < 2 => {
                 ctx.metrics().second_rounds.inc();
-                observed = next;
+                prior = next;
             }
             // The Service went away in between: its event wakes the next pass.
             Flow::Again(_) => return Ok(Some(Action::await_change())),
@@ -248,54 +248,24 @@ async fn steps(
 }
 
 /// One round of the steps after validation: observe (unless the first round gave what it
-/// would read: `observed`), plan, apply.
+/// would read: `prior`), the DataStore, plan, apply.
 async fn round(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     spec: &validate::ValidSpec,
     infrastructure: Option<&crate::infrastructure::InfrastructureCluster>,
-    observed: Option<Box<observe::Observed>>,
+    prior: Option<Box<apply::Round>>,
     report: &mut Report,
 ) -> Result<Flow<Action>, Error> {
-    let observed = match observed {
-        Some(observed) => *observed,
-        None => observe::observe(kcp, spec, ctx).await?,
+    let round = match prior {
+        Some(round) => *round,
+        None => apply::Round::new(observe::observe(kcp, spec, ctx).await?),
     };
-    report.facts = Some(facts_of(spec, &observed));
-    let datastore = match observe::datastore(spec, ctx).await {
-        Ok((ds, ready)) => {
-            report.push(ready);
-            ds
-        }
-        Err(cond) => {
-            report.push(cond);
-            return Ok(Flow::Stop(Action::await_change()));
-        }
-    };
-    let errors = validate::against_datastore(spec, &datastore);
-    if !errors.is_empty() {
-        let refused = validate::refusal(&errors);
-        warn!(kcp = %object_key(kcp), "invalid spec: {}", refused.message);
-        report.warn(reasons::INVALID_SPEC, &refused.message);
-        report.push(refused);
+    report.facts = Some(facts_of(spec, &round.observed));
+    let Some(datastore) = datastore(kcp, ctx, spec, report).await else {
         return Ok(Flow::Stop(Action::await_change()));
-    }
-    if let Some(facts) = report.facts.as_mut() {
-        facts.data_store.username = plan::datastore_user(spec, &datastore);
-    }
-    let settings = plan::Settings {
-        algorithm: ctx.config().key_algorithm,
-        management_domain: ctx.config().management_domain.clone(),
-        leaf_policy: ctx.config().leaf_policy,
-        service_account_overlap: ctx.config().service_account_overlap,
-        kine_image: ctx.config().kine_image.clone(),
-        now: SystemTime::now(),
     };
-    let planned = Instant::now();
-    let planned_result = off_the_worker(settings.algorithm.generates_slowly(), || {
-        plan::plan(spec, &observed, &datastore, owner_reference(kcp), &settings)
-    });
-    let plan = match planned_result? {
+    let plan = match planned(kcp, ctx, spec, &round.observed, &datastore)? {
         Ok(plan) => plan,
         Err(missing) => {
             report.warn(missing.reason, &missing.message);
@@ -303,21 +273,8 @@ async fn round(
             return Ok(Flow::Stop(Action::requeue(apply::RECHECK)));
         }
     };
-    if plan.generates_roots() {
-        let took = planned.elapsed().as_secs_f64();
-        ctx.metrics().pki_generation.observe(took);
-    }
-    match Box::pin(apply::apply(
-        kcp,
-        ctx,
-        spec,
-        &observed,
-        infrastructure,
-        plan,
-        report,
-    ))
-    .await?
-    {
+    let applied = apply::apply(kcp, ctx, spec, &round, infrastructure, plan, report);
+    match Box::pin(applied).await? {
         Flow::Continue(applied) => {
             if let Some(facts) = report.facts.as_mut() {
                 facts.deployment = applied.deployment;
@@ -328,6 +285,68 @@ async fn round(
         Flow::Stop(action) => Ok(Flow::Stop(action)),
         Flow::Again(next) => Ok(Flow::Again(next)),
     }
+}
+
+/// The control plane's DataStore ([`observe::datastore`]) when it is ready and the spec asks
+/// nothing of it its driver cannot give; else `None`, with the condition (and for an invalid
+/// spec its Warning event) in `report`.
+async fn datastore(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &validate::ValidSpec,
+    report: &mut Report,
+) -> Option<crate::datastore::Resolved> {
+    let datastore = match observe::datastore(spec, ctx).await {
+        Ok((ds, ready)) => {
+            report.push(ready);
+            ds
+        }
+        Err(cond) => {
+            report.push(cond);
+            return None;
+        }
+    };
+    let errors = validate::against_datastore(spec, &datastore);
+    if !errors.is_empty() {
+        let refused = validate::refusal(&errors);
+        warn!(kcp = %object_key(kcp), "invalid spec: {}", refused.message);
+        report.warn(reasons::INVALID_SPEC, &refused.message);
+        report.push(refused);
+        return None;
+    }
+    if let Some(facts) = report.facts.as_mut() {
+        facts.data_store.username = plan::datastore_user(spec, &datastore);
+    }
+    Some(datastore)
+}
+
+/// The plan ([`plan::plan`]) with the manager's settings, off the runtime's worker when it
+/// generates keys slowly; the time it took to generate roots is measured.
+fn planned(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &validate::ValidSpec,
+    observed: &observe::Observed,
+    datastore: &crate::datastore::Resolved,
+) -> Result<Result<plan::Plan, Cond>, Error> {
+    let config = ctx.config();
+    let settings = plan::Settings {
+        algorithm: config.key_algorithm,
+        management_domain: config.management_domain.clone(),
+        leaf_policy: config.leaf_policy,
+        service_account_overlap: config.service_account_overlap,
+        kine_image: config.kine_image.clone(),
+        now: SystemTime::now(),
+    };
+    let started = Instant::now();
+    let planned = off_the_worker(settings.algorithm.generates_slowly(), || {
+        plan::plan(spec, observed, datastore, owner_reference(kcp), &settings)
+    })?;
+    if planned.as_ref().is_ok_and(plan::Plan::generates_roots) {
+        let took = started.elapsed().as_secs_f64();
+        ctx.metrics().pki_generation.observe(took);
+    }
+    Ok(planned)
 }
 
 /// Publishes the pass's events and writes its status: the only status write. A transient

@@ -47,10 +47,6 @@ pub struct Observed {
     /// The KamajiControlPlane's `status.version` as stored: the last version every replica
     /// ran (Cluster API's "upgrading" compares it with `spec.version`).
     pub status_version: Option<String>,
-    /// The names of every Secret in the namespace, read by the apply step at most once per
-    /// pass (on the first Secret it writes that [`Observed::secrets`] lacks): `None` inside
-    /// when they did not fit in one page ([`crate::reconcile::apply`]).
-    pub namespace_secrets: tokio::sync::OnceCell<Option<std::collections::BTreeSet<String>>>,
 }
 
 /// The fingerprints of every control-plane pod (terminating ones included), in pod order, and
@@ -226,7 +222,6 @@ pub async fn observe(
         worker_machines,
         held_machine_sets,
         status_version: kcp.status.as_ref().and_then(|s| s.version.clone()),
-        namespace_secrets: tokio::sync::OnceCell::new(),
     })
 }
 
@@ -535,12 +530,7 @@ mod tests {
         .unwrap()
     }
 
-    fn first_round(namespace_listed: bool) -> Observed {
-        let cell = tokio::sync::OnceCell::new();
-        if namespace_listed {
-            cell.set(Some(std::iter::once("other".to_owned()).collect()))
-                .unwrap();
-        }
+    fn first_round() -> Observed {
         Observed {
             secrets: BTreeMap::new(),
             deployment: None,
@@ -551,14 +541,14 @@ mod tests {
             worker_machines: None,
             held_machine_sets: None,
             status_version: None,
-            namespace_secrets: cell,
         }
     }
 
     /// A new control plane's second round starts from the first round's observation with what
-    /// it wrote: the labelled Secrets (an unlabelled one would not be listed), the Service and
-    /// the namespace's list; it observes anew after a round that found a Deployment, or whose
-    /// writes start a rotation (the pods must then be read).
+    /// it wrote: the labelled Secrets (an unlabelled one would not be listed) and the Service
+    /// (the namespace's list goes with it: the apply step's test); it observes anew after a
+    /// round that found a Deployment, or whose writes start a rotation (the pods must then be
+    /// read).
     #[test]
     fn a_second_round_reads_again_only_what_the_first_round_did_not_write() {
         let spec = valid(&fixture(serde_json::json!({})));
@@ -575,7 +565,7 @@ mod tests {
         };
         let next = after_own_writes(
             &spec,
-            &first_round(true),
+            &first_round(),
             vec![ca.clone(), unlabelled],
             service.clone(),
         )
@@ -587,12 +577,8 @@ mod tests {
         assert_eq!(next.secrets[&ca.name_any()], ca);
         assert_eq!(next.service, Some(service.clone()));
         assert!(next.deployment.is_none() && !next.reachable);
-        assert_eq!(
-            next.namespace_secrets.get(),
-            Some(&Some(std::iter::once("other".to_owned()).collect()))
-        );
 
-        let mut with_deployment = first_round(false);
+        let mut with_deployment = first_round();
         with_deployment.deployment = Some(Deployment::default());
         assert!(
             after_own_writes(&spec, &with_deployment, vec![ca.clone()], service.clone()).is_none()
@@ -604,7 +590,7 @@ mod tests {
         let next_key = super::super::plan::sa_rotation::NEXT_KEY;
         let started = secret(&rotation, &labelled, &[(next_key, "a2V5")]);
         assert!(
-            after_own_writes(&spec, &first_round(false), vec![ca, started], service).is_none(),
+            after_own_writes(&spec, &first_round(), vec![ca, started], service).is_none(),
             "a rotation the round started needs the pods read"
         );
     }

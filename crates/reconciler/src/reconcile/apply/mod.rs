@@ -17,6 +17,7 @@ pub mod datastore;
 pub mod drift;
 pub mod machines;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -62,8 +63,34 @@ pub enum Flow<T> {
     Stop(Action),
     /// Run the steps again, in this pass: the step wrote what the plan was waiting for (the
     /// Service whose address the endpoint and the serving certificate need). From this
-    /// observation ([`super::observe::after_own_writes`]) when given, else from observe.
-    Again(Option<Box<Observed>>),
+    /// round ([`super::observe::after_own_writes`]) when given, else from observe.
+    Again(Option<Box<Round>>),
+}
+
+/// What a round of the apply step starts from: the observation, and what the step reads of
+/// the namespace's Secrets in this round ([`known_absent`]). A second round that starts from
+/// the first round's observation reuses that read too ([`Flow::Again`]); one that observes
+/// anew reads it anew.
+#[derive(Debug, Clone)]
+pub struct Round {
+    /// What the observe step read, or what the first round left
+    /// ([`super::observe::after_own_writes`]).
+    pub observed: Observed,
+    /// The names of every Secret in the namespace, read at most once per round (on the first
+    /// Secret the step writes that [`Observed::secrets`] lacks): `None` inside when they did
+    /// not fit in one page.
+    namespace_secrets: tokio::sync::OnceCell<Option<BTreeSet<String>>>,
+}
+
+impl Round {
+    /// A round starting from `observed`, the namespace's Secrets not read yet.
+    #[must_use]
+    pub fn new(observed: Observed) -> Self {
+        Self {
+            observed,
+            namespace_secrets: tokio::sync::OnceCell::new(),
+        }
+    }
 }
 
 /// What the apply step wrote or found.
@@ -98,28 +125,28 @@ pub async fn apply(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     spec: &ValidSpec,
-    observed: &Observed,
+    round: &Round,
     infrastructure: Option<&InfrastructureCluster>,
     plan: Plan,
     report: &mut Report,
 ) -> Result<Flow<Applied>, Error> {
-    let ns = spec.namespace.as_str();
+    let (ns, observed) = (spec.namespace.as_str(), &round.observed);
     // The Secrets this round writes before the Service, for a second round's observation.
     let mut written = Vec::new();
     // 1. The schema claim, the roots and the rotations' next steps first: nothing is written on
     //    a schema another control plane holds, and every later Secret is issued by these roots.
-    if let Some(stop) = roots(ctx, ns, observed, &plan, report, &mut written).await? {
+    if let Some(stop) = roots(ctx, ns, round, &plan, report, &mut written).await? {
         return Ok(Flow::Stop(stop));
     }
     // 2. The workers a CA rotation replaces, once step 1 has recorded that the new CA is trusted.
     roll_workers(ctx, spec, &plan.certificate_authorities).await?;
     // 3. The datastore client, the Service and its exposure: the Service gives the endpoint.
-    let service = match front(ctx, ns, &plan, observed, &mut written).await? {
+    let service = match front(ctx, ns, &plan, round, &mut written).await? {
         Ok(service) => service,
         Err((type_, msg)) => return Ok(Flow::Stop(conflict(report, type_, msg))),
     };
     // 4. The rest needs the endpoint: planned already, or given by the Service of step 3.
-    let cp = match with_endpoint(spec, observed, plan.control_plane, written, service, report) {
+    let cp = match with_endpoint(spec, round, plan.control_plane, written, service, report) {
         Flow::Continue(cp) => cp,
         Flow::Stop(action) => return Ok(Flow::Stop(action)),
         Flow::Again(next) => return Ok(Flow::Again(next)),
@@ -129,7 +156,7 @@ pub async fn apply(
         return Ok(Flow::Stop(Action::await_change()));
     }
     // 6. The leaves and kubeconfigs, before the Deployment whose pods mount them.
-    let super_admin = match leaves(ctx, ns, observed, &plan.owner, cp.leaves, report).await? {
+    let super_admin = match leaves(ctx, ns, round, &plan.owner, cp.leaves, report).await? {
         Ok(super_admin) => super_admin,
         Err(stop) => return Ok(Flow::Stop(stop)),
     };
@@ -185,18 +212,23 @@ async fn roll_workers(
 /// (`EndpointReady=False` reported).
 fn with_endpoint(
     spec: &ValidSpec,
-    observed: &Observed,
+    round: &Round,
     planned: Result<ControlPlane, Cond>,
     written: Vec<Secret>,
     service: Service,
     report: &mut Report,
 ) -> Flow<ControlPlane> {
+    let observed = &round.observed;
     match planned {
         Ok(cp) => Flow::Continue(cp),
         Err(_) if observed.service.is_none() && super::plan::endpoint_known(spec, &service) => {
-            Flow::Again(super::observe::after_own_writes(
-                spec, observed, written, service,
-            ))
+            let next = super::observe::after_own_writes(spec, observed, written, service);
+            Flow::Again(next.map(|observed| {
+                Box::new(Round {
+                    observed: *observed,
+                    namespace_secrets: round.namespace_secrets.clone(),
+                })
+            }))
         }
         Err(waiting) => {
             report.push(waiting);
@@ -210,7 +242,7 @@ fn with_endpoint(
 async fn leaves(
     ctx: &Context,
     ns: &str,
-    observed: &Observed,
+    round: &Round,
     owner: &OwnerReference,
     leaves: Vec<LeafSecret>,
     report: &mut Report,
@@ -218,7 +250,7 @@ async fn leaves(
     let mut super_admin = None;
     for leaf in leaves {
         let role = leaf.role;
-        match apply_secret(ctx, ns, leaf.secret, observed, owner).await? {
+        match apply_secret(ctx, ns, leaf.secret, round, owner).await? {
             Outcome::Stored(s) if role == LeafRole::SuperAdmin => super_admin = Some(s),
             Outcome::Stored(_) => {}
             Outcome::Conflict(msg) => {
@@ -291,7 +323,7 @@ struct RotationStep<'a> {
 async fn rotation_step(
     ctx: &Context,
     ns: &str,
-    observed: &Observed,
+    round: &Round,
     owner: &OwnerReference,
     step: RotationStep<'_>,
     report: &mut Report,
@@ -300,7 +332,7 @@ async fn rotation_step(
     for secret in step.writes {
         let name = secret.name_any();
         info!(secret = %format!("{ns}/{name}"), "{}: writing the next step", step.what);
-        match apply_secret(ctx, ns, secret, observed, owner).await? {
+        match apply_secret(ctx, ns, secret, round, owner).await? {
             Outcome::Stored(s) => written.push(s),
             Outcome::Conflict(msg) => {
                 return Ok(Some(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
@@ -348,12 +380,12 @@ async fn front(
     ctx: &Context,
     ns: &str,
     plan: &Plan,
-    observed: &Observed,
+    round: &Round,
     written: &mut Vec<Secret>,
 ) -> Result<Result<k8s_openapi::api::core::v1::Service, (&'static str, String)>, Error> {
     let owner = &plan.owner;
     let ds = plan.datastore_client.clone();
-    match apply_secret(ctx, ns, ds, observed, owner).await? {
+    match apply_secret(ctx, ns, ds, round, owner).await? {
         Outcome::Stored(stored) => written.push(stored),
         Outcome::Conflict(msg) => return Ok(Err((types::DATASTORE_READY, msg))),
     }
@@ -361,7 +393,7 @@ async fn front(
         ctx,
         ns,
         plan.service.clone(),
-        Known::Read(observed.service.as_ref()),
+        Known::Read(round.observed.service.as_ref()),
         owner,
     )
     .await?
@@ -419,7 +451,7 @@ fn conflict(report: &mut Report, type_: &'static str, msg: String) -> Action {
 async fn roots(
     ctx: &Context,
     ns: &str,
-    observed: &Observed,
+    round: &Round,
     plan: &Plan,
     report: &mut Report,
     written: &mut Vec<Secret>,
@@ -437,34 +469,34 @@ async fn roots(
         writes: keys.writes.clone(),
         conditions: keys.condition.iter().cloned().collect(),
     };
-    if let Some(stop) = rotation_step(ctx, ns, observed, owner, step, report, written).await? {
+    if let Some(stop) = rotation_step(ctx, ns, round, owner, step, report, written).await? {
         return Ok(Some(stop));
     }
     let authorities = &plan.certificate_authorities;
     // Before the rotation is recorded as done: the tenant's published trust loses the old CAs
     // (a failure fails the pass, and the next one tries again).
     if let Some(trust) = &authorities.authentication_trust {
-        publish_trust(ctx, ns, observed, trust).await?;
+        publish_trust(ctx, ns, &round.observed, trust).await?;
     }
     let step = RotationStep {
         what: "certificate-authority rotation",
         writes: authorities.writes.clone(),
         conditions: authorities.condition.iter().cloned().collect(),
     };
-    if let Some(stop) = rotation_step(ctx, ns, observed, owner, step, report, written).await? {
+    if let Some(stop) = rotation_step(ctx, ns, round, owner, step, report, written).await? {
         return Ok(Some(stop));
     }
     let encryption = &plan.encryption_keys;
     // Before the previous key is dropped: every Secret is stored anew with the one that writes.
     if !encryption.migrate.is_empty() {
-        migrate_encryption(ctx, ns, observed, encryption).await?;
+        migrate_encryption(ctx, ns, &round.observed, encryption).await?;
     }
     let step = RotationStep {
         what: "encryption configuration change",
         writes: encryption.write.clone().into_iter().collect(),
         conditions: encryption.conditions.clone(),
     };
-    rotation_step(ctx, ns, observed, owner, step, report, written).await
+    rotation_step(ctx, ns, round, owner, step, report, written).await
 }
 
 /// Makes the tenant's `extension-apiserver-authentication` trust only the CAs `trust` names
@@ -663,31 +695,26 @@ async fn apply_secret(
     ctx: &Context,
     ns: &str,
     secret: Secret,
-    observed: &Observed,
+    round: &Round,
     owner: &OwnerReference,
 ) -> Result<Outcome<Secret>, Error> {
     let name = secret.name_any();
-    let known = match observed.secrets.get(&name) {
+    let known = match round.observed.secrets.get(&name) {
         Some(listed) => Known::Listed(Some(listed)),
-        None if known_absent(ctx, ns, observed, &name).await? => Known::Read(None),
+        None if known_absent(ctx, ns, round, &name).await? => Known::Read(None),
         None => Known::Listed(None),
     };
     apply_known(ctx, ns, secret, known, owner).await
 }
 
 /// Whether no Secret named `name` exists in `ns`, as one metadata-only list of the namespace's
-/// Secrets says, read once per pass ([`Observed::namespace_secrets`]); `false` when the
+/// Secrets says, read once per round ([`Round`]); `false` when the
 /// namespace holds more than [`NAMESPACE_SECRETS_PAGE`] Secrets.
 ///
 /// # Errors
 /// [`Error::Kube`] when the list fails.
-async fn known_absent(
-    ctx: &Context,
-    ns: &str,
-    observed: &Observed,
-    name: &str,
-) -> Result<bool, Error> {
-    let names = observed
+async fn known_absent(ctx: &Context, ns: &str, round: &Round, name: &str) -> Result<bool, Error> {
+    let names = round
         .namespace_secrets
         .get_or_try_init(|| async {
             let list = Api::<Lean<kube::core::PartialObjectMeta<Secret>>>::namespaced(
@@ -702,7 +729,7 @@ async fn known_absent(
                 list.items
                     .into_iter()
                     .map(|Lean(s)| s.name_any())
-                    .collect::<std::collections::BTreeSet<_>>()
+                    .collect::<BTreeSet<_>>()
             }))
         })
         .await?;
@@ -1085,4 +1112,52 @@ async fn apply_tenant_artifacts(
         "applied tenant artifacts"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::reconcile::plan::tests::{observed, stored_service};
+    use crate::reconcile::validate::tests::{fixture, valid};
+
+    /// A new control plane's second round starts from the first round's observation and the
+    /// first round's list of the namespace's Secrets; a round that waits for an endpoint the
+    /// Service does not give yet stops.
+    #[test]
+    fn a_second_round_reuses_the_first_rounds_list_of_the_namespace() {
+        let spec = valid(&fixture(serde_json::json!({})));
+        let first = Round::new(observed(BTreeMap::new(), None));
+        let listed: BTreeSet<String> = std::iter::once("other".to_owned()).collect();
+        first.namespace_secrets.set(Some(listed.clone())).unwrap();
+        let waiting = || {
+            Err(Cond::no(
+                types::ENDPOINT_READY,
+                reasons::WAITING_FOR_ENDPOINT,
+                "",
+            ))
+        };
+        let mut report = Report::default();
+        let service = stored_service(&spec);
+        let Flow::Again(Some(next)) =
+            with_endpoint(&spec, &first, waiting(), Vec::new(), service, &mut report)
+        else {
+            panic!("a second round from the first round's observation");
+        };
+        assert_eq!(next.observed.service, Some(stored_service(&spec)));
+        assert_eq!(next.namespace_secrets.get(), Some(&Some(listed)));
+        let without_address = Service::default();
+        assert!(matches!(
+            with_endpoint(
+                &spec,
+                &first,
+                waiting(),
+                Vec::new(),
+                without_address,
+                &mut report
+            ),
+            Flow::Stop(_)
+        ));
+    }
 }

@@ -1062,7 +1062,6 @@ pub(crate) mod tests {
             worker_machines: None,
             held_machine_sets: None,
             status_version: None,
-            namespace_secrets: tokio::sync::OnceCell::new(),
         }
     }
 
