@@ -96,8 +96,8 @@ where
 /// or a Deployment's spec into this process) and that without `managedFields` ([`Lean`]),
 /// for the controller's `owns_stream`. A change
 /// event of a version a pass of this process wrote, or read and verified
-/// ([`Context::known_version`]), wakes no pass, and one arriving while its control plane's pass
-/// runs is held for that pass to decide ([`Context::hold_owned_event`]); deletions and the
+/// ([`crate::memory::Memory::known_version`]), wakes no pass, and one arriving while its control plane's pass
+/// runs is held for that pass to decide ([`crate::memory::Memory::hold_owned_event`]); deletions and the
 /// initial list always wake their owner.
 fn owned<K>(
     ctx: Arc<Context>,
@@ -190,7 +190,7 @@ const DEPLOYMENT_LIST_PAGE: u32 = 50;
 
 /// The watch of control-plane Deployments ([`WatchedDeployment`]) for the controller's
 /// `owns_stream`: as [`owned`], and a change event showing nothing a pass reads that its
-/// control plane's last pass did not see ([`Context::deployment_wakes`]) wakes no pass either
+/// control plane's last pass did not see ([`crate::memory::Memory::deployment_wakes`]) wakes no pass either
 /// (the Deployment controller's status writes that change no counter a pass acts on).
 fn owned_deployments(
     ctx: Arc<Context>,

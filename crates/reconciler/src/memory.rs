@@ -162,7 +162,7 @@ impl Memory {
     }
 
     /// Records that this process's write replaced version `version` of the control plane
-    /// `uid` ([`Memory::superseded`]).
+    /// `uid` (its `superseded` versions).
     pub fn supersede(&self, uid: &str, version: &str) {
         if let Ok(mut m) = self.superseded.lock() {
             let versions = m.entry(uid.to_owned()).or_default();
@@ -174,7 +174,7 @@ impl Memory {
     }
 
     /// Whether version `version` of the control plane `uid` is one this process's own write
-    /// replaced ([`Memory::superseded`]).
+    /// replaced (its `superseded` versions).
     #[must_use]
     pub fn is_superseded(&self, uid: &str, version: &str) -> bool {
         self.superseded
@@ -183,7 +183,7 @@ impl Memory {
     }
 
     /// Records that a pass of the control plane `uid` ended without error and that its own
-    /// writes left it at version `version` ([`Memory::own_results`]).
+    /// writes left it at version `version` (its `own_results`).
     pub fn own_result(&self, uid: &str, version: &str) {
         if let Ok(mut m) = self.own_results.lock() {
             m.insert(uid.to_owned(), version.to_owned());
@@ -191,7 +191,7 @@ impl Memory {
     }
 
     /// Whether version `version` of the control plane `uid` is the one the last pass that
-    /// ended without error left with its own writes ([`Memory::own_results`]): its watch
+    /// ended without error left with its own writes (its `own_results`): its watch
     /// event needs no pass.
     #[must_use]
     pub fn is_own_result(&self, uid: &str, version: &str) -> bool {
@@ -367,7 +367,7 @@ impl Memory {
     }
 
     /// Whether the object `uid` at version `version` was found holding the desired object of
-    /// hash `hash` ([`Memory::verified`]).
+    /// hash `hash` (its `verified` versions).
     #[must_use]
     pub fn holds_desired(&self, uid: &str, version: &str, hash: &str) -> bool {
         self.verified
@@ -376,7 +376,7 @@ impl Memory {
     }
 
     /// Records that the object `uid` at version `version` holds the desired object of hash
-    /// `hash` ([`Memory::verified`]).
+    /// `hash` (its `verified` versions).
     pub fn verified_desired(&self, uid: &str, version: &str, hash: &str) {
         if uid.is_empty() || version.is_empty() {
             return;
@@ -396,7 +396,7 @@ impl Memory {
     }
 
     /// Whether a pass of this process wrote the object `uid` at version `version`, or read it
-    /// at that version and found it holding the desired object ([`Memory::verified`]): the
+    /// at that version and found it holding the desired object (its `verified` versions): the
     /// watch event of that version brings nothing the pass did not account for.
     #[must_use]
     pub fn known_version(&self, uid: &str, version: &str) -> bool {

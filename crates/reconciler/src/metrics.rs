@@ -78,7 +78,7 @@ pub struct Metrics {
     pub owned_own_write_events: Counter,
     /// Control-plane Deployment watch events that woke no pass because they show nothing a
     /// pass reads that its control plane's last pass did not see
-    /// ([`crate::reconcile::status::DeploymentView`]), also those held while that pass ran
+    /// ([`crate::replicas::DeploymentView`]), also those held while that pass ran
     /// (`kamaji_unchanged_deployment_events_total`).
     pub unchanged_deployment_events: Counter,
     /// Sessions opened on etcd DataStores (`kamaji_datastore_sessions_opened_total`): a client

@@ -89,7 +89,7 @@ pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Resul
     }
 }
 
-/// A running pass of the control plane `uid` ([`Context::begin_pass`]). Dropped before
+/// A running pass of the control plane `uid` ([`crate::memory::Memory::begin_pass`]). Dropped before
 /// [`Running::end`] (the controller shutting down half-way), it ends all the same, so no event
 /// of that control plane is held afterwards.
 struct Running {
@@ -103,7 +103,7 @@ impl Running {
         Self { ctx, uid }
     }
 
-    /// Ends the pass: whether an event held meanwhile needs another ([`Context::end_pass`]).
+    /// Ends the pass: whether an event held meanwhile needs another ([`crate::memory::Memory::end_pass`]).
     fn end(self) -> bool {
         self.ctx.memory().end_pass(&self.uid)
     }

@@ -68,9 +68,8 @@ pub enum Flow<T> {
 }
 
 /// What a round of the apply step starts from: the observation, and what the step reads of
-/// the namespace's Secrets in this round ([`known_absent`]). A second round that starts from
-/// the first round's observation reuses that read too ([`Flow::Again`]); one that observes
-/// anew reads it anew.
+/// the namespace's Secrets in this round. A second round that starts from the first round's
+/// observation reuses that read too ([`Flow::Again`]); one that observes anew reads it anew.
 #[derive(Debug, Clone)]
 pub struct Round {
     /// What the observe step read, or what the first round left
