@@ -1,6 +1,8 @@
 //! The reconcile pipeline of one KamajiControlPlane (shared/design/ARCHITECTURE.md §3), one
 //! file per step: [`gates`] → [`validate`] → [`observe`] → [`plan`] → [`apply`] →
-//! [`status`], and [`delete`] for the deletion branch.
+//! [`status`], and [`delete`] for the deletion branch; beside them [`report`] (what a pass
+//! reports) and [`kcp`] (the pass's own KamajiControlPlane). The steps' layers, lower than this
+//! driver, are in docs/development/reconcile-pipeline.md ("Layers").
 //!
 //! This driver runs the steps and is the only place that writes the status: once per pass,
 //! from the conditions the steps reported (also when a step failed: `Reconciled=False` with
