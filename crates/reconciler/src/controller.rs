@@ -94,11 +94,10 @@ where
 /// The watch of the objects of kind `K` that control planes own, their metadata only (owner
 /// references are all it needs: neither the initial list nor an event carries a Secret's data
 /// or a Deployment's spec into this process) and that without `managedFields` ([`Lean`]),
-/// for the controller's `owns_stream`. A change
-/// event of a version a pass of this process wrote, or read and verified
-/// ([`crate::memory::Memory::known_version`]), wakes no pass, and one arriving while its control plane's pass
-/// runs is held for that pass to decide ([`crate::memory::Memory::hold_owned_event`]); deletions and the
-/// initial list always wake their owner.
+/// for the controller's `owns_stream`. A change event of a version a pass of this process
+/// wrote, or read and verified, wakes no pass, and one arriving while its control plane's pass
+/// runs is held for that pass to decide ([`crate::memory::Memory::owned_event_skipped`]);
+/// deletions and the initial list always wake their owner.
 fn owned<K>(
     ctx: Arc<Context>,
     api: Api<Lean<PartialObjectMeta<K>>>,
@@ -190,8 +189,9 @@ const DEPLOYMENT_LIST_PAGE: u32 = 50;
 
 /// The watch of control-plane Deployments ([`WatchedDeployment`]) for the controller's
 /// `owns_stream`: as [`owned`], and a change event showing nothing a pass reads that its
-/// control plane's last pass did not see ([`crate::memory::Memory::deployment_wakes`]) wakes no pass either
-/// (the Deployment controller's status writes that change no counter a pass acts on).
+/// control plane's last pass did not see wakes no pass either (the Deployment controller's
+/// status writes that change no counter a pass acts on;
+/// [`crate::memory::Memory::deployment_event_skipped`]).
 fn owned_deployments(
     ctx: Arc<Context>,
     api: Api<Lean<WatchedDeployment>>,

@@ -54,10 +54,10 @@ pub struct Memory {
     /// ends ([`Memory::end_pass`]).
     running: Mutex<HashMap<String, Vec<Held>>>,
     /// Per KamajiControlPlane UID and event reason, the note last published and when: a pass
-    /// repeating it within [`Memory::resync`] publishes nothing ([`Memory::repeats_event`]).
+    /// repeating it within the resync period publishes nothing ([`Memory::repeats_event`]).
     published: Mutex<HashMap<(String, String), (String, Instant)>>,
     /// When each control plane (by `namespace/name`) first met the transient setback its
-    /// status is being held back for ([`Memory::transient_grace`]).
+    /// status is being held back for ([`Memory::hold_setback`]).
     setbacks: Mutex<HashMap<String, Instant>>,
     /// Datastore schemas this process has claimed (or found claimed) for their control plane
     /// and whose etcd user and role it has granted, so both are checked once per process.
@@ -66,9 +66,9 @@ pub struct Memory {
     /// it: a Deployment event showing nothing else a pass reads wakes no pass
     /// ([`Memory::deployment_wakes`]).
     deployments_seen: Mutex<HashMap<String, DeploymentView>>,
-    /// [`crate::context::Config::resync`]: how long a published event is not repeated.
+    /// How long a published event is not repeated (the manager's resync period).
     resync: Duration,
-    /// [`crate::context::Config::transient_grace`]: how long a setback is held back.
+    /// How long a transient setback is held back (`--transient-failure-grace-seconds`).
     transient_grace: Duration,
     /// The counters of the events this memory dismisses.
     counters: Counters,
@@ -98,8 +98,8 @@ pub enum Held {
     },
 }
 
-/// How many objects [`Memory::holds_desired`] holds at most (about fifteen per tenant; a full map
-/// is emptied).
+/// How many objects [`Memory::verified_desired`] remembers at most (about fifteen per tenant;
+/// a full memory of them is emptied).
 pub const VERIFIED_KEPT: usize = 100_000;
 
 /// How many replaced versions [`Memory::supersede`] keeps per control plane: the writes of
@@ -131,8 +131,8 @@ impl Memory {
         }
     }
 
-    /// Whether the transient setback of `key` (first met now, or earlier) is still within
-    /// [`crate::context::Config::transient_grace`]; once it is not, it is forgotten (the status reports it).
+    /// Whether the transient setback of `key` (first met now, or earlier) is still within the
+    /// grace given to [`Memory::new`]; once it is not, it is forgotten (the status reports it).
     pub fn hold_setback(&self, key: &str) -> bool {
         let now = Instant::now();
         let Ok(mut m) = self.setbacks.lock() else {
@@ -339,8 +339,8 @@ impl Memory {
     }
 
     /// Whether an event with `reason` and `note` about the control plane `uid` repeats the one
-    /// this process published last for that reason, within [`crate::context::Config::resync`]; when it does
-    /// not, it is recorded as published. Every pass of a control plane waiting for something
+    /// this process published last for that reason, within the resync period given to
+    /// [`Memory::new`]; when it does not, it is recorded as published. Every pass of a control plane waiting for something
     /// reports the same event, and each would be one more write (the recorder patches the
     /// event's series count); a new note, or the same after a resync period, is published.
     pub fn repeats_event(&self, uid: &str, reason: &str, note: &str) -> bool {

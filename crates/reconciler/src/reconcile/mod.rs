@@ -91,9 +91,9 @@ pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Resul
     }
 }
 
-/// A running pass of the control plane `uid` ([`crate::memory::Memory::begin_pass`]). Dropped before
-/// [`Running::end`] (the controller shutting down half-way), it ends all the same, so no event
-/// of that control plane is held afterwards.
+/// A running pass of the control plane `uid` ([`crate::memory::Memory::begin_pass`]). Dropped
+/// before [`Running::end`] (the controller shutting down half-way), it ends all the same, so no
+/// event of that control plane is held afterwards.
 struct Running {
     ctx: Arc<Context>,
     uid: String,
@@ -105,7 +105,8 @@ impl Running {
         Self { ctx, uid }
     }
 
-    /// Ends the pass: whether an event held meanwhile needs another ([`crate::memory::Memory::end_pass`]).
+    /// Ends the pass: whether an event held meanwhile needs another
+    /// ([`crate::memory::Memory::end_pass`]).
     fn end(self) -> bool {
         self.ctx.memory().end_pass(&self.uid)
     }

@@ -18,9 +18,9 @@ use crate::reconcile::status::Cond;
 use crate::reconcile::validate::{datastore_names, datastore_schema};
 
 /// Claims the control plane's datastore schema on each of its DataStores and grants its etcd
-/// user and role there, once per manager process and DataStore (remembered in
-/// [`crate::memory::Memory::claimed`]), in the DataStore's kept session ([`auth::Sessions`]); then turns etcd authentication on where every control plane
-/// is granted ([`enable_when_granted`]). `Some(action)` stops the pass when another control
+/// user and role there, once per manager process and DataStore (remembered:
+/// [`crate::memory::Memory::claimed`]), in the DataStore's kept session ([`auth::Sessions`]);
+/// then turns etcd authentication on where every control plane is granted ([`enable_when_granted`]). `Some(action)` stops the pass when another control
 /// plane holds the schema (`DataStoreReady=False`, reason `DataStoreSchemaInUse`, naming it):
 /// nothing is written for this one, whose API server would otherwise share the other's keys.
 /// It looks again after [`RECHECK`]: the holder's deletion is no event of this control plane.

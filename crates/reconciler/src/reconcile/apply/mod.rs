@@ -166,7 +166,7 @@ pub async fn apply(
             Outcome::Stored(stored) => stored,
             Outcome::Conflict(msg) => return Ok(Flow::Stop(deployment_conflict(report, msg))),
         };
-    // 8. The tenant's artifacts, once its API answered: its clients trust the leaves of step 6.
+    // 8. The tenant's artifacts, once its API answered: written as the super-admin of step 6.
     let admin = super_admin.as_ref();
     let (side, requeue) =
         tenant_side(kcp, ctx, spec, cp.tenant.as_ref(), admin, &deployment).await?;
@@ -177,11 +177,14 @@ pub async fn apply(
     set_infrastructure_endpoint(ctx, ns, infrastructure, &cp.endpoint).await?;
     // 10. When to look again: `spec.rollout.after` passing, a rotation waiting for pods to end
     //     or its overlap to pass, a leaf's renewal time; no event says so.
-    let rotations = [&plan.service_account.due, &plan.certificate_authorities.due];
-    let due = rotations
-        .into_iter()
-        .chain([&plan.encryption_keys.due, &cp.rollout_due]);
-    let requeue = timed_requeue(kcp, requeue, due.flatten().min().copied(), cp.renewal_due);
+    let (sa, ca) = (&plan.service_account, &plan.certificate_authorities);
+    let due = [sa.due, ca.due, plan.encryption_keys.due, cp.rollout_due];
+    let requeue = timed_requeue(
+        kcp,
+        requeue,
+        due.into_iter().flatten().min(),
+        cp.renewal_due,
+    );
     Ok(Flow::Continue(Applied {
         deployment: Some(deployment),
         template_changed,
@@ -988,8 +991,9 @@ async fn set_kcp_endpoint(
 }
 
 /// The tenant side: once its API answered this pass, the kubeadm artifacts (`objects`) and,
-/// with konnectivity (`spec`), its agents; returns how far it got and when to look again (a back-off
-/// while the API does not answer or agents are not connected, since neither produces an event).
+/// with konnectivity (`spec`), its agents; returns how far it got and when to look again (a
+/// back-off while the API does not answer or agents are not connected, since neither produces
+/// an event).
 async fn tenant_side(
     kcp: &KamajiControlPlane,
     ctx: &Context,

@@ -268,9 +268,9 @@ pub fn plan(
     };
     // 2. The service-account key rotation: it needs only the stored service-account root.
     let service_account = service_account_keys(&pass, &roots)?;
-    // 3. The CA rotation, before any leaf: the CAs it promotes sign this pass's leaves (7).
+    // 3. The CA rotation, before any leaf: the CAs it promotes sign this pass's leaves (8).
     let certificate_authorities = certificate_authorities(&pass, &mut roots)?;
-    // 4. The encryption key rotation, before the Deployment (7): its pods mount what it writes.
+    // 4. The encryption key rotation, before the Deployment (8): its pods mount what it writes.
     let encryption_keys = encryption_keys(&pass, &mut roots)?;
     // 5. The SQL password's salt, made once: the datastore client (6) and the claim (9) use it.
     let password_salt = password_salt(&pass)?;
