@@ -185,7 +185,7 @@ async fn content(client: &kube::Client, r: &ContentRef, field: &str) -> Result<S
 ///
 /// # Errors
 /// The API server's, when read from it.
-pub async fn get(
+async fn get(
     client: &kube::Client,
     cache: Option<&Store<DataStore>>,
     name: &str,
