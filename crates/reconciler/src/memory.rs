@@ -533,95 +533,95 @@ mod tests {
     /// published once per resync period, a new note at once, another control plane's apart.
     #[tokio::test]
     async fn an_event_repeated_by_a_later_pass_is_not_published_again() {
-        let ctx = memory();
-        assert!(!ctx.repeats_event("a", "WaitingForOwnerCluster", "waiting"));
-        assert!(ctx.repeats_event("a", "WaitingForOwnerCluster", "waiting"));
-        assert!(!ctx.repeats_event("b", "WaitingForOwnerCluster", "waiting"));
-        assert!(!ctx.repeats_event("a", "WaitingForOwnerCluster", "still waiting"));
-        assert!(!ctx.repeats_event("a", "InvalidSpec", "waiting"));
-        ctx.forget("a");
-        assert!(!ctx.repeats_event("a", "InvalidSpec", "waiting"));
-        assert!(ctx.repeats_event("b", "WaitingForOwnerCluster", "waiting"));
+        let mem = memory();
+        assert!(!mem.repeats_event("a", "WaitingForOwnerCluster", "waiting"));
+        assert!(mem.repeats_event("a", "WaitingForOwnerCluster", "waiting"));
+        assert!(!mem.repeats_event("b", "WaitingForOwnerCluster", "waiting"));
+        assert!(!mem.repeats_event("a", "WaitingForOwnerCluster", "still waiting"));
+        assert!(!mem.repeats_event("a", "InvalidSpec", "waiting"));
+        mem.forget("a");
+        assert!(!mem.repeats_event("a", "InvalidSpec", "waiting"));
+        assert!(mem.repeats_event("b", "WaitingForOwnerCluster", "waiting"));
     }
 
     /// The versions this process's writes replaced are recognised, per control plane, and
     /// only the last [`SUPERSEDED_KEPT`] are kept.
     #[tokio::test]
     async fn versions_replaced_by_own_writes_are_recognised_per_control_plane() {
-        let ctx = memory();
-        ctx.supersede("a", "1");
-        assert!(ctx.is_superseded("a", "1"));
-        assert!(!ctx.is_superseded("a", "2"));
-        assert!(!ctx.is_superseded("b", "1"));
+        let mem = memory();
+        mem.supersede("a", "1");
+        assert!(mem.is_superseded("a", "1"));
+        assert!(!mem.is_superseded("a", "2"));
+        assert!(!mem.is_superseded("b", "1"));
         for v in 2..=SUPERSEDED_KEPT + 1 {
-            ctx.supersede("a", &v.to_string());
+            mem.supersede("a", &v.to_string());
         }
-        assert!(!ctx.is_superseded("a", "1"));
-        assert!(ctx.is_superseded("a", "2"));
-        ctx.forget("a");
-        assert!(!ctx.is_superseded("a", "2"));
+        assert!(!mem.is_superseded("a", "1"));
+        assert!(mem.is_superseded("a", "2"));
+        mem.forget("a");
+        assert!(!mem.is_superseded("a", "2"));
     }
 
     /// Events of a control plane whose pass runs are held; at its end only a version its own
     /// writes do not account for asks for another pass; no pass running, nothing is held.
     #[tokio::test]
     async fn events_held_during_a_pass_ask_for_another_only_when_another_writer_made_them() {
-        let ctx = memory();
-        assert!(!ctx.hold_event("a", "1"), "no pass running");
-        ctx.begin_pass("a");
-        assert!(ctx.hold_event("a", "2"));
+        let mem = memory();
+        assert!(!mem.hold_event("a", "1"), "no pass running");
+        mem.begin_pass("a");
+        assert!(mem.hold_event("a", "2"));
         assert!(
-            !ctx.hold_event("b", "2"),
+            !mem.hold_event("b", "2"),
             "another control plane's pass is not running"
         );
-        assert!(ctx.hold_event("a", "3"));
-        ctx.supersede("a", "2");
-        ctx.own_result("a", "3");
-        assert!(!ctx.end_pass("a"), "2 and 3 are the pass's own writes");
-        assert!(!ctx.hold_event("a", "4"), "the pass ended");
-        ctx.begin_pass("a");
-        assert!(ctx.hold_event("a", "3"));
-        assert!(ctx.hold_event("a", "5"));
-        assert!(ctx.end_pass("a"), "5 is another writer's");
+        assert!(mem.hold_event("a", "3"));
+        mem.supersede("a", "2");
+        mem.own_result("a", "3");
+        assert!(!mem.end_pass("a"), "2 and 3 are the pass's own writes");
+        assert!(!mem.hold_event("a", "4"), "the pass ended");
+        mem.begin_pass("a");
+        assert!(mem.hold_event("a", "3"));
+        assert!(mem.hold_event("a", "5"));
+        assert!(mem.end_pass("a"), "5 is another writer's");
     }
 
     /// An object found holding the desired object is remembered for that version and that
     /// desired hash only.
     #[tokio::test]
     async fn an_object_verified_is_remembered_for_its_version_and_desired_hash_only() {
-        let ctx = memory();
-        ctx.verified_desired("u", "3", "h1");
-        assert!(ctx.holds_desired("u", "3", "h1"));
-        assert!(!ctx.holds_desired("u", "4", "h1"));
-        assert!(!ctx.holds_desired("u", "3", "h2"));
-        assert!(!ctx.holds_desired("v", "3", "h1"));
-        ctx.verified_desired("u", "4", "h1");
-        assert!(!ctx.holds_desired("u", "3", "h1"));
-        assert!(ctx.known_version("u", "4"));
-        assert!(!ctx.known_version("u", "3"));
-        ctx.created("r", "9");
-        assert!(ctx.known_version("r", "9"));
+        let mem = memory();
+        mem.verified_desired("u", "3", "h1");
+        assert!(mem.holds_desired("u", "3", "h1"));
+        assert!(!mem.holds_desired("u", "4", "h1"));
+        assert!(!mem.holds_desired("u", "3", "h2"));
+        assert!(!mem.holds_desired("v", "3", "h1"));
+        mem.verified_desired("u", "4", "h1");
+        assert!(!mem.holds_desired("u", "3", "h1"));
+        assert!(mem.known_version("u", "4"));
+        assert!(!mem.known_version("u", "3"));
+        mem.created("r", "9");
+        assert!(mem.known_version("r", "9"));
     }
 
     /// Events of objects a control plane owns, while its pass runs, are held; at its end only a
     /// version the pass neither wrote nor verified asks for another pass.
     #[tokio::test]
     async fn owned_events_held_during_a_pass_ask_for_another_only_for_versions_it_did_not_write() {
-        let ctx = memory();
+        let mem = memory();
         assert!(
-            !ctx.hold_owned_event("a", "s1", "1", None),
+            !mem.hold_owned_event("a", "s1", "1", None),
             "no pass running"
         );
-        ctx.begin_pass("a");
-        assert!(ctx.hold_owned_event("a", "s1", "2", None));
-        assert!(ctx.hold_owned_event("a", "d1", "3", None));
-        ctx.verified_desired("s1", "2", "h");
-        ctx.created("d1", "3");
-        assert!(!ctx.end_pass("a"), "both are the pass's own writes");
-        ctx.begin_pass("a");
-        assert!(ctx.hold_owned_event("a", "d1", "4", None));
+        mem.begin_pass("a");
+        assert!(mem.hold_owned_event("a", "s1", "2", None));
+        assert!(mem.hold_owned_event("a", "d1", "3", None));
+        mem.verified_desired("s1", "2", "h");
+        mem.created("d1", "3");
+        assert!(!mem.end_pass("a"), "both are the pass's own writes");
+        mem.begin_pass("a");
+        assert!(mem.hold_owned_event("a", "d1", "4", None));
         assert!(
-            ctx.end_pass("a"),
+            mem.end_pass("a"),
             "4 is another writer's (the Deployment's status)"
         );
     }
@@ -631,18 +631,18 @@ mod tests {
     /// its event) and with the control plane.
     #[tokio::test]
     async fn the_version_a_pass_left_is_recognised_until_forgotten() {
-        let ctx = memory();
-        ctx.own_result("a", "5");
-        assert!(ctx.is_own_result("a", "5"));
-        assert!(!ctx.is_own_result("a", "6"));
-        assert!(!ctx.is_own_result("b", "5"));
-        ctx.own_result("a", "7");
-        assert!(!ctx.is_own_result("a", "5"));
-        assert!(ctx.is_own_result("a", "7"));
-        ctx.forget_own_result("a");
-        assert!(!ctx.is_own_result("a", "7"));
-        ctx.own_result("a", "8");
-        ctx.forget("a");
-        assert!(!ctx.is_own_result("a", "8"));
+        let mem = memory();
+        mem.own_result("a", "5");
+        assert!(mem.is_own_result("a", "5"));
+        assert!(!mem.is_own_result("a", "6"));
+        assert!(!mem.is_own_result("b", "5"));
+        mem.own_result("a", "7");
+        assert!(!mem.is_own_result("a", "5"));
+        assert!(mem.is_own_result("a", "7"));
+        mem.forget_own_result("a");
+        assert!(!mem.is_own_result("a", "7"));
+        mem.own_result("a", "8");
+        mem.forget("a");
+        assert!(!mem.is_own_result("a", "8"));
     }
 }
