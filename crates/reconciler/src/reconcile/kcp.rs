@@ -74,7 +74,7 @@ pub(crate) async fn patch_at_version(
 /// own last write to it returned ([`Report::wrote_kcp`], recorded here). `Ok(false)` when the
 /// version has been replaced since (`409 Conflict`): the pass acted on a stale copy, writes no
 /// more and leaves the work to the pass the newer version's watch event brings (its status
-/// write fails the same precondition, [`write_status`]).
+/// write fails the same precondition: the driver's `write_status`).
 ///
 /// # Errors
 /// [`Error::Kube`] when the API server refuses the patch otherwise.
