@@ -303,7 +303,8 @@ pub fn refusal(errors: &[SpecError]) -> Cond {
 
 /// Validates `kcp` against its `cluster` and the `infrastructure` cluster's endpoint (its kind
 /// and `spec.controlPlaneEndpoint`, when set); `default_datastore` is the manager's
-/// `--default-datastore`: its checks first, then the values read as they are.
+/// `--default-datastore`. The checks run first, collecting every problem; the values that need
+/// none are then read as they are.
 ///
 /// # Errors
 /// Every problem found, each naming its field.
