@@ -625,78 +625,91 @@ fn supported_version_rule() -> Value {
 fn endpoint_field_rules() -> Vec<Value> {
     let endpoint_set = "has(oldSelf.controlPlaneEndpoint) && has(oldSelf.controlPlaneEndpoint.host) \
                         && oldSelf.controlPlaneEndpoint.host != ''";
-    let has =
-        |side: &str, field: &str| format!("(has({side}.network) && has({side}.network.{field}))");
-    let both = |field: &str| format!("{} && {}", has("self", field), has("oldSelf", field));
-    // Value of an optional network field with its default, for both sides.
-    let value = |side: &str, field: &str, default: &str| {
-        format!(
-            "({} ? {side}.network.{field} : {default})",
-            has(side, field)
-        )
-    };
+    exposure_rules()
+        .into_iter()
+        .chain(service_rules())
+        .map(|(unchanged, message, path)| {
+            rule_at(format!("!({endpoint_set}) || {unchanged}"), message, path)
+        })
+        .collect()
+}
+
+/// An endpoint rule of [`endpoint_field_rules`]: what stays unchanged (CEL), the message, the
+/// field path.
+type EndpointRule = (String, String, &'static str);
+
+/// The endpoint rules of the ingress and the gateway: neither added nor removed, their
+/// hostnames and the gateway's port unchanged.
+fn exposure_rules() -> [EndpointRule; 5] {
     let gateway_port = |side: &str| {
         format!("(has({side}.network.gateway.port) ? {side}.network.gateway.port : 443)")
     };
-    let external = |side: &str| format!("({} || {})", has(side, "ingress"), has(side, "gateway"));
-    let message = |field: &str, change: &str| {
-        format!(
-            "spec.{field} {change} once spec.controlPlaneEndpoint is set: Cluster API treats the \
-             control-plane endpoint as immutable"
-        )
-    };
-    let rules = [
+    [
         (
             format!(
                 "{} == {}",
-                has("self", "ingress"),
-                has("oldSelf", "ingress")
+                has_network("self", "ingress"),
+                has_network("oldSelf", "ingress")
             ),
-            message("network.ingress", "cannot be added or removed"),
+            endpoint_message("network.ingress", "cannot be added or removed"),
             ".network",
         ),
         (
             format!(
                 "!({}) || self.network.ingress.hostname == oldSelf.network.ingress.hostname",
-                both("ingress")
+                both_network("ingress")
             ),
-            message("network.ingress.hostname", "cannot change"),
+            endpoint_message("network.ingress.hostname", "cannot change"),
             ".network.ingress.hostname",
         ),
         (
             format!(
                 "{} == {}",
-                has("self", "gateway"),
-                has("oldSelf", "gateway")
+                has_network("self", "gateway"),
+                has_network("oldSelf", "gateway")
             ),
-            message("network.gateway", "cannot be added or removed"),
+            endpoint_message("network.gateway", "cannot be added or removed"),
             ".network",
         ),
         (
             format!(
                 "!({}) || self.network.gateway.hostname == oldSelf.network.gateway.hostname",
-                both("gateway")
+                both_network("gateway")
             ),
-            message("network.gateway.hostname", "cannot change"),
+            endpoint_message("network.gateway.hostname", "cannot change"),
             ".network.gateway.hostname",
         ),
         (
             format!(
                 "!({}) || {} == {}",
-                both("gateway"),
+                both_network("gateway"),
                 gateway_port("self"),
                 gateway_port("oldSelf")
             ),
-            message("network.gateway.port", "cannot change"),
+            endpoint_message("network.gateway.port", "cannot change"),
             ".network.gateway.port",
         ),
+    ]
+}
+
+/// The endpoint rules of the Service: its address unchanged, and its type unless an ingress
+/// or gateway (kept, by [`exposure_rules`]) decides the endpoint.
+fn service_rules() -> [EndpointRule; 2] {
+    let external = |side: &str| {
+        format!(
+            "({} || {})",
+            has_network(side, "ingress"),
+            has_network(side, "gateway")
+        )
+    };
+    [
         (
             format!(
                 "{} == {}",
-                value("self", "serviceAddress", "''"),
-                value("oldSelf", "serviceAddress", "''")
+                network_value("self", "serviceAddress", "''"),
+                network_value("oldSelf", "serviceAddress", "''")
             ),
-            message("network.serviceAddress", "cannot change"),
+            endpoint_message("network.serviceAddress", "cannot change"),
             ".network.serviceAddress",
         ),
         // Behind an ingress or gateway (kept, by the rules above) the Service type does not
@@ -706,19 +719,43 @@ fn endpoint_field_rules() -> Vec<Value> {
                 "({} && {}) || {} == {}",
                 external("self"),
                 external("oldSelf"),
-                value("self", "serviceType", "'LoadBalancer'"),
-                value("oldSelf", "serviceType", "'LoadBalancer'")
+                network_value("self", "serviceType", "'LoadBalancer'"),
+                network_value("oldSelf", "serviceType", "'LoadBalancer'")
             ),
-            message("network.serviceType", "cannot change"),
+            endpoint_message("network.serviceType", "cannot change"),
             ".network.serviceType",
         ),
-    ];
-    rules
-        .into_iter()
-        .map(|(unchanged, message, path)| {
-            rule_at(format!("!({endpoint_set}) || {unchanged}"), message, path)
-        })
-        .collect()
+    ]
+}
+
+/// Whether `side` (`self`, `oldSelf`) has `network.<field>` (CEL).
+fn has_network(side: &str, field: &str) -> String {
+    format!("(has({side}.network) && has({side}.network.{field}))")
+}
+
+/// Whether both sides have `network.<field>` (CEL).
+fn both_network(field: &str) -> String {
+    format!(
+        "{} && {}",
+        has_network("self", field),
+        has_network("oldSelf", field)
+    )
+}
+
+/// The value of the optional `network.<field>` of `side`, `default` when unset (CEL).
+fn network_value(side: &str, field: &str, default: &str) -> String {
+    format!(
+        "({} ? {side}.network.{field} : {default})",
+        has_network(side, field)
+    )
+}
+
+/// The message of an endpoint rule: `spec.<field> <change>` once the endpoint is set.
+fn endpoint_message(field: &str, change: &str) -> String {
+    format!(
+        "spec.{field} {change} once spec.controlPlaneEndpoint is set: Cluster API treats the \
+         control-plane endpoint as immutable"
+    )
 }
 
 /// `s` as a CEL string literal (single quotes).

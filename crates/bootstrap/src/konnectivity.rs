@@ -477,7 +477,32 @@ fn agent_pod(
     api_port: u16,
     labels: &BTreeMap<String, String>,
 ) -> PodTemplateSpec {
-    let container = Container {
+    let container = agent_container(agent, server_host, server_port, api_port);
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![container],
+            service_account_name: Some(AGENT_NAME.into()),
+            priority_class_name: Some("system-cluster-critical".into()),
+            host_network: Some(agent.host_network).filter(|h| *h),
+            tolerations: Some(agent.tolerations.clone()).filter(|t| !t.is_empty()),
+            node_selector: Some(BTreeMap::from([(
+                "kubernetes.io/os".to_owned(),
+                "linux".to_owned(),
+            )])),
+            volumes: Some(vec![agent_token_volume()]),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+/// The agent's container: its server and the API server at the endpoint, its probes, and its
+/// ports (declared so that agents in the host network never share a node's ports).
+fn agent_container(agent: &Agent, server_host: &str, server_port: u16, api_port: u16) -> Container {
+    Container {
         name: AGENT_NAME.into(),
         image: Some(agent.image.clone()),
         image_pull_policy: Some("IfNotPresent".into()),
@@ -521,61 +546,40 @@ fn agent_pod(
             ..VolumeMount::default()
         }]),
         ..Container::default()
-    };
-    PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(labels.clone()),
-            ..ObjectMeta::default()
-        }),
-        spec: Some(PodSpec {
-            containers: vec![container],
-            service_account_name: Some(AGENT_NAME.into()),
-            priority_class_name: Some("system-cluster-critical".into()),
-            host_network: Some(agent.host_network).filter(|h| *h),
-            tolerations: Some(agent.tolerations.clone()).filter(|t| !t.is_empty()),
-            node_selector: Some(BTreeMap::from([(
-                "kubernetes.io/os".to_owned(),
-                "linux".to_owned(),
-            )])),
-            volumes: Some(vec![Volume {
-                name: AGENT_TOKEN_FILE.into(),
-                projected: Some(ProjectedVolumeSource {
-                    sources: Some(vec![VolumeProjection {
-                        service_account_token: Some(ServiceAccountTokenProjection {
-                            audience: Some(SERVER_IDENTITY.into()),
-                            expiration_seconds: Some(AGENT_TOKEN_SECONDS),
-                            path: AGENT_TOKEN_FILE.into(),
-                        }),
-                        ..VolumeProjection::default()
-                    }]),
-                    default_mode: None,
-                }),
-                ..Volume::default()
-            }]),
-            ..PodSpec::default()
-        }),
     }
 }
 
-/// The agents' objects for a server reachable at `server_host:server_port` (the endpoint's
-/// host and the server port); `api_port` is the endpoint's port. The agents read the servers'
-/// leases from the API server at the endpoint (`KUBERNETES_SERVICE_HOST`/`_PORT` set to it, as
-/// kubeadm points kube-proxy at the endpoint), so they need no Service proxy on the node.
-#[must_use]
-pub fn agent_objects(
-    agent: &Agent,
-    server_host: &str,
-    server_port: u16,
-    api_port: u16,
-) -> AgentObjects {
-    let labels = BTreeMap::from([("k8s-app".to_owned(), AGENT_NAME.to_owned())]);
-    let pod = agent_pod(agent, server_host, server_port, api_port, &labels);
+/// The agent's service-account token for the server's audience, projected.
+fn agent_token_volume() -> Volume {
+    Volume {
+        name: AGENT_TOKEN_FILE.into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![VolumeProjection {
+                service_account_token: Some(ServiceAccountTokenProjection {
+                    audience: Some(SERVER_IDENTITY.into()),
+                    expiration_seconds: Some(AGENT_TOKEN_SECONDS),
+                    path: AGENT_TOKEN_FILE.into(),
+                }),
+                ..VolumeProjection::default()
+            }]),
+            default_mode: None,
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The agents' workload of `mode` (a DaemonSet, or a Deployment of its replicas) running `pod`.
+fn agent_workload(
+    mode: AgentMode,
+    pod: PodTemplateSpec,
+    labels: &BTreeMap<String, String>,
+) -> AgentWorkload {
     let selector = LabelSelector {
         match_labels: Some(labels.clone()),
         ..LabelSelector::default()
     };
-    let workload_meta = meta(AGENT_NAME, Some(AGENT_NAMESPACE), &labels);
-    let workload = match agent.mode {
+    let workload_meta = meta(AGENT_NAME, Some(AGENT_NAMESPACE), labels);
+    match mode {
         AgentMode::DaemonSet => AgentWorkload::DaemonSet(Box::new(DaemonSet {
             metadata: workload_meta,
             spec: Some(DaemonSetSpec {
@@ -595,7 +599,23 @@ pub fn agent_objects(
             }),
             status: None,
         })),
-    };
+    }
+}
+
+/// The agents' objects for a server reachable at `server_host:server_port` (the endpoint's
+/// host and the server port); `api_port` is the endpoint's port. The agents read the servers'
+/// leases from the API server at the endpoint (`KUBERNETES_SERVICE_HOST`/`_PORT` set to it, as
+/// kubeadm points kube-proxy at the endpoint), so they need no Service proxy on the node.
+#[must_use]
+pub fn agent_objects(
+    agent: &Agent,
+    server_host: &str,
+    server_port: u16,
+    api_port: u16,
+) -> AgentObjects {
+    let labels = BTreeMap::from([("k8s-app".to_owned(), AGENT_NAME.to_owned())]);
+    let pod = agent_pod(agent, server_host, server_port, api_port, &labels);
+    let workload = agent_workload(agent.mode, pod, &labels);
     let leases = |name: &str, verbs: &[&str]| Role {
         metadata: meta(name, Some(LEASE_NAMESPACE), &labels),
         rules: Some(vec![PolicyRule {

@@ -160,110 +160,164 @@ pub fn plan(
 ) -> Result<Vec<LeafSecret>, Error> {
     let trust = inputs.trust_bundle.unwrap_or(inputs.roots.ca.cert_pem());
     let ca_data = base64::engine::general_purpose::STANDARD.encode(trust);
-    let mut out = Vec::with_capacity(LEAVES.len() + 1);
     let konnectivity = inputs.konnectivity.then_some(LeafRole::KonnectivityServer);
-    for role in LEAVES.into_iter().chain(konnectivity) {
-        let name = secret_name(inputs.names, role);
-        let target = SecretTarget {
-            name: &name,
-            namespace: inputs.namespace,
-            cluster_name: inputs.cluster_name,
-        };
-        let (spec, issuer) = inputs.spec_and_issuer(role);
-        let server = inputs.server(role);
-        let current = existing.get(&name);
-        // A kubeconfig is read once: its client certificate, its server and CA data.
-        let (stored, server_ok) = match (server, current) {
-            (Some(want), Some(s)) => {
-                let kubeconfig = kubeconfig_of(s);
-                let ok = kubeconfig
-                    .as_ref()
-                    .is_some_and(|k| k.server == want && k.ca_data == ca_data);
-                (kubeconfig.and_then(|k| k.client), ok)
-            }
-            (None, Some(s)) => (stored_tls_pair(s), true),
-            (_, None) => (None, true),
-        };
-        let decision = decide_leaf(
-            stored.as_ref(),
+    LEAVES
+        .into_iter()
+        .chain(konnectivity)
+        .map(|role| leaf(inputs, existing, role, (trust, &ca_data)))
+        .collect()
+}
+
+/// The leaf `role` ([`plan`]): kept while its stored certificate is still good, else issued;
+/// a kubeconfig rendered anew when its server or the CA data it trusts (`trust`, PEM and
+/// base64) changed.
+fn leaf(
+    inputs: &LeafInputs<'_>,
+    existing: &BTreeMap<String, Secret>,
+    role: LeafRole,
+    (trust, ca_data): (&str, &str),
+) -> Result<LeafSecret, Error> {
+    let name = secret_name(inputs.names, role);
+    let (spec, issuer) = inputs.spec_and_issuer(role);
+    let server = inputs.server(role);
+    let current = existing.get(&name);
+    let (stored, server_ok) = stored_pair(server, current, ca_data);
+    let decision = decide_leaf(
+        stored.as_ref(),
+        &spec,
+        issuer.cert_pem(),
+        inputs.now,
+        inputs.policy.renewal_window(),
+    );
+    // A stored pair comes from a stored Secret.
+    let kept = matches!(decision, LeafDecision::Keep) && stored.is_some();
+    let leaf = match (decision, stored) {
+        (LeafDecision::Keep, Some(pair)) => LeafCertificate::from_pem(
+            spec.role(),
+            first_pem_block(pair.cert_pem()),
+            pair.key_pem(),
+        ),
+        _ => issuer.issue_valid_for(
             &spec,
-            issuer.cert_pem(),
+            inputs.algorithm,
             inputs.now,
-            inputs.policy.renewal_window(),
-        );
-        // A stored pair comes from a stored Secret.
-        let kept = matches!(decision, LeafDecision::Keep) && stored.is_some();
-        let leaf = match (decision, stored) {
-            (LeafDecision::Keep, Some(pair)) => LeafCertificate::from_pem(
-                spec.role(),
-                first_pem_block(pair.cert_pem()),
-                pair.key_pem(),
-            ),
-            _ => issuer.issue_valid_for(
-                &spec,
-                inputs.algorithm,
-                inputs.now,
-                inputs.policy.validity(),
-            )?,
-        };
-        let renew_at = renew_at(&leaf, inputs.policy)?;
-        let stored_key = |key: &str| {
-            current
-                .and_then(|c| c.data.as_ref())
-                .and_then(|d| d.get(key))
-                .map(|v| v.0.as_slice())
-        };
-        // Konnectivity's Secret also holds the egress selector configuration.
-        let egress = (role == LeafRole::KonnectivityServer)
-            .then(crate::konnectivity::egress_selector_configuration);
-        let egress_ok = egress.as_ref().is_none_or(|want| {
-            stored_key(crate::konnectivity::EGRESS_SELECTOR_KEY) == Some(want.as_bytes())
-        });
-        let mut secret = match server {
-            None => serving_chain(
-                role,
-                secrets::leaf_secret(target, &leaf),
-                inputs.serving_chain,
-            ),
-            // A kept kubeconfig is not rendered: its stored bytes are kept below.
-            Some(_) if kept && server_ok && egress_ok => secrets::kubeconfig_secret(target, ""),
-            Some(url) => {
-                let kc = render_kubeconfig(role, inputs.cluster_name, url, trust, &leaf);
-                let mut s = secrets::kubeconfig_secret(target, &kc.to_yaml()?);
-                if let Some(egress) = egress {
-                    s.data.get_or_insert_with(BTreeMap::new).insert(
-                        crate::konnectivity::EGRESS_SELECTOR_KEY.into(),
-                        k8s_openapi::ByteString(egress.into_bytes()),
-                    );
-                }
-                s
-            }
-        };
-        // The served chain follows a CA rotation.
-        let chain_ok = server.is_some()
-            || stored_key(secrets::TLS_CRT_KEY)
-                == secret
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get(secrets::TLS_CRT_KEY))
-                    .map(|v| v.0.as_slice());
-        let changed = !matches!(decision, LeafDecision::Keep)
-            || !chain_ok
-            || !server_ok
-            || !egress_ok
-            || current.is_none();
-        if !changed && let Some(cur) = current {
-            // Keep the stored bytes exactly, so an unchanged leaf is byte-identical.
-            secret.data.clone_from(&cur.data);
-        }
-        out.push(LeafSecret {
-            role,
-            secret,
-            changed,
-            renew_at,
-        });
+            inputs.policy.validity(),
+        )?,
+    };
+    let renew_at = renew_at(&leaf, inputs.policy)?;
+    let stored_key = |key: &str| {
+        current
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get(key))
+            .map(|v| v.0.as_slice())
+    };
+    // Konnectivity's Secret also holds the egress selector configuration.
+    let egress = (role == LeafRole::KonnectivityServer)
+        .then(crate::konnectivity::egress_selector_configuration);
+    let egress_ok = egress.as_ref().is_none_or(|want| {
+        stored_key(crate::konnectivity::EGRESS_SELECTOR_KEY) == Some(want.as_bytes())
+    });
+    let target = SecretTarget {
+        name: &name,
+        namespace: inputs.namespace,
+        cluster_name: inputs.cluster_name,
+    };
+    let rendered = Rendered {
+        role,
+        leaf: &leaf,
+        egress,
+        unchanged_kubeconfig: kept && server_ok && egress_ok,
+    };
+    let mut secret = leaf_secret(inputs, target, rendered, server, trust)?;
+    // The served chain follows a CA rotation.
+    let chain_ok = server.is_some() || stored_key(secrets::TLS_CRT_KEY) == tls_crt(&secret);
+    let changed = !matches!(decision, LeafDecision::Keep)
+        || !chain_ok
+        || !server_ok
+        || !egress_ok
+        || current.is_none();
+    if !changed && let Some(cur) = current {
+        // Keep the stored bytes exactly, so an unchanged leaf is byte-identical.
+        secret.data.clone_from(&cur.data);
     }
-    Ok(out)
+    Ok(LeafSecret {
+        role,
+        secret,
+        changed,
+        renew_at,
+    })
+}
+
+/// The `tls.crt` of `secret`.
+fn tls_crt(secret: &Secret) -> Option<&[u8]> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(secrets::TLS_CRT_KEY))
+        .map(|v| v.0.as_slice())
+}
+
+/// The stored certificate and key of a leaf (`current`), read once: a kubeconfig's client
+/// pair, with whether its server is `server` and its CA data `ca_data`; a certificate leaf's
+/// `tls.crt` and `tls.key` (no server to check).
+fn stored_pair(
+    server: Option<&str>,
+    current: Option<&Secret>,
+    ca_data: &str,
+) -> (Option<CertAndKey>, bool) {
+    match (server, current) {
+        (Some(want), Some(s)) => {
+            let kubeconfig = kubeconfig_of(s);
+            let ok = kubeconfig
+                .as_ref()
+                .is_some_and(|k| k.server == want && k.ca_data == ca_data);
+            (kubeconfig.and_then(|k| k.client), ok)
+        }
+        (None, Some(s)) => (stored_tls_pair(s), true),
+        (_, None) => (None, true),
+    }
+}
+
+/// What a leaf's Secret is rendered from ([`leaf_secret`]).
+struct Rendered<'a> {
+    role: LeafRole,
+    leaf: &'a LeafCertificate,
+    /// Konnectivity's egress selector configuration, for its Secret.
+    egress: Option<String>,
+    /// A kept kubeconfig whose server, CA data and egress configuration hold: not rendered
+    /// (its stored bytes are kept by the caller).
+    unchanged_kubeconfig: bool,
+}
+
+/// The Secret of a leaf: a certificate leaf's pair (the API server's with its chain), or a
+/// kubeconfig for `server` trusting `trust`.
+fn leaf_secret(
+    inputs: &LeafInputs<'_>,
+    target: SecretTarget<'_>,
+    rendered: Rendered<'_>,
+    server: Option<&str>,
+    trust: &str,
+) -> Result<Secret, Error> {
+    let role = rendered.role;
+    Ok(match server {
+        None => serving_chain(
+            role,
+            secrets::leaf_secret(target, rendered.leaf),
+            inputs.serving_chain,
+        ),
+        Some(_) if rendered.unchanged_kubeconfig => secrets::kubeconfig_secret(target, ""),
+        Some(url) => {
+            let kc = render_kubeconfig(role, inputs.cluster_name, url, trust, rendered.leaf);
+            let mut s = secrets::kubeconfig_secret(target, &kc.to_yaml()?);
+            if let Some(egress) = rendered.egress {
+                s.data.get_or_insert_with(BTreeMap::new).insert(
+                    crate::konnectivity::EGRESS_SELECTOR_KEY.into(),
+                    k8s_openapi::ByteString(egress.into_bytes()),
+                );
+            }
+            s
+        }
+    })
 }
 
 /// The API server's Secret with `chain` after its certificate in `tls.crt` (a CA rotation's

@@ -185,6 +185,20 @@ impl NetworkSpec {
     /// # Errors
     /// The first [`ValidationError`] found.
     pub fn validate(&self) -> Result<TenantNetwork, ValidationError> {
+        let service_cidrs = self.checked_service_cidrs()?;
+        let pod_cidrs = self.checked_pod_cidrs(&service_cidrs)?;
+        let dns_domain = self.checked_dns_domain()?;
+        let dns_service_ips = self.checked_dns_service_ips(&service_cidrs)?;
+        Ok(TenantNetwork {
+            service_cidrs,
+            pod_cidrs,
+            dns_domain,
+            dns_service_ips,
+        })
+    }
+
+    /// The service CIDRs ([`NetworkSpec::validate`]).
+    fn checked_service_cidrs(&self) -> Result<Vec<IpNet>, ValidationError> {
         if self.service_cidrs.is_empty() {
             return Err(ValidationError::new(
                 FIELD_SERVICE_CIDRS,
@@ -217,7 +231,11 @@ impl NetworkSpec {
             service_cidrs.push(net);
         }
         check_family_pair(&service_cidrs, FIELD_SERVICE_CIDRS)?;
+        Ok(service_cidrs)
+    }
 
+    /// The pod CIDRs, none overlapping a service CIDR ([`NetworkSpec::validate`]).
+    fn checked_pod_cidrs(&self, service_cidrs: &[IpNet]) -> Result<Vec<IpNet>, ValidationError> {
         let mut pod_cidrs = Vec::new();
         for (i, s) in self.pod_cidrs.iter().enumerate() {
             let field = format!("{FIELD_POD_CIDRS}[{i}]");
@@ -231,7 +249,11 @@ impl NetworkSpec {
             pod_cidrs.push(net);
         }
         check_family_pair(&pod_cidrs, FIELD_POD_CIDRS)?;
+        Ok(pod_cidrs)
+    }
 
+    /// The DNS domain, `cluster.local` when empty ([`NetworkSpec::validate`]).
+    fn checked_dns_domain(&self) -> Result<String, ValidationError> {
         let dns_domain = if self.dns_domain.trim().is_empty() {
             DEFAULT_DNS_DOMAIN.to_owned()
         } else {
@@ -243,7 +265,15 @@ impl NetworkSpec {
                 format!("{dns_domain:?} is not a DNS-1123 subdomain"),
             ));
         }
+        Ok(dns_domain)
+    }
 
+    /// The DNS Service IPs, each inside a service CIDR and not reserved there; the 10th
+    /// address of the primary service CIDR when none is given ([`NetworkSpec::validate`]).
+    fn checked_dns_service_ips(
+        &self,
+        service_cidrs: &[IpNet],
+    ) -> Result<Vec<IpAddr>, ValidationError> {
         let mut dns_service_ips = Vec::new();
         for (i, s) in self.dns_service_ips.iter().enumerate() {
             let field = format!("{FIELD_DNS_SERVICE_IPS}[{i}]");
@@ -254,7 +284,7 @@ impl NetworkSpec {
             let Some(net) = service_cidrs.iter().find(|n| n.contains(&ip)) else {
                 return Err(ValidationError::new(
                     field,
-                    format!("{ip} is outside the service range {}", join(&service_cidrs)),
+                    format!("{ip} is outside the service range {}", join(service_cidrs)),
                 ));
             };
             if ip == net.network() || Some(ip) == nth_address(net, 1) {
@@ -278,12 +308,7 @@ impl NetworkSpec {
         {
             dns_service_ips.push(ip);
         }
-        Ok(TenantNetwork {
-            service_cidrs,
-            pod_cidrs,
-            dns_domain,
-            dns_service_ips,
-        })
+        Ok(dns_service_ips)
     }
 }
 

@@ -27,8 +27,10 @@ use tracing::{info, warn};
 use crate::context::Context;
 use crate::error::Error;
 use crate::lean::{self, Lean};
-use crate::reconcile::status::DeploymentView;
-use crate::reconcile::{self, object_key};
+use crate::reconcile::gates::control_plane_of;
+use crate::reconcile::kcp::object_key;
+use crate::reconcile::{self, validate};
+use crate::replicas::DeploymentView;
 
 /// The label Cluster API's `--watch-filter` convention selects on: a manager started with
 /// `--watch-filter=<value>` reconciles only Clusters and KamajiControlPlanes labelled
@@ -89,37 +91,13 @@ where
     reflector(writer, watch).applied_objects()
 }
 
-/// The UID and `resourceVersion` of `kcp`, when it has both.
-fn uid_and_version(kcp: &KamajiControlPlane) -> Option<(&str, &str)> {
-    Some((
-        kcp.metadata.uid.as_deref()?,
-        kcp.metadata.resource_version.as_deref()?,
-    ))
-}
-
-/// Whether `kcp` is at a version this process's own writes account for: the one the last pass
-/// that ended without error left ([`Context::is_own_result`]), or one a later write of this
-/// process already replaced ([`Context::is_superseded`]: the finalizer and endpoint patches a
-/// pass makes before its status write; their events arrive after the pass that made them).
-fn is_own_result(ctx: &Context, kcp: &KamajiControlPlane) -> bool {
-    uid_and_version(kcp).is_some_and(|(uid, version)| {
-        ctx.is_own_result(uid, version) || ctx.is_superseded(uid, version)
-    })
-}
-
-/// Whether the event of `kcp` is held because its pass is running ([`Context::hold_event`]).
-fn held(ctx: &Context, kcp: &KamajiControlPlane) -> bool {
-    uid_and_version(kcp).is_some_and(|(uid, version)| ctx.hold_event(uid, version))
-}
-
 /// The watch of the objects of kind `K` that control planes own, their metadata only (owner
 /// references are all it needs: neither the initial list nor an event carries a Secret's data
 /// or a Deployment's spec into this process) and that without `managedFields` ([`Lean`]),
-/// for the controller's `owns_stream`. A change
-/// event of a version a pass of this process wrote, or read and verified
-/// ([`Context::known_version`]), wakes no pass, and one arriving while its control plane's pass
-/// runs is held for that pass to decide ([`Context::hold_owned_event`]); deletions and the
-/// initial list always wake their owner.
+/// for the controller's `owns_stream`. A change event of a version a pass of this process
+/// wrote, or read and verified, wakes no pass, and one arriving while its control plane's pass
+/// runs is held for that pass to decide ([`crate::memory::Memory::owned_event_skipped`]);
+/// deletions and the initial list always wake their owner.
 fn owned<K>(
     ctx: Arc<Context>,
     api: Api<Lean<PartialObjectMeta<K>>>,
@@ -132,11 +110,7 @@ where
     watcher(api, config)
         .map_ok(lean::event)
         .filter(move |event| {
-            let skip =
-                matches!(event, Ok(watcher::Event::Apply(o)) if own_owned(&ctx, &o.metadata, None));
-            if skip {
-                ctx.metrics.owned_own_write_events.inc();
-            }
+            let skip = matches!(event, Ok(watcher::Event::Apply(o)) if ctx.memory().owned_event_skipped(&o.metadata));
             futures::future::ready(!skip)
         })
         .touched_objects()
@@ -215,8 +189,9 @@ const DEPLOYMENT_LIST_PAGE: u32 = 50;
 
 /// The watch of control-plane Deployments ([`WatchedDeployment`]) for the controller's
 /// `owns_stream`: as [`owned`], and a change event showing nothing a pass reads that its
-/// control plane's last pass did not see ([`Context::deployment_wakes`]) wakes no pass either
-/// (the Deployment controller's status writes that change no counter a pass acts on).
+/// control plane's last pass did not see wakes no pass either (the Deployment controller's
+/// status writes that change no counter a pass acts on;
+/// [`crate::memory::Memory::deployment_event_skipped`]).
 fn owned_deployments(
     ctx: Arc<Context>,
     api: Api<Lean<WatchedDeployment>>,
@@ -238,53 +213,8 @@ fn owned_deployments(
 /// this process wrote or verified, one held while its owner's pass runs, or one showing
 /// nothing the owner's last pass did not see.
 fn unchanged_deployment(ctx: &Context, d: &WatchedDeployment) -> bool {
-    let view = d.view();
-    if own_owned(ctx, &d.metadata, Some(&view)) {
-        ctx.metrics.owned_own_write_events.inc();
-        return true;
-    }
-    let unchanged =
-        controller_uid(&d.metadata).is_some_and(|owner| !ctx.deployment_wakes(owner, &view));
-    if unchanged {
-        ctx.metrics.unchanged_deployment_events.inc();
-    }
-    unchanged
-}
-
-/// The UID of the KamajiControlPlane that controls the object with `meta`.
-fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true) && o.kind == "KamajiControlPlane")
-        .map(|o| o.uid.as_str())
-}
-
-/// Whether the change event of the owned object with `meta` needs no pass now: a version this
-/// process wrote or verified, or one held while its owner's pass runs (with `deployment`, what
-/// a pass reads of that version of the control-plane Deployment).
-fn own_owned(ctx: &Context, meta: &ObjectMeta, deployment: Option<&DeploymentView>) -> bool {
-    let (Some(uid), Some(version)) = (meta.uid.as_deref(), meta.resource_version.as_deref()) else {
-        return false;
-    };
-    if ctx.known_version(uid, version) {
-        return true;
-    }
-    controller_uid(meta).is_some_and(|owner| ctx.hold_owned_event(owner, uid, version, deployment))
-}
-
-/// The KamajiControlPlane `cluster.spec.controlPlaneRef` names, if it names one.
-#[must_use]
-pub fn control_plane_of(cluster: &v1beta2::Cluster) -> Option<ObjectRef<KamajiControlPlane>> {
-    let ns = cluster.metadata.namespace.as_deref().unwrap_or_default();
-    cluster
-        .spec
-        .control_plane_ref
-        .as_ref()
-        .filter(|r| {
-            r.kind == "KamajiControlPlane" && r.api_group == kamaji_api::meta::CONTROL_PLANE_GROUP
-        })
-        .map(|r| ObjectRef::new(&r.name).within(ns))
+    ctx.memory()
+        .deployment_event_skipped(&d.metadata, &d.view())
 }
 
 /// A hash of what a pass of the control plane reads of `cluster` ([`ClusterView`], and whether
@@ -327,13 +257,13 @@ fn own_endpoint(
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime's Controller::run expects
 fn error_policy(kcp: Arc<KamajiControlPlane>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics
+    ctx.metrics()
         .errors
         .get_or_create(&crate::metrics::ErrorLabels {
             error: error.category().into(),
         })
         .inc();
-    let delay = ctx.errors.next(&object_key(&kcp));
+    let delay = ctx.errors().next(&object_key(&kcp));
     warn!(kcp = %object_key(&kcp), error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -348,7 +278,7 @@ fn users_of(
     store
         .state()
         .iter()
-        .filter(|k| crate::reconcile::validate::datastore_names(k, default).contains(&name))
+        .filter(|k| validate::datastore_names(k, default).contains(&name))
         .map(|k| ObjectRef::from_obj(k.as_ref()))
         .collect()
 }
@@ -359,91 +289,22 @@ pub async fn run(
     scope: Scope,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let client = ctx.client.clone();
-    let kcps: Api<Lean<KamajiControlPlane>> = scope.api(&client);
-    let labelled = watcher::Config::default().labels(KAMAJI_NAME_LABEL);
-    let secrets_cfg = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
     // Owned objects and DataStores wake only control planes in the store, so filtering the
     // control planes (and the Clusters that map to them) is the whole split.
     let (store, kcp_writer) = reflector::store();
-    // A version a pass of this process left with its own writes, and accounted for, or one its
-    // own later write replaced, wakes no pass (the cache still takes it); every other input of
-    // that pass has events of its own.
-    let own = Arc::clone(&ctx);
-    let triggers = cached(kcp_writer, kcps, scope.filtered()).filter(move |event| {
-        let skip = matches!(event, Ok(kcp) if is_own_result(&own, kcp) || held(&own, kcp));
-        if skip {
-            own.metrics.own_result_events.inc();
-        }
-        futures::future::ready(!skip)
-    });
-    let controller = Controller::for_stream(triggers, store.clone());
-    let _ = ctx.control_planes.set(store.clone());
-    let default_ds = ctx.config.default_datastore.clone();
-    let ds_store = store.clone();
-    let endpoint_store = store.clone();
+    let controller = Controller::for_stream(triggers(&ctx, &scope, kcp_writer), store.clone());
     // Clusters and DataStores are read by every pass: from these watch caches (the watches
     // that wake their control planes fill them), not from the API server each time.
     let (clusters, cluster_writer) = reflector::store();
-    let _ = ctx.clusters.set(clusters);
     let (datastores, datastore_writer) = reflector::store();
-    let _ = ctx.datastores.set(datastores);
-    controller
-        // Owned objects only wake their owner, and not with the versions its passes wrote.
-        .owns_stream(owned::<Secret>(
-            Arc::clone(&ctx),
-            scope.api(&client),
-            secrets_cfg,
-        ))
-        .owns_stream(owned_deployments(
-            Arc::clone(&ctx),
-            scope.api(&client),
-            labelled.clone().page_size(DEPLOYMENT_LIST_PAGE),
-        ))
-        .owns_stream(owned::<Service>(
-            Arc::clone(&ctx),
-            scope.api(&client),
-            labelled.clone(),
-        ))
-        .owns_stream(owned::<Ingress>(
-            Arc::clone(&ctx),
-            scope.api(&client),
-            labelled,
-        ))
-        .watches_stream(
-            cached(
-                cluster_writer,
-                scope.api::<Lean<v1beta2::Cluster>>(&client),
-                scope.filtered(),
-            )
-            // CAPI writes a Cluster many times while it provisions (its status mirrors the
-            // control plane's): only a change of what a pass reads wakes the control plane.
-            .predicate_filter(
-                move |cluster: &v1beta2::Cluster| {
-                    cluster_inputs(cluster, own_endpoint(&endpoint_store, cluster).as_ref())
-                },
-                PredicateConfig::default(),
-            ),
-            |cluster: v1beta2::Cluster| control_plane_of(&cluster),
-        )
-        .watches_stream(
-            cached(
-                datastore_writer,
-                Api::<Lean<DataStore>>::all(client.clone()),
-                watcher::Config::default(),
-            ),
-            move |ds: DataStore| {
-                users_of(
-                    &ds_store,
-                    ds.metadata.name.as_deref().unwrap_or_default(),
-                    &default_ds,
-                )
-            },
-        )
+    ctx.set_caches(store.clone(), clusters, datastores);
+    let controller = watch_owned(controller, &ctx, &scope);
+    let controller = watch_clusters(controller, &ctx, &scope, store.clone(), cluster_writer);
+    watch_datastores(controller, &ctx, store, datastore_writer)
         .with_config(
             controller::Config::default()
-                .concurrency(ctx.config.concurrency)
-                .debounce(ctx.config.debounce),
+                .concurrency(ctx.config().concurrency)
+                .debounce(ctx.config().debounce),
         )
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, error_policy, ctx)
@@ -455,6 +316,106 @@ pub async fn run(
         })
         .await;
     info!("controller stopped");
+}
+
+/// The controller's trigger: the watch of the control planes in `scope` filling the cache
+/// `writer` writes. A version a pass of this process left with its own writes, and accounted
+/// for, or one its own later write replaced, wakes no pass (the cache still takes it); every
+/// other input of that pass has events of its own.
+fn triggers(
+    ctx: &Arc<Context>,
+    scope: &Scope,
+    writer: reflector::store::Writer<KamajiControlPlane>,
+) -> impl futures::Stream<Item = Result<KamajiControlPlane, watcher::Error>> + use<> {
+    let kcps: Api<Lean<KamajiControlPlane>> = scope.api(ctx.client());
+    let own = Arc::clone(ctx);
+    cached(writer, kcps, scope.filtered()).filter(move |event| {
+        let skip = matches!(event, Ok(kcp) if own.memory().control_plane_event_skipped(kcp));
+        futures::future::ready(!skip)
+    })
+}
+
+/// `controller` watching what control planes own (Secrets, Deployments, Services, Ingresses):
+/// each wakes only its owner, and not with the versions its passes wrote.
+fn watch_owned(
+    controller: Controller<KamajiControlPlane>,
+    ctx: &Arc<Context>,
+    scope: &Scope,
+) -> Controller<KamajiControlPlane> {
+    let client = ctx.client();
+    let labelled = watcher::Config::default().labels(KAMAJI_NAME_LABEL);
+    let secrets_cfg = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
+    controller
+        .owns_stream(owned::<Secret>(
+            Arc::clone(ctx),
+            scope.api(client),
+            secrets_cfg,
+        ))
+        .owns_stream(owned_deployments(
+            Arc::clone(ctx),
+            scope.api(client),
+            labelled.clone().page_size(DEPLOYMENT_LIST_PAGE),
+        ))
+        .owns_stream(owned::<Service>(
+            Arc::clone(ctx),
+            scope.api(client),
+            labelled.clone(),
+        ))
+        .owns_stream(owned::<Ingress>(
+            Arc::clone(ctx),
+            scope.api(client),
+            labelled,
+        ))
+}
+
+/// `controller` watching the Clusters in `scope` (filling the cache `writer` writes), each
+/// waking the control plane its `controlPlaneRef` names (`store`: the control planes' cache).
+/// CAPI writes a Cluster many times while it provisions (its status mirrors the control
+/// plane's): only a change of what a pass reads wakes the control plane.
+fn watch_clusters(
+    controller: Controller<KamajiControlPlane>,
+    ctx: &Context,
+    scope: &Scope,
+    store: Store<KamajiControlPlane>,
+    writer: reflector::store::Writer<v1beta2::Cluster>,
+) -> Controller<KamajiControlPlane> {
+    let clusters = cached(
+        writer,
+        scope.api::<Lean<v1beta2::Cluster>>(ctx.client()),
+        scope.filtered(),
+    )
+    .predicate_filter(
+        move |cluster: &v1beta2::Cluster| {
+            cluster_inputs(cluster, own_endpoint(&store, cluster).as_ref())
+        },
+        PredicateConfig::default(),
+    );
+    controller.watches_stream(clusters, |cluster: v1beta2::Cluster| {
+        control_plane_of(&cluster)
+    })
+}
+
+/// `controller` watching the DataStores (filling the cache `writer` writes), each waking the
+/// control planes that use it (`store`: the control planes' cache).
+fn watch_datastores(
+    controller: Controller<KamajiControlPlane>,
+    ctx: &Context,
+    store: Store<KamajiControlPlane>,
+    writer: reflector::store::Writer<DataStore>,
+) -> Controller<KamajiControlPlane> {
+    let default_ds = ctx.config().default_datastore.clone();
+    let datastores = cached(
+        writer,
+        Api::<Lean<DataStore>>::all(ctx.client().clone()),
+        watcher::Config::default(),
+    );
+    controller.watches_stream(datastores, move |ds: DataStore| {
+        users_of(
+            &store,
+            ds.metadata.name.as_deref().unwrap_or_default(),
+            &default_ds,
+        )
+    })
 }
 
 #[cfg(test)]
@@ -487,14 +448,14 @@ spec:
         };
         // A pass read 10, patched the finalizer (11) and the endpoint (12), wrote status (13).
         for replaced in ["10", "11", "12"] {
-            ctx.supersede("u1", replaced);
+            ctx.memory().supersede("u1", replaced);
         }
-        ctx.own_result("u1", "13");
+        ctx.memory().own_result("u1", "13");
         for own in ["11", "12", "13"] {
-            assert!(is_own_result(&ctx, &at(own)), "{own}");
+            assert!(ctx.memory().accounts_for(&at(own)), "{own}");
         }
         // Another writer's version after them.
-        assert!(!is_own_result(&ctx, &at("14")));
+        assert!(!ctx.memory().accounts_for(&at("14")));
     }
 
     /// An owned object's change event wakes no pass at a version a pass wrote or verified; one
@@ -509,22 +470,28 @@ spec:
             ))
             .expect("meta")
         };
-        ctx.verified_desired("s1", "5", "h");
-        assert!(own_owned(&ctx, &secret("5"), None), "the pass's own write");
+        ctx.memory().verified_desired("s1", "5", "h");
         assert!(
-            !own_owned(&ctx, &secret("6"), None),
+            ctx.memory().own_owned(&secret("5"), None),
+            "the pass's own write"
+        );
+        assert!(
+            !ctx.memory().own_owned(&secret("6"), None),
             "another writer's, no pass running"
         );
-        ctx.begin_pass("k1");
+        ctx.memory().begin_pass("k1");
         assert!(
-            own_owned(&ctx, &secret("7"), None),
+            ctx.memory().own_owned(&secret("7"), None),
             "held while the owner's pass runs"
         );
-        assert!(ctx.end_pass("k1"), "the pass did not write 7: another pass");
-        ctx.begin_pass("k1");
-        assert!(own_owned(&ctx, &secret("8"), None));
-        ctx.verified_desired("s1", "8", "h");
-        assert!(!ctx.end_pass("k1"), "the pass wrote 8");
+        assert!(
+            ctx.memory().end_pass("k1"),
+            "the pass did not write 7: another pass"
+        );
+        ctx.memory().begin_pass("k1");
+        assert!(ctx.memory().own_owned(&secret("8"), None));
+        ctx.memory().verified_desired("s1", "8", "h");
+        assert!(!ctx.memory().end_pass("k1"), "the pass wrote 8");
     }
 
     /// A control-plane Deployment as the watch parses it.
@@ -548,26 +515,32 @@ spec:
             !unchanged_deployment(&ctx, &watched("5", "{}")),
             "no pass saw it"
         );
-        ctx.saw_deployment("k1", Some(watched("5", "{}").view()));
+        ctx.memory()
+            .saw_deployment("k1", Some(watched("5", "{}").view()));
         assert!(
             unchanged_deployment(&ctx, &watched("6", "{observedGeneration: 1}")),
             "the Deployment controller's first status write"
         );
         assert!(!unchanged_deployment(&ctx, &watched("7", AVAILABLE)));
 
-        ctx.begin_pass("k1");
+        ctx.memory().begin_pass("k1");
         assert!(
             unchanged_deployment(&ctx, &watched("8", "{observedGeneration: 1}")),
             "held"
         );
-        ctx.saw_deployment("k1", Some(watched("5", "{}").view()));
-        assert!(!ctx.end_pass("k1"), "nothing the pass did not see");
-        ctx.begin_pass("k1");
+        ctx.memory()
+            .saw_deployment("k1", Some(watched("5", "{}").view()));
+        assert!(!ctx.memory().end_pass("k1"), "nothing the pass did not see");
+        ctx.memory().begin_pass("k1");
         assert!(unchanged_deployment(&ctx, &watched("9", AVAILABLE)), "held");
-        ctx.saw_deployment("k1", Some(watched("5", "{}").view()));
-        assert!(ctx.end_pass("k1"), "available after the pass read it");
+        ctx.memory()
+            .saw_deployment("k1", Some(watched("5", "{}").view()));
+        assert!(
+            ctx.memory().end_pass("k1"),
+            "available after the pass read it"
+        );
 
-        ctx.saw_deployment("k1", None);
+        ctx.memory().saw_deployment("k1", None);
         assert!(!unchanged_deployment(
             &ctx,
             &watched("10", "{observedGeneration: 1}")

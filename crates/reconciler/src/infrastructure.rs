@@ -13,7 +13,9 @@
 //!   other spec change (CAPO's `OpenStackCluster`) accept it, and a provider that owns its
 //!   address (its endpoint already set) is never overwritten.
 
-use std::time::Instant;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
@@ -23,7 +25,6 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::Version;
 use tracing::{debug, info};
 
-use crate::context::Context;
 use crate::error::{Error, KubeContext};
 
 /// The Cluster API group whose contract labels a provider's CRD carries.
@@ -33,14 +34,46 @@ const CONTRACT_LABEL_PREFIX: &str = "cluster.x-k8s.io/";
 /// its compatible `v1beta1`).
 const CONTRACTS: [&str; 2] = ["v1beta2", "v1beta1"];
 
-/// What the contract says about one infrastructure kind, cached per group and kind for
-/// [`crate::context::Config::resync`].
+/// What the contract says about one infrastructure kind, cached per group and kind
+/// ([`Kinds`]).
 #[derive(Debug, Clone)]
 pub struct InfrastructureKind {
     /// The resource at the version the contract label names.
     pub resource: ApiResource,
     /// That version's schema declares `spec.controlPlaneEndpoint`.
     pub endpoint_field: bool,
+}
+
+/// The infrastructure kinds resolved through discovery and their CRDs, by group and kind, with
+/// when they were read; each trusted for a while (the manager's resync period).
+#[derive(Debug)]
+pub struct Kinds {
+    resolved: Mutex<HashMap<(String, String), (Instant, InfrastructureKind)>>,
+    trusted_for: Duration,
+}
+
+impl Kinds {
+    /// An empty cache whose entries are trusted for `trusted_for`.
+    #[must_use]
+    pub fn new(trusted_for: Duration) -> Self {
+        Self {
+            resolved: Mutex::new(HashMap::new()),
+            trusted_for,
+        }
+    }
+
+    /// The kind cached under `key`, while it is trusted.
+    fn get(&self, key: &(String, String)) -> Option<InfrastructureKind> {
+        let (at, cached) = self.resolved.lock().ok()?.get(key).cloned()?;
+        (at.elapsed() < self.trusted_for).then_some(cached)
+    }
+
+    /// Caches `kind` under `key`, read now.
+    fn put(&self, key: (String, String), kind: InfrastructureKind) {
+        if let Ok(mut m) = self.resolved.lock() {
+            m.insert(key, (Instant::now(), kind));
+        }
+    }
 }
 
 /// The infrastructure cluster object of a Cluster, as far as kamaji-rs reads it.
@@ -105,21 +138,16 @@ pub fn endpoint_of(object: &serde_json::Value) -> Option<(String, i32)> {
 /// Resolves the kind of `group`/`kind` through discovery and its CRD; `None` when the group,
 /// the kind or its CRD does not exist (yet), or the CRD carries no contract label.
 async fn resolve_kind(
-    ctx: &Context,
+    client: &kube::Client,
+    kinds: &Kinds,
     group: &str,
     kind: &str,
 ) -> Result<Option<InfrastructureKind>, Error> {
     let key = (group.to_owned(), kind.to_owned());
-    if let Some((at, cached)) = ctx
-        .infrastructure_kinds
-        .lock()
-        .ok()
-        .and_then(|m| m.get(&key).cloned())
-        && at.elapsed() < ctx.config.resync
-    {
+    if let Some(cached) = kinds.get(&key) {
         return Ok(Some(cached));
     }
-    let plural = match kube::discovery::group(&ctx.client, group).await {
+    let plural = match kube::discovery::group(client, group).await {
         // Every version, not only the group's preferred one: providers sharing the group serve
         // their kinds at different versions.
         Ok(g) => {
@@ -149,7 +177,7 @@ async fn resolve_kind(
         }
     };
     let name = format!("{plural}.{group}");
-    let Some(crd) = Api::<CustomResourceDefinition>::all(ctx.client.clone())
+    let Some(crd) = Api::<CustomResourceDefinition>::all(client.clone())
         .get_opt(&name)
         .await
         .ctx(|| format!("get CustomResourceDefinition {name}"))?
@@ -171,9 +199,7 @@ async fn resolve_kind(
             plural,
         },
     };
-    if let Ok(mut m) = ctx.infrastructure_kinds.lock() {
-        m.insert(key, (Instant::now(), resolved.clone()));
-    }
+    kinds.put(key, resolved.clone());
     Ok(Some(resolved))
 }
 
@@ -183,20 +209,18 @@ async fn resolve_kind(
 /// # Errors
 /// [`Error::Kube`] when discovery or a read fails for another reason than absence.
 pub async fn observe(
-    ctx: &Context,
+    client: &kube::Client,
+    kinds: &Kinds,
     cluster: &ClusterView,
 ) -> Result<Option<InfrastructureCluster>, Error> {
     let Some(reference) = cluster.infrastructure_ref.as_ref() else {
         return Ok(None);
     };
-    let Some(kind) = resolve_kind(ctx, &reference.group, &reference.kind).await? else {
+    let Some(kind) = resolve_kind(client, kinds, &reference.group, &reference.kind).await? else {
         return Ok(None);
     };
-    let api = Api::<DynamicObject>::namespaced_with(
-        ctx.client.clone(),
-        &cluster.namespace,
-        &kind.resource,
-    );
+    let api =
+        Api::<DynamicObject>::namespaced_with(client.clone(), &cluster.namespace, &kind.resource);
     let Some(object) = api.get_opt(&reference.name).await.ctx(|| {
         format!(
             "get {} {}/{}",
@@ -223,7 +247,7 @@ pub async fn observe(
 /// # Errors
 /// [`Error::Kube`] when the patch is refused or fails.
 pub async fn set_endpoint(
-    ctx: &Context,
+    client: &kube::Client,
     namespace: &str,
     infrastructure: &InfrastructureCluster,
     host: &str,
@@ -232,7 +256,7 @@ pub async fn set_endpoint(
     if !infrastructure.writable {
         return Ok(());
     }
-    Api::<DynamicObject>::namespaced_with(ctx.client.clone(), namespace, &infrastructure.resource)
+    Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &infrastructure.resource)
         .patch(
             &infrastructure.name,
             &PatchParams::default(),

@@ -177,6 +177,59 @@ fn main() -> Result<()> {
 
 async fn run(args: Args) -> Result<()> {
     init_logging(&args.log_format);
+    // This replica's name: its leader-election identity and, in its User-Agent, what tells
+    // replicas and shards apart in the management cluster's audit log.
+    let identity =
+        std::env::var("POD_NAME").unwrap_or_else(|_| format!("manager-{}", std::process::id()));
+    let agent = user_agent(&identity, &args.watch_filter);
+    // The flags first: a wrong one fails before the management cluster is reached.
+    let config = config(&args, agent.clone())?;
+    let client = management_client(&agent).await?;
+    let ctx = Arc::new(Context::new(client.clone(), config));
+    let ready = Arc::new(AtomicBool::new(false));
+    let metrics = tokio::spawn(server::metrics(args.metrics_bind_address, ctx.clone()));
+    let health = tokio::spawn(server::health(
+        args.health_probe_bind_address,
+        ready.clone(),
+    ));
+
+    wait_for_crds(&client).await;
+
+    let lost = leadership(&args, &client, &identity).await?;
+    ready.store(true, Ordering::Relaxed);
+    let scope = Scope {
+        namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()),
+        watch_filter: Some(args.watch_filter.clone()).filter(|f| !f.is_empty()),
+    };
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => info!("interrupted"),
+            () = sigterm() => info!("terminated"),
+            () = lost => error!("lost leadership"),
+        }
+    };
+    controller::run(ctx, scope, shutdown).await;
+    metrics.abort();
+    health.abort();
+    Ok(())
+}
+
+/// The client of the management cluster (kubeconfig or in-cluster), with `agent` as its
+/// `User-Agent`.
+async fn management_client(agent: &str) -> Result<Client> {
+    let mut kube_config = kube::Config::infer()
+        .await
+        .context("connect to the management cluster")?;
+    kube_config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_str(agent)
+            .context("POD_NAME or --watch-filter is not a valid User-Agent")?,
+    ));
+    Client::try_from(kube_config).context("connect to the management cluster")
+}
+
+/// The manager's settings from its flags; `agent` is its `User-Agent`.
+fn config(args: &Args, agent: String) -> Result<Config> {
     let key_algorithm = KeyAlgorithm::parse(&args.key_algorithm)
         .map_err(|e| anyhow::anyhow!("--key-algorithm: {}", e.reason))?;
     let leaf_policy = LeafPolicy::new(
@@ -184,21 +237,7 @@ async fn run(args: Args) -> Result<()> {
         Duration::from_secs(args.certificate_renewal_window_seconds),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    // This replica's name: its leader-election identity and, in its User-Agent, what tells
-    // replicas and shards apart in the management cluster's audit log.
-    let identity =
-        std::env::var("POD_NAME").unwrap_or_else(|_| format!("manager-{}", std::process::id()));
-    let mut kube_config = kube::Config::infer()
-        .await
-        .context("connect to the management cluster")?;
-    let agent = user_agent(&identity, &args.watch_filter);
-    kube_config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_str(&agent)
-            .context("POD_NAME or --watch-filter is not a valid User-Agent")?,
-    ));
-    let client = Client::try_from(kube_config).context("connect to the management cluster")?;
-    let config = Config {
+    Ok(Config {
         default_datastore: args.default_datastore.clone(),
         key_algorithm,
         management_domain: args.cluster_domain.clone(),
@@ -211,17 +250,16 @@ async fn run(args: Args) -> Result<()> {
         kine_image: args.kine_image.clone(),
         user_agent: agent,
         ..Config::default()
-    };
-    let ctx = Arc::new(Context::new(client.clone(), config));
-    let ready = Arc::new(AtomicBool::new(false));
-    let metrics = tokio::spawn(server::metrics(args.metrics_bind_address, ctx.clone()));
-    let health = tokio::spawn(server::health(
-        args.health_probe_bind_address,
-        ready.clone(),
-    ));
+    })
+}
 
-    wait_for_crds(&client).await;
-
+/// With `--leader-elect`, leadership acquired (this waits for it): the future that resolves
+/// when it is lost; without, one that never resolves.
+async fn leadership(
+    args: &Args,
+    client: &Client,
+    identity: &str,
+) -> Result<impl std::future::Future<Output = ()> + use<>> {
     let lost = if args.leader_elect {
         let ns = args
             .leader_election_namespace
@@ -232,35 +270,18 @@ async fn run(args: Args) -> Result<()> {
             })
             .unwrap_or_else(|| "default".into());
         let lease = leader::lease_name(Some(args.watch_filter.as_str()).filter(|f| !f.is_empty()));
-        Some(leader::acquire(client.clone(), &ns, &lease, identity.clone()).await?)
+        Some(leader::acquire(client.clone(), &ns, &lease, identity.to_owned()).await?)
     } else {
         None
     };
-    let lost_rx = async move {
+    Ok(async move {
         match lost {
             Some(rx) => {
                 let _ = rx.await;
             }
             None => std::future::pending::<()>().await,
         }
-    };
-
-    ready.store(true, Ordering::Relaxed);
-    let scope = Scope {
-        namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()),
-        watch_filter: Some(args.watch_filter.clone()).filter(|f| !f.is_empty()),
-    };
-    let shutdown = async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => info!("interrupted"),
-            () = sigterm() => info!("terminated"),
-            () = lost_rx => error!("lost leadership"),
-        }
-    };
-    controller::run(ctx, scope, shutdown).await;
-    metrics.abort();
-    health.abort();
-    Ok(())
+    })
 }
 
 /// The manager's `User-Agent`: `kamaji-rs-manager/<version> (<identity>[; watch-filter=<value>])`,

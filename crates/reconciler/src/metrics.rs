@@ -78,7 +78,7 @@ pub struct Metrics {
     pub owned_own_write_events: Counter,
     /// Control-plane Deployment watch events that woke no pass because they show nothing a
     /// pass reads that its control plane's last pass did not see
-    /// ([`crate::reconcile::status::DeploymentView`]), also those held while that pass ran
+    /// ([`crate::replicas::DeploymentView`]), also those held while that pass ran
     /// (`kamaji_unchanged_deployment_events_total`).
     pub unchanged_deployment_events: Counter,
     /// Sessions opened on etcd DataStores (`kamaji_datastore_sessions_opened_total`): a client
@@ -102,8 +102,55 @@ fn counter(registry: &mut Registry, name: &str, help: &str) -> Counter {
     counter
 }
 
+/// The plain counters of [`Metrics`], in registration order: name and help.
+const COUNTERS: [(&str, &str); 11] = [
+    (
+        "ssa_conflicts",
+        "Server-side apply conflicts resolved by forcing",
+    ),
+    (
+        "drift_corrections",
+        "Objects applied again because the live object no longer held what kamaji-rs set",
+    ),
+    (
+        "status_setbacks_held",
+        "Passes whose status was held back: a passing failure of an available control plane, within its grace",
+    ),
+    (
+        "status_writes_stale",
+        "Status writes refused (409) because the pass had read a version since replaced",
+    ),
+    (
+        "reconcile_superseded",
+        "Passes not run: the copy they were given is one this process's own write replaced",
+    ),
+    (
+        "own_write_events",
+        "KamajiControlPlane watch events that woke no pass: the version a pass of this process left with its own writes",
+    ),
+    (
+        "owned_own_write_events",
+        "Watch events of owned Secrets, Deployments, Services and Ingresses that woke no pass: a version a pass of this process wrote or read and verified",
+    ),
+    (
+        "unchanged_deployment_events",
+        "Control-plane Deployment watch events that woke no pass: nothing a pass reads changed since its control plane's last pass (the Deployment controller's status writes that change no counter a pass acts on)",
+    ),
+    (
+        "datastore_sessions_opened",
+        "Sessions opened on etcd DataStores (a client certificate issued and, with authentication on, etcd's password check); kept between passes",
+    ),
+    (
+        "reconcile_second_rounds",
+        "Passes that ran their steps again from observe: the first round created the Service whose address the rest of the plan needs",
+    ),
+    (
+        "tenant_clients_built",
+        "Clients built for tenant API servers (each parses a kubeconfig and opens its own TLS connections); those of tenants coming up are kept between passes",
+    ),
+];
+
 impl Default for Metrics {
-    #[allow(clippy::too_many_lines)] // one registration per metric, nothing else
     fn default() -> Self {
         let mut registry = Registry::with_prefix("kamaji");
         let reconciles = Counter::default();
@@ -134,61 +181,19 @@ impl Default for Metrics {
             time_to_initialized.clone(),
         );
         registry.register("tenants", "Tenants by condition status", tenants.clone());
-        let ssa_conflicts = counter(
-            &mut registry,
-            "ssa_conflicts",
-            "Server-side apply conflicts resolved by forcing",
-        );
-        let drift_corrections = counter(
-            &mut registry,
-            "drift_corrections",
-            "Objects applied again because the live object no longer held what kamaji-rs set",
-        );
-        let setbacks_held = counter(
-            &mut registry,
-            "status_setbacks_held",
-            "Passes whose status was held back: a passing failure of an available control plane, within its grace",
-        );
-        let stale_status_writes = counter(
-            &mut registry,
-            "status_writes_stale",
-            "Status writes refused (409) because the pass had read a version since replaced",
-        );
-        let superseded_passes = counter(
-            &mut registry,
-            "reconcile_superseded",
-            "Passes not run: the copy they were given is one this process's own write replaced",
-        );
-        let own_result_events = counter(
-            &mut registry,
-            "own_write_events",
-            "KamajiControlPlane watch events that woke no pass: the version a pass of this process left with its own writes",
-        );
-        let owned_own_write_events = counter(
-            &mut registry,
-            "owned_own_write_events",
-            "Watch events of owned Secrets, Deployments, Services and Ingresses that woke no pass: a version a pass of this process wrote or read and verified",
-        );
-        let unchanged_deployment_events = counter(
-            &mut registry,
-            "unchanged_deployment_events",
-            "Control-plane Deployment watch events that woke no pass: nothing a pass reads changed since its control plane's last pass (the Deployment controller's status writes that change no counter a pass acts on)",
-        );
-        let datastore_sessions = counter(
-            &mut registry,
-            "datastore_sessions_opened",
-            "Sessions opened on etcd DataStores (a client certificate issued and, with authentication on, etcd's password check); kept between passes",
-        );
-        let second_rounds = counter(
-            &mut registry,
-            "reconcile_second_rounds",
-            "Passes that ran their steps again from observe: the first round created the Service whose address the rest of the plan needs",
-        );
-        let tenant_clients_built = counter(
-            &mut registry,
-            "tenant_clients_built",
-            "Clients built for tenant API servers (each parses a kubeconfig and opens its own TLS connections); those of tenants coming up are kept between passes",
-        );
+        let [
+            ssa_conflicts,
+            drift_corrections,
+            setbacks_held,
+            stale_status_writes,
+            superseded_passes,
+            own_result_events,
+            owned_own_write_events,
+            unchanged_deployment_events,
+            datastore_sessions,
+            second_rounds,
+            tenant_clients_built,
+        ] = COUNTERS.map(|(name, help)| counter(&mut registry, name, help));
         Self {
             registry,
             reconciles,

@@ -26,7 +26,7 @@ pub async fn metrics(addr: SocketAddr, ctx: Arc<Context>) -> std::io::Result<()>
                         axum::http::header::CONTENT_TYPE,
                         "application/openmetrics-text; version=1.0.0; charset=utf-8",
                     )],
-                    ctx.metrics.encode(),
+                    ctx.metrics().encode(),
                 )
             }
         }),

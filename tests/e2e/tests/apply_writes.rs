@@ -209,7 +209,7 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
         vec![],
         vec![],
     ];
-    assert_eq!(ctx.metrics.second_rounds.get(), 1);
+    assert_eq!(ctx.metrics().second_rounds.get(), 1);
     assert_eq!(passes, expected);
 
     // A pass handed the object as it was before the first pass (a watch not caught up yet)
@@ -219,18 +219,18 @@ async fn f0_is_written_in_this_order_and_a_pass_with_nothing_to_change_writes_no
     kamaji_reconciler::reconcile::reconcile(stale.clone(), ctx.clone())
         .await
         .unwrap();
-    assert_eq!(ctx.metrics.superseded_passes.get(), 1);
+    assert_eq!(ctx.metrics().superseded_passes.get(), 1);
     assert_eq!(writes(&cluster, mark).0, Vec::<String>::new());
     // Another process (a restarted manager) never saw that write: its pass runs, and its
     // status write, with that version as precondition, is refused; the status stays as the
     // passes above wrote it.
-    let other = Arc::new(Context::new(ctx.client.clone(), Config::default()));
+    let other = Arc::new(Context::new(ctx.client().clone(), Config::default()));
     kamaji_reconciler::reconcile::reconcile(stale, other.clone())
         .await
         .unwrap();
     assert_eq!(kcps.get("demo").await.unwrap().status, before);
-    assert_eq!(other.metrics.stale_status_writes.get(), 1);
-    assert_eq!(other.metrics.superseded_passes.get(), 0);
+    assert_eq!(other.metrics().stale_status_writes.get(), 1);
+    assert_eq!(other.metrics().superseded_passes.get(), 0);
 }
 
 /// Many control planes created at once on a fresh etcd DataStore (the simulated scale bench,

@@ -102,160 +102,188 @@ fn join_nets(nets: &[ipnet::IpNet]) -> String {
 
 /// kamaji-rs's default flags of `component` (before `extraArgs`), in kubeadm's order.
 #[must_use]
-#[allow(clippy::too_many_lines)] // one flag per line, as kubeadm's static-pod manifests list them
 pub fn default_flags(spec: &ControlPlaneSpec, component: Component) -> Vec<Flag> {
-    let l = &spec.layout;
-    let file = |v: PkiVolume, f: &str| l.file(v, f);
     let client_ca = spec
         .ca_bundle_file
         .clone()
-        .unwrap_or_else(|| file(PkiVolume::Ca, "tls.crt"));
+        .unwrap_or_else(|| spec.layout.file(PkiVolume::Ca, "tls.crt"));
     let front_proxy_ca = spec
         .front_proxy_ca_bundle_file
         .clone()
-        .unwrap_or_else(|| file(PkiVolume::FrontProxyCa, "tls.crt"));
+        .unwrap_or_else(|| spec.layout.file(PkiVolume::FrontProxyCa, "tls.crt"));
     match component {
         Component::ApiServer => {
-            let ds = &spec.datastore;
-            let mut f = vec![
-                Flag::new("allow-privileged", "true"),
-                Flag::new("authorization-mode", "Node,RBAC"),
-                Flag::new("client-ca-file", client_ca.clone()),
-                Flag::new("enable-admission-plugins", spec.admission_plugins.join(",")),
-                Flag::new("enable-bootstrap-token-auth", "true"),
-                Flag::new("etcd-servers", ds.servers.join(",")),
-                Flag::new("etcd-prefix", ds.prefix.clone()),
-            ];
-            if let Some(overrides) = ds.overrides_flag() {
-                f.push(Flag::new("etcd-servers-overrides", overrides));
-            }
-            if ds.tls {
-                f.push(Flag::new(
-                    "etcd-cafile",
-                    file(PkiVolume::Datastore, "ca.crt"),
-                ));
-                f.push(Flag::new(
-                    "etcd-certfile",
-                    file(PkiVolume::Datastore, "tls.crt"),
-                ));
-                f.push(Flag::new(
-                    "etcd-keyfile",
-                    file(PkiVolume::Datastore, "tls.key"),
-                ));
-            }
-            if let Some(ip) = spec.advertise_address {
-                f.push(Flag::new("advertise-address", ip.to_string()));
-            }
-            if let Some(file) = &spec.egress_selector_config {
-                f.push(Flag::new("egress-selector-config-file", file.clone()));
-            }
-            if let Some(file) = &spec.encryption_provider_config {
-                f.push(Flag::new("encryption-provider-config", file.clone()));
-            }
-            f.extend([
-                Flag::new(
-                    "kubelet-client-certificate",
-                    file(PkiVolume::ApiServerKubeletClient, "tls.crt"),
-                ),
-                Flag::new(
-                    "kubelet-client-key",
-                    file(PkiVolume::ApiServerKubeletClient, "tls.key"),
-                ),
-                Flag::new(
-                    "kubelet-preferred-address-types",
-                    spec.kubelet_address_types.join(","),
-                ),
-                Flag::new(
-                    "proxy-client-cert-file",
-                    file(PkiVolume::FrontProxyClient, "tls.crt"),
-                ),
-                Flag::new(
-                    "proxy-client-key-file",
-                    file(PkiVolume::FrontProxyClient, "tls.key"),
-                ),
-                Flag::new("requestheader-allowed-names", "front-proxy-client"),
-                Flag::new("requestheader-client-ca-file", front_proxy_ca.clone()),
-                Flag::new("requestheader-extra-headers-prefix", "X-Remote-Extra-"),
-                Flag::new("requestheader-group-headers", "X-Remote-Group"),
-                Flag::new("requestheader-username-headers", "X-Remote-User"),
-                Flag::new("secure-port", spec.port.to_string()),
-                Flag::new(
-                    "service-account-issuer",
-                    format!(
-                        "https://kubernetes.default.svc.{}",
-                        spec.network.dns_domain()
-                    ),
-                ),
-                Flag::new(
-                    "service-account-key-file",
-                    file(PkiVolume::ServiceAccount, "tls.crt"),
-                ),
-            ]);
-            if let Some(other) = &spec.service_account_verify_file {
-                f.push(Flag::new("service-account-key-file", other.clone()));
-            }
-            f.extend([
-                Flag::new(
-                    "service-account-signing-key-file",
-                    file(PkiVolume::ServiceAccount, "tls.key"),
-                ),
-                Flag::new(
-                    "service-cluster-ip-range",
-                    join_nets(spec.network.service_cidrs()),
-                ),
-                Flag::new("tls-cert-file", file(PkiVolume::ApiServer, "tls.crt")),
-                Flag::new(
-                    "tls-private-key-file",
-                    file(PkiVolume::ApiServer, "tls.key"),
-                ),
-            ]);
+            let mut f = api_server_datastore_flags(spec, &client_ca);
+            f.extend(api_server_serving_flags(spec, &front_proxy_ca));
             f
         }
-        Component::ControllerManager => {
-            let kc = l.kubeconfig(component).unwrap_or_default();
-            let mut f = vec![
-                Flag::new("authentication-kubeconfig", kc.clone()),
-                Flag::new("authorization-kubeconfig", kc.clone()),
-                Flag::new("bind-address", "0.0.0.0"),
-                Flag::new("client-ca-file", client_ca.clone()),
-                Flag::new("cluster-name", spec.cluster_name.clone()),
-                Flag::new("cluster-signing-cert-file", file(PkiVolume::Ca, "tls.crt")),
-                Flag::new("cluster-signing-key-file", file(PkiVolume::Ca, "tls.key")),
-                Flag::new("controllers", "*,bootstrapsigner,tokencleaner"),
-                Flag::new("kubeconfig", kc),
-                Flag::new("leader-elect", "true"),
-                Flag::new("requestheader-client-ca-file", front_proxy_ca.clone()),
-                Flag::new("root-ca-file", client_ca.clone()),
-                Flag::new(
-                    "service-account-private-key-file",
-                    file(PkiVolume::ServiceAccount, "tls.key"),
-                ),
-                Flag::new(
-                    "service-cluster-ip-range",
-                    join_nets(spec.network.service_cidrs()),
-                ),
-                Flag::new("use-service-account-credentials", "true"),
-            ];
-            if !spec.network.pod_cidrs().is_empty() {
-                f.push(Flag::new("allocate-node-cidrs", "true"));
-                f.push(Flag::new(
-                    "cluster-cidr",
-                    join_nets(spec.network.pod_cidrs()),
-                ));
-            }
-            f
-        }
-        Component::Scheduler => {
-            let kc = l.kubeconfig(component).unwrap_or_default();
-            vec![
-                Flag::new("authentication-kubeconfig", kc.clone()),
-                Flag::new("authorization-kubeconfig", kc.clone()),
-                Flag::new("bind-address", "0.0.0.0"),
-                Flag::new("kubeconfig", kc),
-                Flag::new("leader-elect", "true"),
-            ]
-        }
+        Component::ControllerManager => controller_manager_flags(spec, &client_ca, &front_proxy_ca),
+        Component::Scheduler => scheduler_flags(&spec.layout),
     }
+}
+
+/// kube-apiserver's flags up to its encryption configuration: authorization, the client CA,
+/// admission, the datastore, the advertise address, the egress selector.
+fn api_server_datastore_flags(spec: &ControlPlaneSpec, client_ca: &str) -> Vec<Flag> {
+    let file = |v: PkiVolume, f: &str| spec.layout.file(v, f);
+    let ds = &spec.datastore;
+    let mut f = vec![
+        Flag::new("allow-privileged", "true"),
+        Flag::new("authorization-mode", "Node,RBAC"),
+        Flag::new("client-ca-file", client_ca.to_owned()),
+        Flag::new("enable-admission-plugins", spec.admission_plugins.join(",")),
+        Flag::new("enable-bootstrap-token-auth", "true"),
+        Flag::new("etcd-servers", ds.servers.join(",")),
+        Flag::new("etcd-prefix", ds.prefix.clone()),
+    ];
+    if let Some(overrides) = ds.overrides_flag() {
+        f.push(Flag::new("etcd-servers-overrides", overrides));
+    }
+    if ds.tls {
+        f.push(Flag::new(
+            "etcd-cafile",
+            file(PkiVolume::Datastore, "ca.crt"),
+        ));
+        f.push(Flag::new(
+            "etcd-certfile",
+            file(PkiVolume::Datastore, "tls.crt"),
+        ));
+        f.push(Flag::new(
+            "etcd-keyfile",
+            file(PkiVolume::Datastore, "tls.key"),
+        ));
+    }
+    if let Some(ip) = spec.advertise_address {
+        f.push(Flag::new("advertise-address", ip.to_string()));
+    }
+    if let Some(file) = &spec.egress_selector_config {
+        f.push(Flag::new("egress-selector-config-file", file.clone()));
+    }
+    if let Some(file) = &spec.encryption_provider_config {
+        f.push(Flag::new("encryption-provider-config", file.clone()));
+    }
+    f
+}
+
+/// kube-apiserver's flags from the kubelet client on: the front proxy, the serving port,
+/// the service-account keys, the Service range, the serving certificate.
+fn api_server_serving_flags(spec: &ControlPlaneSpec, front_proxy_ca: &str) -> Vec<Flag> {
+    let file = |v: PkiVolume, f: &str| spec.layout.file(v, f);
+    let mut f = Vec::new();
+    f.extend([
+        Flag::new(
+            "kubelet-client-certificate",
+            file(PkiVolume::ApiServerKubeletClient, "tls.crt"),
+        ),
+        Flag::new(
+            "kubelet-client-key",
+            file(PkiVolume::ApiServerKubeletClient, "tls.key"),
+        ),
+        Flag::new(
+            "kubelet-preferred-address-types",
+            spec.kubelet_address_types.join(","),
+        ),
+        Flag::new(
+            "proxy-client-cert-file",
+            file(PkiVolume::FrontProxyClient, "tls.crt"),
+        ),
+        Flag::new(
+            "proxy-client-key-file",
+            file(PkiVolume::FrontProxyClient, "tls.key"),
+        ),
+        Flag::new("requestheader-allowed-names", "front-proxy-client"),
+        Flag::new("requestheader-client-ca-file", front_proxy_ca.to_owned()),
+        Flag::new("requestheader-extra-headers-prefix", "X-Remote-Extra-"),
+        Flag::new("requestheader-group-headers", "X-Remote-Group"),
+        Flag::new("requestheader-username-headers", "X-Remote-User"),
+        Flag::new("secure-port", spec.port.to_string()),
+        Flag::new(
+            "service-account-issuer",
+            format!(
+                "https://kubernetes.default.svc.{}",
+                spec.network.dns_domain()
+            ),
+        ),
+        Flag::new(
+            "service-account-key-file",
+            file(PkiVolume::ServiceAccount, "tls.crt"),
+        ),
+    ]);
+    if let Some(other) = &spec.service_account_verify_file {
+        f.push(Flag::new("service-account-key-file", other.clone()));
+    }
+    f.extend([
+        Flag::new(
+            "service-account-signing-key-file",
+            file(PkiVolume::ServiceAccount, "tls.key"),
+        ),
+        Flag::new(
+            "service-cluster-ip-range",
+            join_nets(spec.network.service_cidrs()),
+        ),
+        Flag::new("tls-cert-file", file(PkiVolume::ApiServer, "tls.crt")),
+        Flag::new(
+            "tls-private-key-file",
+            file(PkiVolume::ApiServer, "tls.key"),
+        ),
+    ]);
+    f
+}
+
+/// kube-controller-manager's flags.
+fn controller_manager_flags(
+    spec: &ControlPlaneSpec,
+    client_ca: &str,
+    front_proxy_ca: &str,
+) -> Vec<Flag> {
+    let file = |v: PkiVolume, f: &str| spec.layout.file(v, f);
+    let kc = spec
+        .layout
+        .kubeconfig(Component::ControllerManager)
+        .unwrap_or_default();
+    let mut f = vec![
+        Flag::new("authentication-kubeconfig", kc.clone()),
+        Flag::new("authorization-kubeconfig", kc.clone()),
+        Flag::new("bind-address", "0.0.0.0"),
+        Flag::new("client-ca-file", client_ca.to_owned()),
+        Flag::new("cluster-name", spec.cluster_name.clone()),
+        Flag::new("cluster-signing-cert-file", file(PkiVolume::Ca, "tls.crt")),
+        Flag::new("cluster-signing-key-file", file(PkiVolume::Ca, "tls.key")),
+        Flag::new("controllers", "*,bootstrapsigner,tokencleaner"),
+        Flag::new("kubeconfig", kc),
+        Flag::new("leader-elect", "true"),
+        Flag::new("requestheader-client-ca-file", front_proxy_ca.to_owned()),
+        Flag::new("root-ca-file", client_ca.to_owned()),
+        Flag::new(
+            "service-account-private-key-file",
+            file(PkiVolume::ServiceAccount, "tls.key"),
+        ),
+        Flag::new(
+            "service-cluster-ip-range",
+            join_nets(spec.network.service_cidrs()),
+        ),
+        Flag::new("use-service-account-credentials", "true"),
+    ];
+    if !spec.network.pod_cidrs().is_empty() {
+        f.push(Flag::new("allocate-node-cidrs", "true"));
+        f.push(Flag::new(
+            "cluster-cidr",
+            join_nets(spec.network.pod_cidrs()),
+        ));
+    }
+    f
+}
+
+/// kube-scheduler's flags.
+fn scheduler_flags(layout: &Layout) -> Vec<Flag> {
+    let kc = layout.kubeconfig(Component::Scheduler).unwrap_or_default();
+    vec![
+        Flag::new("authentication-kubeconfig", kc.clone()),
+        Flag::new("authorization-kubeconfig", kc.clone()),
+        Flag::new("bind-address", "0.0.0.0"),
+        Flag::new("kubeconfig", kc),
+        Flag::new("leader-elect", "true"),
+    ]
 }
 
 /// The full argument list of `component`: [`default_flags`] merged with the user's `extra`

@@ -130,32 +130,9 @@ impl TenantSpec {
             ));
         }
         let version = KubernetesVersion::parse(&self.version)?;
-        let host = self.endpoint_host.trim();
-        let host_ok = host.parse::<std::net::IpAddr>().is_ok() || is_dns_subdomain(host);
-        if !host_ok {
-            return Err(ValidationError::new(
-                "controlPlaneEndpoint.host",
-                format!("{host:?} is neither an IP address nor a DNS name"),
-            ));
-        }
-        if self.endpoint_port == 0 {
-            return Err(ValidationError::new(
-                "controlPlaneEndpoint.port",
-                "must be 1-65535",
-            ));
-        }
+        let host = self.checked_endpoint_host()?;
         let network = self.network.validate()?;
-        let registry = if self.image_registry.trim().is_empty() {
-            DEFAULT_REGISTRY.to_owned()
-        } else {
-            self.image_registry.trim().trim_end_matches('/').to_owned()
-        };
-        if !is_image_ref(&registry) {
-            return Err(ValidationError::new(
-                "registry",
-                format!("{registry:?} is not a registry"),
-            ));
-        }
+        let registry = self.checked_registry()?;
         // kubeadm: CoreDNS lives under `coredns/coredns` on the default registry and under
         // `<registry>/coredns` elsewhere (GetDNSImage).
         let coredns_repo = if registry == DEFAULT_REGISTRY {
@@ -176,6 +153,67 @@ impl TenantSpec {
             "addons.kubeProxy",
         )?;
         let cgroup_driver = self.kubelet.cgroup_driver.unwrap_or(CgroupDriver::Systemd);
+        let preferred_address_types = self.checked_address_types()?;
+        let tenant = Tenant {
+            cluster_name: self.cluster_name.clone(),
+            version,
+            endpoint_host: host.to_owned(),
+            endpoint_port: self.endpoint_port,
+            network,
+            image_registry: registry,
+            cert_sans: self.cert_sans.clone(),
+            etcd_endpoints: self.etcd_endpoints.clone(),
+            cgroup_driver,
+            kubelet_patches: self.kubelet.configuration_json_patches.clone(),
+            preferred_address_types,
+            coredns_image,
+            kube_proxy_image,
+            kube_proxy_patches: self.kube_proxy_patches.clone(),
+        };
+        config::kubelet_configuration(&tenant)?;
+        addons::kube_proxy_configuration(&tenant)?;
+        Ok(tenant)
+    }
+
+    /// `controlPlaneEndpoint.host` (trimmed) when it is an IP address or a DNS name and the
+    /// port is set ([`TenantSpec::validate`]).
+    fn checked_endpoint_host(&self) -> Result<&str, ValidationError> {
+        let host = self.endpoint_host.trim();
+        let host_ok = host.parse::<std::net::IpAddr>().is_ok() || is_dns_subdomain(host);
+        if !host_ok {
+            return Err(ValidationError::new(
+                "controlPlaneEndpoint.host",
+                format!("{host:?} is neither an IP address nor a DNS name"),
+            ));
+        }
+        if self.endpoint_port == 0 {
+            return Err(ValidationError::new(
+                "controlPlaneEndpoint.port",
+                "must be 1-65535",
+            ));
+        }
+        Ok(host)
+    }
+
+    /// The image registry, the default when empty ([`TenantSpec::validate`]).
+    fn checked_registry(&self) -> Result<String, ValidationError> {
+        let registry = if self.image_registry.trim().is_empty() {
+            DEFAULT_REGISTRY.to_owned()
+        } else {
+            self.image_registry.trim().trim_end_matches('/').to_owned()
+        };
+        if !is_image_ref(&registry) {
+            return Err(ValidationError::new(
+                "registry",
+                format!("{registry:?} is not a registry"),
+            ));
+        }
+        Ok(registry)
+    }
+
+    /// `kubelet.preferredAddressTypes`, each known and listed once; the default order when
+    /// empty ([`TenantSpec::validate`]).
+    fn checked_address_types(&self) -> Result<Vec<String>, ValidationError> {
         let mut preferred_address_types = Vec::new();
         for (i, t) in self.kubelet.preferred_address_types.iter().enumerate() {
             let field = format!("kubelet.preferredAddressTypes[{i}]");
@@ -196,25 +234,7 @@ impl TenantSpec {
         if preferred_address_types.is_empty() {
             preferred_address_types = DEFAULT_PREFERRED_ADDRESS_TYPES.map(str::to_owned).to_vec();
         }
-        let tenant = Tenant {
-            cluster_name: self.cluster_name.clone(),
-            version,
-            endpoint_host: host.to_owned(),
-            endpoint_port: self.endpoint_port,
-            network,
-            image_registry: registry,
-            cert_sans: self.cert_sans.clone(),
-            etcd_endpoints: self.etcd_endpoints.clone(),
-            cgroup_driver,
-            kubelet_patches: self.kubelet.configuration_json_patches.clone(),
-            preferred_address_types,
-            coredns_image,
-            kube_proxy_image,
-            kube_proxy_patches: self.kube_proxy_patches.clone(),
-        };
-        config::kubelet_configuration(&tenant)?;
-        addons::kube_proxy_configuration(&tenant)?;
-        Ok(tenant)
+        Ok(preferred_address_types)
     }
 }
 

@@ -26,6 +26,7 @@ use base64::Engine as _;
 use k8s_openapi::api::core::v1::Secret;
 use kamaji_api::DataStore;
 use kamaji_api::datastore::{ContentRef, Driver};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt as _};
 
 /// What is wrong with a DataStore, for the `DataStoreReady` condition.
@@ -178,14 +179,33 @@ async fn content(client: &kube::Client, r: &ContentRef, field: &str) -> Result<S
     })
 }
 
-/// Resolves the DataStore `name`.
+/// The DataStore `name`: from the controller's watch cache of DataStores (`cache`, which the
+/// watch keeps current), read from the API server when the cache does not hold it (not filled
+/// yet, or no controller runs).
+///
+/// # Errors
+/// The API server's, when read from it.
+async fn get(
+    client: &kube::Client,
+    cache: Option<&Store<DataStore>>,
+    name: &str,
+) -> Result<Option<DataStore>, kube::Error> {
+    if let Some(d) = cache.and_then(|s| s.get(&ObjectRef::new(name))) {
+        return Ok(Some(DataStore::clone(&d)));
+    }
+    Api::<DataStore>::all(client.clone()).get_opt(name).await
+}
+
+/// Resolves the DataStore `name` ([`get`] with `cache`).
 ///
 /// # Errors
 /// A [`Problem`] for the `DataStoreReady` condition.
-pub async fn resolve(ctx: &crate::context::Context, name: &str) -> Result<Resolved, Problem> {
-    let client = &ctx.client;
-    let ds = ctx
-        .datastore(name)
+pub async fn resolve(
+    client: &kube::Client,
+    cache: Option<&Store<DataStore>>,
+    name: &str,
+) -> Result<Resolved, Problem> {
+    let ds = get(client, cache, name)
         .await
         .map_err(|e| Problem::Invalid(format!("reading DataStore {name}: {e}")))?
         .ok_or_else(|| Problem::NotFound(name.to_owned()))?;

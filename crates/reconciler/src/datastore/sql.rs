@@ -581,92 +581,125 @@ pub async fn provision(
     let secret = password_literal(access.dialect, password)?;
     let mut admin = connect(access, endpoints).await?;
     admin.claims_table().await?;
+    if let Some(refused) = claim_names(&mut admin, tenant).await? {
+        admin.close().await;
+        return Ok(refused);
+    }
+    match access.dialect {
+        Dialect::PostgreSql => {
+            create_postgres(&mut admin, tenant, &user, &database, &secret).await?;
+        }
+        Dialect::MySql => create_mysql(&mut admin, tenant, &database, &secret).await?,
+    }
+    admin.close().await;
+    Ok(Provisioned::Ready)
+}
+
+/// Claims the tenant's database and user for `tenant.holder` ([`provision`]); what refuses
+/// them when another holds one, or when one claimed just now is already on the server.
+async fn claim_names(
+    admin: &mut Admin,
+    tenant: &TenantDatabase<'_>,
+) -> Result<Option<Provisioned>, String> {
     for (field, kind, name) in [
         ("spec.dataStoreSchema", "database", tenant.database),
         ("spec.dataStoreUsername", "user", tenant.user),
     ] {
         let (holder, newly) = admin.claim(kind, name, tenant.holder).await?;
         if holder != tenant.holder {
-            admin.close().await;
-            return Ok(Provisioned::HeldBy {
+            return Ok(Some(Provisioned::HeldBy {
                 field,
                 name: name.to_owned(),
                 holder,
-            });
+            }));
         }
         // Claimed just now, yet already on the server: not made by kamaji-rs for this control
         // plane (another application's database, a built-in account). Never taken over.
         if newly && admin.object_exists(kind, name).await? {
             admin.release(&[(kind, name)], tenant.holder).await?;
-            admin.close().await;
-            return Ok(Provisioned::Foreign {
+            return Ok(Some(Provisioned::Foreign {
                 field,
                 name: name.to_owned(),
-            });
+            }));
         }
     }
-    match access.dialect {
-        Dialect::PostgreSql => {
-            if admin
-                .exists("SELECT 1 FROM pg_roles WHERE rolname = $1", tenant.user)
-                .await?
-            {
-                admin
-                    .run(&format!("ALTER ROLE {user} WITH LOGIN PASSWORD {secret}"))
-                    .await?;
-            } else {
-                admin
-                    .run(&format!("CREATE ROLE {user} WITH LOGIN PASSWORD {secret}"))
-                    .await?;
-            }
-            if !admin
-                .exists(
-                    "SELECT 1 FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.roleid \
-                     JOIN pg_roles a ON a.oid = m.member \
-                     WHERE r.rolname = $1 AND a.rolname = current_user",
-                    tenant.user,
-                )
-                .await?
-            {
-                admin.run(&format!("GRANT {user} TO CURRENT_USER")).await?;
-            }
-            if !admin
-                .exists(
-                    "SELECT 1 FROM pg_database WHERE datname = $1",
-                    tenant.database,
-                )
-                .await?
-            {
-                admin
-                    .run(&format!("CREATE DATABASE {database} OWNER {user}"))
-                    .await?;
-            }
-            admin
-                .run(&format!("REVOKE ALL ON DATABASE {database} FROM PUBLIC"))
-                .await?;
-        }
-        Dialect::MySql => {
-            let account = format!("'{}'@'%'", tenant.user);
-            admin
-                .run(&format!(
-                    "CREATE USER IF NOT EXISTS {account} IDENTIFIED BY {secret}"
-                ))
-                .await?;
-            admin
-                .run(&format!("ALTER USER {account} IDENTIFIED BY {secret}"))
-                .await?;
-            admin
-                .run(&format!("CREATE DATABASE IF NOT EXISTS {database}"))
-                .await?;
-            // In a database-level grant `_` is a wildcard: escaped, it names this database only.
-            let pattern = format!("`{}`", tenant.database.replace('_', "\\_"));
-            admin
-                .run(&format!("GRANT ALL PRIVILEGES ON {pattern}.* TO {account}"))
-                .await?;
-        }
+    Ok(None)
+}
+
+/// PostgreSQL's part of [`provision`]: the role with its password, the administrator's
+/// membership in it, the database it owns, and no access for `PUBLIC`. `user`, `database`
+/// and `secret` are quoted already.
+async fn create_postgres(
+    admin: &mut Admin,
+    tenant: &TenantDatabase<'_>,
+    user: &str,
+    database: &str,
+    secret: &str,
+) -> Result<(), String> {
+    if admin
+        .exists("SELECT 1 FROM pg_roles WHERE rolname = $1", tenant.user)
+        .await?
+    {
+        admin
+            .run(&format!("ALTER ROLE {user} WITH LOGIN PASSWORD {secret}"))
+            .await?;
+    } else {
+        admin
+            .run(&format!("CREATE ROLE {user} WITH LOGIN PASSWORD {secret}"))
+            .await?;
     }
-    admin.close().await;
-    Ok(Provisioned::Ready)
+    if !admin
+        .exists(
+            "SELECT 1 FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.roleid \
+             JOIN pg_roles a ON a.oid = m.member \
+             WHERE r.rolname = $1 AND a.rolname = current_user",
+            tenant.user,
+        )
+        .await?
+    {
+        admin.run(&format!("GRANT {user} TO CURRENT_USER")).await?;
+    }
+    if !admin
+        .exists(
+            "SELECT 1 FROM pg_database WHERE datname = $1",
+            tenant.database,
+        )
+        .await?
+    {
+        admin
+            .run(&format!("CREATE DATABASE {database} OWNER {user}"))
+            .await?;
+    }
+    admin
+        .run(&format!("REVOKE ALL ON DATABASE {database} FROM PUBLIC"))
+        .await
+}
+
+/// MySQL's part of [`provision`]: the user with its password, the database, and every
+/// privilege on it. `database` and `secret` are quoted already.
+async fn create_mysql(
+    admin: &mut Admin,
+    tenant: &TenantDatabase<'_>,
+    database: &str,
+    secret: &str,
+) -> Result<(), String> {
+    let account = format!("'{}'@'%'", tenant.user);
+    admin
+        .run(&format!(
+            "CREATE USER IF NOT EXISTS {account} IDENTIFIED BY {secret}"
+        ))
+        .await?;
+    admin
+        .run(&format!("ALTER USER {account} IDENTIFIED BY {secret}"))
+        .await?;
+    admin
+        .run(&format!("CREATE DATABASE IF NOT EXISTS {database}"))
+        .await?;
+    // In a database-level grant `_` is a wildcard: escaped, it names this database only.
+    let pattern = format!("`{}`", tenant.database.replace('_', "\\_"));
+    admin
+        .run(&format!("GRANT ALL PRIVILEGES ON {pattern}.* TO {account}"))
+        .await
 }
 
 /// What removing a tenant's database found.

@@ -17,10 +17,11 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPo
 use kube::runtime::controller::Action;
 use tracing::{info, warn};
 
+use super::kcp::object_key;
 use super::plan::pki::datastore_common_name;
+use super::report::Report;
 use super::status::Cond;
 use super::validate::{datastore_names, datastore_schema};
-use super::{Report, object_key};
 use crate::context::Context;
 use crate::datastore::{self, sql};
 use crate::error::{Error, KubeContext};
@@ -75,21 +76,24 @@ pub async fn release_finalizer(kcp: &KamajiControlPlane, ctx: &Context) -> Resul
         .filter(|f| *f != FINALIZER)
         .cloned()
         .collect();
-    Api::<KamajiControlPlane>::namespaced(ctx.client.clone(), &kcp.namespace().unwrap_or_default())
-        .patch(
-            &kcp.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})),
-        )
-        .await
-        .ctx(|| "remove finalizer".into())?;
+    Api::<KamajiControlPlane>::namespaced(
+        ctx.client().clone(),
+        &kcp.namespace().unwrap_or_default(),
+    )
+    .patch(
+        &kcp.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})),
+    )
+    .await
+    .ctx(|| "remove finalizer".into())?;
     Ok(())
 }
 
 /// Deletes the control-plane Deployment (foreground) and reports whether it and its pods are
 /// gone, so that nothing writes to the datastore prefix any more.
 async fn stop_control_plane(ctx: &Context, ns: &str, names: &ObjectNames) -> Result<bool, Error> {
-    let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), ns);
+    let deployments = Api::<Deployment>::namespaced(ctx.client().clone(), ns);
     let foreground = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Foreground),
         ..DeleteParams::default()
@@ -104,7 +108,7 @@ async fn stop_control_plane(ctx: &Context, ns: &str, names: &ObjectNames) -> Res
             });
         }
     }
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+    let pods = Api::<Pod>::namespaced(ctx.client().clone(), ns)
         .list(
             &ListParams::default()
                 .labels(&format!("{KAMAJI_NAME_LABEL}={}", names.pod_label_value())),
@@ -139,11 +143,11 @@ async fn remove_datastore_prefix(
     let prefix = kamaji_api::names::etcd_prefix(&schema);
     let holder = object_key(kcp);
     let mut primary_ca: Option<String> = None;
-    for (i, ds_name) in datastore_names(kcp, &ctx.config.default_datastore)
+    for (i, ds_name) in datastore_names(kcp, &ctx.config().default_datastore)
         .into_iter()
         .enumerate()
     {
-        let ds = match datastore::resolve(ctx, ds_name).await {
+        let ds = match datastore::resolve(ctx.client(), ctx.datastores(), ds_name).await {
             Ok(ds) => ds,
             Err(p) => {
                 warn!(kcp = %object_key(kcp), datastore = ds_name, "datastore prefix not removed: {}", p.message());
@@ -195,9 +199,8 @@ async fn remove_datastore_prefix(
             .await
             .map_err(Error::Datastore)?;
         info!(kcp = %object_key(kcp), datastore = ds_name, prefix, deleted, "removed the tenant's datastore keys, its etcd user and role, and released its schema");
-        if let Ok(mut c) = ctx.schema_claims.lock() {
-            c.remove(&(ds_name.to_owned(), schema.clone(), holder.clone()));
-        }
+        let released = (ds_name.to_owned(), schema.clone(), holder.clone());
+        ctx.memory().forget_claims(|c| *c != released);
     }
     Ok(())
 }
@@ -239,11 +242,9 @@ async fn remove_sql_database(
             info!(kcp = %object_key(kcp), datastore = %ds.name, database = schema, holder = %other, "the database belongs to another control plane: it stays");
         }
     }
-    if let Ok(mut c) = ctx.schema_claims.lock() {
-        c.retain(|(d, s, h)| {
-            !(d.starts_with(&format!("{}#", ds.name)) && s == schema && h == holder)
-        });
-    }
+    ctx.memory().forget_claims(|(d, s, h)| {
+        !(d.starts_with(&format!("{}#", ds.name)) && s == schema && h == holder)
+    });
     Ok(())
 }
 
@@ -255,8 +256,8 @@ async fn remove_owned(
     ns: &str,
     names: &ObjectNames,
 ) -> Result<(), Error> {
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), ns);
-    let _ = Api::<Service>::namespaced(ctx.client.clone(), ns)
+    let secrets = Api::<Secret>::namespaced(ctx.client().clone(), ns);
+    let _ = Api::<Service>::namespaced(ctx.client().clone(), ns)
         .delete(&names.service(), &DeleteParams::default())
         .await;
     let owned_secrets = secrets
@@ -276,7 +277,7 @@ async fn remove_owned(
             .delete(&s.name_any(), &DeleteParams::default())
             .await;
     }
-    ctx.forget(&uid);
-    ctx.metrics.set_tenant(&object_key(kcp), None);
+    ctx.memory().forget(&uid);
+    ctx.metrics().set_tenant(&object_key(kcp), None);
     Ok(())
 }

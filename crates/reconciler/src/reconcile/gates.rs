@@ -7,10 +7,12 @@ use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::{DELETE_FOR_MOVE_ANNOTATION, FINALIZER, PAUSED_ANNOTATION};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use tracing::info;
 
+use super::kcp::{object_key, patch_kcp};
+use super::report::Report;
 use super::status::Cond;
-use super::{Report, object_key};
 use crate::context::Context;
 use crate::error::{Error, KubeContext};
 
@@ -57,7 +59,7 @@ pub async fn check(
         // event, as Cluster API's own control planes write none while they wait. The owner
         // reference's event wakes the next pass. Without such a Cluster (or with it paused),
         // the status says what is missing.
-        None if ctx.awaited_by_cluster(kcp) => {
+        None if awaited_by_cluster(ctx, kcp) => {
             report.silent = true;
             return Ok(Gate::Stop(Action::await_change()));
         }
@@ -91,7 +93,7 @@ pub async fn check(
         let mut finalizers = kcp.finalizers().to_vec();
         finalizers.push(FINALIZER.to_owned());
         let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
-        if !super::patch_kcp(kcp, ctx, report, patch, "add finalizer").await? {
+        if !patch_kcp(kcp, ctx, report, patch, "add finalizer").await? {
             return Ok(Gate::Stop(Action::await_change()));
         }
     }
@@ -110,6 +112,27 @@ pub async fn check(
     Ok(Gate::Pipeline(owner))
 }
 
+/// The KamajiControlPlane `cluster.spec.controlPlaneRef` names, if it names one.
+#[must_use]
+pub fn control_plane_of(cluster: &v1beta2::Cluster) -> Option<ObjectRef<KamajiControlPlane>> {
+    let ns = cluster.metadata.namespace.as_deref().unwrap_or_default();
+    cluster
+        .spec
+        .control_plane_ref
+        .as_ref()
+        .filter(|r| {
+            r.kind == "KamajiControlPlane" && r.api_group == kamaji_api::meta::CONTROL_PLANE_GROUP
+        })
+        .map(|r| ObjectRef::new(&r.name).within(ns))
+}
+
+/// Whether a Cluster in the controller's watch cache points at `kcp` and Cluster API will set
+/// its owner reference ([`awaits`]); `false` without the cache.
+fn awaited_by_cluster(ctx: &Context, kcp: &KamajiControlPlane) -> bool {
+    ctx.clusters()
+        .is_some_and(|store| store.state().iter().any(|c| awaits(c, kcp)))
+}
+
 /// Whether `cluster` will give `kcp` its owner reference: its `spec.controlPlaneRef` names
 /// `kcp` (kind, group and name, in its namespace), and it is neither paused nor being deleted
 /// (Cluster API's Cluster controller then sets the reference on its next pass).
@@ -117,8 +140,7 @@ pub async fn check(
 pub fn awaits(cluster: &v1beta2::Cluster, kcp: &KamajiControlPlane) -> bool {
     cluster.spec.paused != Some(true)
         && cluster.metadata.deletion_timestamp.is_none()
-        && crate::controller::control_plane_of(cluster)
-            .is_some_and(|r| r == kube::runtime::reflector::ObjectRef::from_obj(kcp))
+        && control_plane_of(cluster).is_some_and(|r| r == ObjectRef::from_obj(kcp))
 }
 
 async fn owner_cluster(

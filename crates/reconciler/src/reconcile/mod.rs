@@ -1,6 +1,8 @@
 //! The reconcile pipeline of one KamajiControlPlane (shared/design/ARCHITECTURE.md §3), one
 //! file per step: [`gates`] → [`validate`] → [`observe`] → [`plan`] → [`apply`] →
-//! [`status`], and [`delete`] for the deletion branch.
+//! [`status`], and [`delete`] for the deletion branch; beside them [`report`] (what a pass
+//! reports) and [`kcp`] (the pass's own KamajiControlPlane). The steps' layers, lower than this
+//! driver, are in docs/development/reconcile-pipeline.md ("Layers").
 //!
 //! This driver runs the steps and is the only place that writes the status: once per pass,
 //! from the conditions the steps reported (also when a step failed: `Reconciled=False` with
@@ -9,154 +11,62 @@
 pub mod apply;
 pub mod delete;
 pub mod gates;
+pub mod kcp;
 pub mod observe;
 pub mod plan;
+pub mod report;
 pub mod status;
 pub mod validate;
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::{KamajiControlPlane, KamajiControlPlaneStatus};
-use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, warn};
 
+use self::apply::Flow;
 use self::gates::Gate;
-use self::status::{Cond, Replicas, StatusInputs};
+use self::kcp::{known_version, object_key, owner_reference, patch_at_version};
+use self::report::{Facts, Report};
+use self::status::{Cond, StatusInputs};
 use crate::context::Context;
 use crate::error::Error;
-use crate::lean::Lean;
+use crate::replicas::Replicas;
 
-/// What a step tells the driver: go on with a value, or stop the pass here.
-#[derive(Debug)]
-pub enum Flow<T> {
-    /// Go on.
-    Continue(T),
-    /// Stop; look again as the action says.
-    Stop(Action),
-    /// Run the steps again, in this pass: the step wrote what the plan was waiting for (the
-    /// Service whose address the endpoint and the serving certificate need). From this
-    /// observation ([`observe::after_own_writes`]) when given, else from observe.
-    Again(Option<Box<observe::Observed>>),
-}
-
-/// What a pass found, for the status and events the driver writes at its end.
-#[derive(Debug, Default)]
-pub struct Report {
-    conditions: Vec<Cond>,
-    events: Vec<(EventType, &'static str, String)>,
-    /// Desired replicas, version and the Deployment, once the spec is valid.
-    facts: Option<Facts>,
-    /// The KamajiControlPlane's `resourceVersion` after the pass's own writes to it (the
-    /// finalizer, the endpoint), when it made any: the status write's precondition
-    /// ([`write_status`]).
-    resource_version: Option<String>,
-    /// The KamajiControlPlane's `metadata.generation` after the pass's own writes to it: the
-    /// endpoint it writes into the spec raises it, and the status the pass writes describes
-    /// that spec, so its conditions observe that generation (no further pass just to say so).
-    generation: Option<i64>,
-    /// The pass writes no status and publishes no event (a control plane a Cluster points at,
-    /// before Cluster API has set its owner reference: [`gates::awaits`]).
-    silent: bool,
-}
-
-#[derive(Debug, Clone)]
-struct Facts {
-    desired: i32,
-    version: String,
-    selector: String,
-    deployment: Option<k8s_openapi::api::apps::v1::Deployment>,
-    template_changed: bool,
-    reachable: bool,
-    kubeconfig_exists: bool,
-    retired: Vec<&'static str>,
-    data_store: kamaji_api::StatusDataStore,
-}
-
-impl Facts {
-    fn of(spec: &validate::ValidSpec, observed: &observe::Observed) -> Self {
-        let selector = plan::selector_labels(spec)
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        Self {
-            data_store: kamaji_api::StatusDataStore {
-                name: spec.datastore_name.clone(),
-                schema: spec.datastore_schema.clone(),
-                username: plan::pki::datastore_common_name(&spec.namespace, &spec.names),
-            },
-            desired: spec.replicas,
-            version: spec.version_tag.clone(),
-            selector,
-            deployment: observed.deployment.clone(),
-            template_changed: false,
-            reachable: observed.reachable,
-            kubeconfig_exists: observed.reachable
-                || observed
-                    .secrets
-                    .contains_key(&spec.names.kubeconfig_secret()),
-            retired: if spec.konnectivity.is_none() {
-                vec![kamaji_api::conditions::types::KONNECTIVITY_READY]
-            } else {
-                Vec::new()
-            },
-        }
-    }
-}
-
-impl Report {
-    /// Records the `resourceVersion` the pass's own write to the KamajiControlPlane returned.
-    fn wrote_kcp(&mut self, written: &KamajiControlPlane) {
-        self.resource_version
-            .clone_from(&written.metadata.resource_version);
-        self.generation = written.metadata.generation;
-    }
-
-    /// Reports a condition; a later report of the same type replaces the earlier one (the
-    /// observe step's `DataStoreReady=True`, say, by apply's finding that the schema is held by
-    /// another control plane), so the status never carries a type twice.
-    pub fn push(&mut self, cond: Cond) {
-        if let Some(same) = self.conditions.iter_mut().find(|c| c.type_ == cond.type_) {
-            *same = cond;
+/// The facts of `spec` and `observed` the status is computed from.
+fn facts_of(spec: &validate::ValidSpec, observed: &observe::Observed) -> Facts {
+    let selector = validate::selector_labels(spec)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    Facts {
+        data_store: kamaji_api::StatusDataStore {
+            name: spec.datastore_name.clone(),
+            schema: spec.datastore_schema.clone(),
+            username: plan::pki::datastore_common_name(&spec.namespace, &spec.names),
+        },
+        desired: spec.replicas,
+        version: spec.version_tag.clone(),
+        selector,
+        deployment: observed.deployment.clone(),
+        template_changed: false,
+        reachable: observed.reachable,
+        kubeconfig_exists: observed.reachable
+            || observed
+                .secrets
+                .contains_key(&spec.names.kubeconfig_secret()),
+        retired: if spec.konnectivity.is_none() {
+            vec![kamaji_api::conditions::types::KONNECTIVITY_READY]
         } else {
-            self.conditions.push(cond);
-        }
-    }
-    /// A Normal event.
-    pub fn note(&mut self, reason: &'static str, message: &str) {
-        self.events
-            .push((EventType::Normal, reason, message.to_owned()));
-    }
-    /// A Warning event.
-    pub fn warn(&mut self, reason: &'static str, message: &str) {
-        self.events
-            .push((EventType::Warning, reason, message.to_owned()));
-    }
-}
-
-/// `namespace/name` of a KamajiControlPlane.
-#[must_use]
-pub fn object_key(kcp: &KamajiControlPlane) -> String {
-    format!("{}/{}", kcp.namespace().unwrap_or_default(), kcp.name_any())
-}
-
-/// The controller owner reference to `kcp`.
-#[must_use]
-pub fn owner_reference(kcp: &KamajiControlPlane) -> OwnerReference {
-    OwnerReference {
-        api_version: KamajiControlPlane::api_version(&()).into_owned(),
-        kind: KamajiControlPlane::kind(&()).into_owned(),
-        name: kcp.name_any(),
-        uid: kcp.uid().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
+            Vec::new()
+        },
     }
 }
 
@@ -181,9 +91,9 @@ pub async fn reconcile(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Resul
     }
 }
 
-/// A running pass of the control plane `uid` ([`Context::begin_pass`]). Dropped before
-/// [`Running::end`] (the controller shutting down half-way), it ends all the same, so no event
-/// of that control plane is held afterwards.
+/// A running pass of the control plane `uid` ([`crate::memory::Memory::begin_pass`]). Dropped
+/// before [`Running::end`] (the controller shutting down half-way), it ends all the same, so no
+/// event of that control plane is held afterwards.
 struct Running {
     ctx: Arc<Context>,
     uid: String,
@@ -191,20 +101,21 @@ struct Running {
 
 impl Running {
     fn begin(ctx: Arc<Context>, uid: String) -> Self {
-        ctx.begin_pass(&uid);
+        ctx.memory().begin_pass(&uid);
         Self { ctx, uid }
     }
 
-    /// Ends the pass: whether an event held meanwhile needs another ([`Context::end_pass`]).
+    /// Ends the pass: whether an event held meanwhile needs another
+    /// ([`crate::memory::Memory::end_pass`]).
     fn end(self) -> bool {
-        self.ctx.end_pass(&self.uid)
+        self.ctx.memory().end_pass(&self.uid)
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         // A no-op after `end`, which removed the entry.
-        self.ctx.end_pass(&self.uid);
+        self.ctx.memory().end_pass(&self.uid);
     }
 }
 
@@ -213,35 +124,34 @@ async fn pass(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Result<Action,
     // In kube-runtime's span of the pass, which names what woke it (`object.reason`).
     debug!(kcp = %object_key(&kcp), version = kcp.resource_version().unwrap_or_default(), "pass");
     if let (Some(uid), Some(rv)) = (kcp.metadata.uid.as_deref(), kcp.resource_version())
-        && ctx.is_superseded(uid, &rv)
+        && ctx.memory().is_superseded(uid, &rv)
     {
         // The watch cache has not caught up with this process's own write: its event brings
         // the pass, which computes from the status written instead of the one it replaced.
         debug!(kcp = %object_key(&kcp), "a version this process replaced: waiting for its successor");
-        ctx.metrics.superseded_passes.inc();
+        ctx.metrics().superseded_passes.inc();
         // The successor is this process's own write: its event must wake a pass now. The
         // watch stores a version before its event is filtered, so once forgotten, either the
         // store already holds the successor (look again at once) or its event will wake one.
-        ctx.forget_own_result(uid);
+        ctx.memory().forget_own_result(uid);
         let latest = ctx
-            .control_planes
-            .get()
+            .control_planes()
             .and_then(|store| store.get(&kube::runtime::reflector::ObjectRef::from_obj(&*kcp)))
             .and_then(|k| k.resource_version());
-        if latest.is_some_and(|latest| latest != rv && !ctx.is_superseded(uid, &latest)) {
+        if latest.is_some_and(|latest| latest != rv && !ctx.memory().is_superseded(uid, &latest)) {
             return Ok(Action::requeue(std::time::Duration::ZERO));
         }
         return Ok(Action::await_change());
     }
     let started = Instant::now();
-    ctx.metrics.reconciles.inc();
+    ctx.metrics().reconciles.inc();
     let mut report = Report::default();
     let result = Box::pin(steps(&kcp, &ctx, &mut report)).await;
     let seen = report
         .facts
         .as_ref()
         .and_then(|f| f.deployment.as_ref())
-        .map(status::DeploymentView::of);
+        .map(crate::replicas::DeploymentView::of);
     let write = match &result {
         Ok(None) => Ok(Written::Done(None)), // finalizer released: the object is going away
         Ok(Some(_)) => finish(&kcp, &ctx, report).await,
@@ -253,23 +163,23 @@ async fn pass(kcp: Arc<KamajiControlPlane>, ctx: Arc<Context>) -> Result<Action,
             finish(&kcp, &ctx, report).await
         }
     };
-    ctx.metrics
+    ctx.metrics()
         .duration
         .observe(started.elapsed().as_secs_f64());
     if let Some(uid) = kcp.metadata.uid.as_deref() {
         // Only a pass that ended as it computed has seen its Deployment for later events: after
         // a failure or a held status every Deployment event wakes a pass.
         let ended = result.is_ok() && matches!(write, Ok(Written::Done(_)));
-        ctx.saw_deployment(uid, seen.filter(|_| ended));
+        ctx.memory().saw_deployment(uid, seen.filter(|_| ended));
     }
     let action = result?;
-    ctx.errors.reset(&object_key(&kcp));
+    ctx.errors().reset(&object_key(&kcp));
     match write? {
         // A held setback produces no event when it passes or lasts: look again soon.
-        Written::Held => return Ok(Action::requeue(ctx.config.unreachable_requeue)),
+        Written::Held => return Ok(Action::requeue(ctx.config().unreachable_requeue)),
         Written::Done(Some(version)) => {
             if let Some(uid) = kcp.metadata.uid.as_deref() {
-                ctx.own_result(uid, &version);
+                ctx.memory().own_result(uid, &version);
             }
         }
         Written::Done(None) => {}
@@ -299,7 +209,8 @@ async fn steps(
         Gate::Delete(owner) => return delete::delete(kcp, ctx, owner.as_ref(), report).await,
         Gate::ReleaseForMove => return delete::release_finalizer(kcp, ctx).await.map(|()| None),
     };
-    let infrastructure = crate::infrastructure::observe(ctx, &cluster).await?;
+    let infrastructure =
+        crate::infrastructure::observe(ctx.client(), ctx.infrastructure_kinds(), &cluster).await?;
     let infrastructure_endpoint = infrastructure
         .as_ref()
         .and_then(|i| Some((i.kind.as_str(), i.endpoint.as_ref()?)));
@@ -307,7 +218,7 @@ async fn steps(
         kcp,
         &cluster,
         infrastructure_endpoint,
-        &ctx.config.default_datastore,
+        &ctx.config().default_datastore,
     ) {
         Ok(spec) => spec,
         Err(errors) => {
@@ -323,15 +234,15 @@ async fn steps(
     // plan waits for: the second round, in the same pass, writes that rest (one status write
     // and one pass fewer than leaving it to the pass the Service's event wakes).
     let mut rounds = 0;
-    let mut observed = None;
+    let mut prior = None;
     loop {
         rounds += 1;
         let infrastructure = infrastructure.as_ref();
-        match Box::pin(round(kcp, ctx, &spec, infrastructure, observed, report)).await? {
+        match Box::pin(round(kcp, ctx, &spec, infrastructure, prior, report)).await? {
             Flow::Continue(action) | Flow::Stop(action) => return Ok(Some(action)),
             Flow::Again(next) if rounds < 2 => {
-                ctx.metrics.second_rounds.inc();
-                observed = next;
+                ctx.metrics().second_rounds.inc();
+                prior = next;
             }
             // The Service went away in between: its event wakes the next pass.
             Flow::Again(_) => return Ok(Some(Action::await_change())),
@@ -340,54 +251,24 @@ async fn steps(
 }
 
 /// One round of the steps after validation: observe (unless the first round gave what it
-/// would read: `observed`), plan, apply.
+/// would read: `prior`), the DataStore, plan, apply.
 async fn round(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     spec: &validate::ValidSpec,
     infrastructure: Option<&crate::infrastructure::InfrastructureCluster>,
-    observed: Option<Box<observe::Observed>>,
+    prior: Option<Box<apply::Round>>,
     report: &mut Report,
 ) -> Result<Flow<Action>, Error> {
-    let observed = match observed {
-        Some(observed) => *observed,
-        None => observe::observe(kcp, spec, ctx).await?,
+    let round = match prior {
+        Some(round) => *round,
+        None => apply::Round::new(observe::observe(kcp, spec, ctx).await?),
     };
-    report.facts = Some(Facts::of(spec, &observed));
-    let datastore = match observe::datastore(spec, ctx).await {
-        Ok((ds, ready)) => {
-            report.push(ready);
-            ds
-        }
-        Err(cond) => {
-            report.push(cond);
-            return Ok(Flow::Stop(Action::await_change()));
-        }
-    };
-    let errors = validate::against_datastore(spec, &datastore);
-    if !errors.is_empty() {
-        let refused = validate::refusal(&errors);
-        warn!(kcp = %object_key(kcp), "invalid spec: {}", refused.message);
-        report.warn(reasons::INVALID_SPEC, &refused.message);
-        report.push(refused);
+    report.facts = Some(facts_of(spec, &round.observed));
+    let Some(datastore) = datastore(kcp, ctx, spec, report).await else {
         return Ok(Flow::Stop(Action::await_change()));
-    }
-    if let Some(facts) = report.facts.as_mut() {
-        facts.data_store.username = plan::datastore_user(spec, &datastore);
-    }
-    let settings = plan::Settings {
-        algorithm: ctx.config.key_algorithm,
-        management_domain: ctx.config.management_domain.clone(),
-        leaf_policy: ctx.config.leaf_policy,
-        service_account_overlap: ctx.config.service_account_overlap,
-        kine_image: ctx.config.kine_image.clone(),
-        now: SystemTime::now(),
     };
-    let planned = Instant::now();
-    let planned_result = off_the_worker(settings.algorithm.generates_slowly(), || {
-        plan::plan(spec, &observed, &datastore, owner_reference(kcp), &settings)
-    });
-    let plan = match planned_result? {
+    let plan = match planned(kcp, ctx, spec, &round.observed, &datastore)? {
         Ok(plan) => plan,
         Err(missing) => {
             report.warn(missing.reason, &missing.message);
@@ -395,21 +276,8 @@ async fn round(
             return Ok(Flow::Stop(Action::requeue(apply::RECHECK)));
         }
     };
-    if plan.generates_roots() {
-        let took = planned.elapsed().as_secs_f64();
-        ctx.metrics.pki_generation.observe(took);
-    }
-    match Box::pin(apply::apply(
-        kcp,
-        ctx,
-        spec,
-        &observed,
-        infrastructure,
-        plan,
-        report,
-    ))
-    .await?
-    {
+    let applied = apply::apply(kcp, ctx, spec, &round, infrastructure, plan, report);
+    match Box::pin(applied).await? {
         Flow::Continue(applied) => {
             if let Some(facts) = report.facts.as_mut() {
                 facts.deployment = applied.deployment;
@@ -420,6 +288,68 @@ async fn round(
         Flow::Stop(action) => Ok(Flow::Stop(action)),
         Flow::Again(next) => Ok(Flow::Again(next)),
     }
+}
+
+/// The control plane's DataStore ([`observe::datastore`]) when it is ready and the spec asks
+/// nothing of it its driver cannot give; else `None`, with the condition (and for an invalid
+/// spec its Warning event) in `report`.
+async fn datastore(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &validate::ValidSpec,
+    report: &mut Report,
+) -> Option<crate::datastore::Resolved> {
+    let datastore = match observe::datastore(spec, ctx).await {
+        Ok((ds, ready)) => {
+            report.push(ready);
+            ds
+        }
+        Err(cond) => {
+            report.push(cond);
+            return None;
+        }
+    };
+    let errors = validate::against_datastore(spec, &datastore);
+    if !errors.is_empty() {
+        let refused = validate::refusal(&errors);
+        warn!(kcp = %object_key(kcp), "invalid spec: {}", refused.message);
+        report.warn(reasons::INVALID_SPEC, &refused.message);
+        report.push(refused);
+        return None;
+    }
+    if let Some(facts) = report.facts.as_mut() {
+        facts.data_store.username = plan::datastore_user(spec, &datastore);
+    }
+    Some(datastore)
+}
+
+/// The plan ([`plan::plan`]) with the manager's settings, off the runtime's worker when it
+/// generates keys slowly; the time it took to generate roots is measured.
+fn planned(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &validate::ValidSpec,
+    observed: &observe::Observed,
+    datastore: &crate::datastore::Resolved,
+) -> Result<Result<plan::Plan, Cond>, Error> {
+    let config = ctx.config();
+    let settings = plan::Settings {
+        algorithm: config.key_algorithm,
+        management_domain: config.management_domain.clone(),
+        leaf_policy: config.leaf_policy,
+        service_account_overlap: config.service_account_overlap,
+        kine_image: config.kine_image.clone(),
+        now: SystemTime::now(),
+    };
+    let started = Instant::now();
+    let planned = off_the_worker(settings.algorithm.generates_slowly(), || {
+        plan::plan(spec, observed, datastore, owner_reference(kcp), &settings)
+    })?;
+    if planned.as_ref().is_ok_and(plan::Plan::generates_roots) {
+        let took = started.elapsed().as_secs_f64();
+        ctx.metrics().pki_generation.observe(took);
+    }
+    Ok(planned)
 }
 
 /// Publishes the pass's events and writes its status: the only status write. A transient
@@ -433,27 +363,66 @@ async fn finish(
     if report.silent {
         return Ok(Written::Done(None));
     }
-    // A paused pass reconciles nothing: it changes only the Paused condition.
-    let paused = report
-        .conditions
-        .iter()
-        .any(|c| c.type_ == types::PAUSED && c.status == "True");
-    if !paused
-        && !report
+    // 1. Every condition of the pass: the steps' own, then what apply did, then the outcome.
+    conclude(&mut report);
+    // 2. The status computed from the stored one and what the pass found.
+    let prev = kcp.status.clone().unwrap_or_default();
+    let now = Time(Timestamp::now());
+    let (next, settled) = next_status(kcp, &report, &prev, &now);
+    // 3. Before anything is published: a transient setback within its grace is held back.
+    if holds_back(ctx, kcp, &report, &prev, &next) {
+        return Ok(Written::Held);
+    }
+    // 4. The events, and the tenant gauge, of the status about to be written.
+    publish_events(ctx, kcp, &mut report, &prev, &next, &now).await;
+    if report.facts.is_some() {
+        ctx.metrics()
+            .set_tenant(&object_key(kcp), Some(condition_states(&next)));
+    }
+    // 5. The one status write, preconditioned on the version the pass knows.
+    let version = known_version(report.resource_version.as_ref(), kcp);
+    let written = write_status(kcp, version, ctx, &prev, &next).await?;
+    Ok(Written::Done(match written {
+        _ if !settled => None,
+        StatusWrite::Unchanged => report.resource_version,
+        StatusWrite::Written(version) => version,
+        StatusWrite::Refused => None,
+    }))
+}
+
+/// Completes the pass's conditions: those of what the apply step did
+/// ([`status::applied_conditions`]), then `Reconciled=True` unless a step reported otherwise
+/// or the pass is paused (a paused pass reconciles nothing: it changes only `Paused`).
+fn conclude(report: &mut Report) {
+    for cond in status::applied_conditions(&report.applied) {
+        report.push(cond);
+    }
+    let has = |type_: &str, status: Option<&str>| {
+        report
             .conditions
             .iter()
-            .any(|c| c.type_ == types::RECONCILED)
-    {
+            .any(|c| c.type_ == type_ && status.is_none_or(|s| c.status == s))
+    };
+    if !has(types::PAUSED, Some("True")) && !has(types::RECONCILED, None) {
         report.push(Cond::yes(
             types::RECONCILED,
             reasons::RECONCILE_SUCCEEDED,
             "",
         ));
     }
-    let prev = kcp.status.clone().unwrap_or_default();
-    let now = Time(Timestamp::now());
+}
+
+/// The status of `kcp` after the pass `report` describes, from the stored one `prev`, and
+/// whether it is settled: a status that a pass finding the same would change again (one
+/// computed from the one before) is not the pass's last word, and the event of its write must
+/// wake the next pass.
+fn next_status(
+    kcp: &KamajiControlPlane,
+    report: &Report,
+    prev: &KamajiControlPlaneStatus,
+    now: &Time,
+) -> (KamajiControlPlaneStatus, bool) {
     let generation = report.generation.or(kcp.metadata.generation).unwrap_or(0);
-    // The status computed from `previous` and what the pass found.
     let status_from = |previous: &KamajiControlPlaneStatus| match &report.facts {
         Some(f) => status::compute(
             &StatusInputs {
@@ -470,68 +439,77 @@ async fn finish(
                 conditions: report.conditions.clone(),
                 data_store: Some(f.data_store.clone()),
             },
-            &now,
+            now,
         ),
-        None => status::conditions_only(previous, &report.conditions, generation, &now),
+        None => status::conditions_only(previous, &report.conditions, generation, now),
     };
-    let next = status_from(&prev);
-    // A status that a pass finding the same would change again (one computed from the one
-    // before) is not the pass's last word: the event of its write must wake the next pass.
-    let settled = prev == next || status_from(&next) == next;
+    let next = status_from(prev);
+    let settled = *prev == next || status_from(&next) == next;
+    (next, settled)
+}
+
+/// Whether `next` is a transient setback of an available control plane
+/// ([`status::transient_setback`]) still within its grace
+/// ([`crate::context::Config::transient_grace`]): then nothing of the pass is written.
+fn holds_back(
+    ctx: &Context,
+    kcp: &KamajiControlPlane,
+    report: &Report,
+    prev: &KamajiControlPlaneStatus,
+    next: &KamajiControlPlaneStatus,
+) -> bool {
     let key = object_key(kcp);
-    if report.facts.is_some() && status::transient_setback(&prev, &next) {
-        if ctx.hold_setback(&key) {
-            debug!(kcp = %key, "holding back a transient setback of the status");
-            ctx.metrics.setbacks_held.inc();
-            return Ok(Written::Held);
-        }
-    } else {
-        ctx.end_setback(&key);
+    if report.facts.is_none() || !status::transient_setback(prev, next) {
+        ctx.memory().end_setback(&key);
+        return false;
     }
+    if !ctx.memory().hold_setback(&key) {
+        return false;
+    }
+    debug!(kcp = %key, "holding back a transient setback of the status");
+    ctx.metrics().setbacks_held.inc();
+    true
+}
+
+/// Publishes the pass's events, and `Initialized` when `next` is the first status that says so
+/// (with the time it took, `kamaji_time_to_initialized_seconds`).
+async fn publish_events(
+    ctx: &Context,
+    kcp: &KamajiControlPlane,
+    report: &mut Report,
+    prev: &KamajiControlPlaneStatus,
+    next: &KamajiControlPlaneStatus,
+    now: &Time,
+) {
     for (type_, reason, note) in std::mem::take(&mut report.events) {
         publish(ctx, kcp, type_, reason, &note).await;
     }
-    if status::newly_initialized(&prev, &next) {
-        if let Some(created) = kcp.metadata.creation_timestamp.as_ref() {
-            ctx.metrics
-                .time_to_initialized
-                .observe(now.0.duration_since(created.0).as_secs_f64());
-        }
-        publish(
-            ctx,
-            kcp,
-            EventType::Normal,
-            reasons::INITIALIZED,
-            "the tenant API server answers through the control-plane endpoint",
-        )
-        .await;
+    if !status::newly_initialized(prev, next) {
+        return;
     }
-    if report.facts.is_some() {
-        ctx.metrics.set_tenant(
-            &object_key(kcp),
-            Some(
-                next.conditions
-                    .iter()
-                    .flatten()
-                    .map(|c| (c.type_.clone(), c.status.clone()))
-                    .collect(),
-            ),
-        );
+    if let Some(created) = kcp.metadata.creation_timestamp.as_ref() {
+        ctx.metrics()
+            .time_to_initialized
+            .observe(now.0.duration_since(created.0).as_secs_f64());
     }
-    let written = write_status(
-        kcp,
-        known_version(report.resource_version.as_ref(), kcp),
+    publish(
         ctx,
-        &prev,
-        &next,
+        kcp,
+        EventType::Normal,
+        reasons::INITIALIZED,
+        "the tenant API server answers through the control-plane endpoint",
     )
-    .await?;
-    Ok(Written::Done(match written {
-        _ if !settled => None,
-        StatusWrite::Unchanged => report.resource_version,
-        StatusWrite::Written(version) => version,
-        StatusWrite::Refused => None,
-    }))
+    .await;
+}
+
+/// The (type, status) of each condition of `status`, for the tenant gauge.
+fn condition_states(status: &KamajiControlPlaneStatus) -> Vec<(String, String)> {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| (c.type_.clone(), c.status.clone()))
+        .collect()
 }
 
 /// What [`write_status`] did.
@@ -543,84 +521,6 @@ enum StatusWrite {
     Written(Option<String>),
     /// Not written: the object is gone, or the version the pass knew was replaced.
     Refused,
-}
-
-/// The version of the KamajiControlPlane the pass knows: `written`, the one its own last write
-/// to it returned ([`Report::wrote_kcp`]), else the one it read.
-fn known_version<'a>(
-    written: Option<&'a String>,
-    kcp: &'a KamajiControlPlane,
-) -> Option<&'a String> {
-    written.or(kcp.metadata.resource_version.as_ref())
-}
-
-/// Merge-patches the KamajiControlPlane (its `status` subresource when `status`) with
-/// `version` as the precondition `metadata.resourceVersion`: `409 Conflict` once it has been
-/// replaced.
-async fn patch_at_version(
-    kcp: &KamajiControlPlane,
-    ctx: &Context,
-    version: Option<&String>,
-    mut patch: serde_json::Value,
-    status: bool,
-) -> Result<KamajiControlPlane, kube::Error> {
-    if let Some(rv) = version {
-        patch["metadata"]["resourceVersion"] = rv.as_str().into();
-    }
-    let api = Api::<Lean<KamajiControlPlane>>::namespaced(
-        ctx.client.clone(),
-        &kcp.namespace().unwrap_or_default(),
-    );
-    let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
-    let Lean(written) = if status {
-        api.patch_status(&kcp.name_any(), &params, &patch).await
-    } else {
-        api.patch(&kcp.name_any(), &params, &patch).await
-    }?;
-    if let (Some(uid), Some(rv)) = (kcp.metadata.uid.as_deref(), version) {
-        ctx.supersede(uid, rv);
-    }
-    Ok(written)
-}
-
-/// Merge-patches the KamajiControlPlane the pass reads with `patch` (`what` names it in an
-/// error), with the version the pass knows as precondition: the one it read, or the one its
-/// own last write to it returned ([`Report::wrote_kcp`], recorded here). `Ok(false)` when the
-/// version has been replaced since (`409 Conflict`): the pass acted on a stale copy, writes no
-/// more and leaves the work to the pass the newer version's watch event brings (its status
-/// write fails the same precondition, [`write_status`]).
-///
-/// # Errors
-/// [`Error::Kube`] when the API server refuses the patch otherwise.
-pub(crate) async fn patch_kcp(
-    kcp: &KamajiControlPlane,
-    ctx: &Context,
-    report: &mut Report,
-    patch: serde_json::Value,
-    what: &str,
-) -> Result<bool, Error> {
-    match patch_at_version(
-        kcp,
-        ctx,
-        known_version(report.resource_version.as_ref(), kcp),
-        patch,
-        false,
-    )
-    .await
-    {
-        Ok(written) => {
-            report.wrote_kcp(&written);
-            Ok(true)
-        }
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            debug!(kcp = %object_key(kcp), "{what}: the pass read a replaced version; stopping");
-            Ok(false)
-        }
-        Err(source) => Err(Error::Kube {
-            action: what.to_owned(),
-            source,
-        }),
-    }
 }
 
 /// Writes `next` as the status when it differs from `prev`, the status of the object the pass
@@ -647,7 +547,7 @@ async fn write_status(
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(StatusWrite::Refused),
         Err(kube::Error::Api(e)) if e.code == 409 => {
             debug!(kcp = %object_key(kcp), "status computed from a replaced version: not written");
-            ctx.metrics.stale_status_writes.inc();
+            ctx.metrics().stale_status_writes.inc();
             Ok(StatusWrite::Refused)
         }
         Err(source) => Err(Error::Kube {
@@ -709,7 +609,7 @@ async fn publish(
     reason: &str,
     note: &str,
 ) {
-    if ctx.repeats_event(
+    if ctx.memory().repeats_event(
         kcp.metadata.uid.as_deref().unwrap_or_default(),
         reason,
         note,
@@ -723,7 +623,7 @@ async fn publish(
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &kcp.object_ref(&())).await {
+    if let Err(e) = ctx.recorder().publish(&ev, &kcp.object_ref(&())).await {
         warn!("publishing event: {e}");
     }
 }

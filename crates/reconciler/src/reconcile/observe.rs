@@ -11,14 +11,15 @@ use kamaji_api::KamajiControlPlane;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::CLUSTER_NAME_LABEL;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ApiResource, GroupVersionKind, ListParams};
 
-use super::status::{Cond, Replicas};
+use super::status::Cond;
 use super::validate::ValidSpec;
 use crate::context::Context;
 use crate::datastore::{self, Override, Problem, Resolved};
 use crate::error::{Error, KubeContext};
 use crate::lean::Lean;
+use crate::replicas::Replicas;
 use crate::tenant;
 
 /// What the observe step read.
@@ -46,10 +47,6 @@ pub struct Observed {
     /// The KamajiControlPlane's `status.version` as stored: the last version every replica
     /// ran (Cluster API's "upgrading" compares it with `spec.version`).
     pub status_version: Option<String>,
-    /// The names of every Secret in the namespace, read by the apply step at most once per
-    /// pass (on the first Secret it writes that [`Observed::secrets`] lacks): `None` inside
-    /// when they did not fit in one page ([`crate::reconcile::apply`]).
-    pub namespace_secrets: tokio::sync::OnceCell<Option<std::collections::BTreeSet<String>>>,
 }
 
 /// The fingerprints of every control-plane pod (terminating ones included), in pod order, and
@@ -85,22 +82,23 @@ pub fn is_initialized(kcp: &KamajiControlPlane) -> bool {
 /// override's CA certificate is not the control plane's DataStore's (the message names the
 /// entry).
 pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Cond), Cond> {
-    let mut ds = match datastore::resolve(ctx, &spec.datastore_name).await {
-        Ok(ds) => ds,
-        Err(problem) => {
-            let mut msg = problem.message();
-            if spec.default_datastore {
-                msg.push_str(
-                    " (spec.dataStoreName is empty, so the manager's default DataStore, its \
+    let mut ds =
+        match datastore::resolve(ctx.client(), ctx.datastores(), &spec.datastore_name).await {
+            Ok(ds) => ds,
+            Err(problem) => {
+                let mut msg = problem.message();
+                if spec.default_datastore {
+                    msg.push_str(
+                        " (spec.dataStoreName is empty, so the manager's default DataStore, its \
                      --default-datastore, is used)",
-                );
+                    );
+                }
+                if let Problem::NotFound(name) = &problem {
+                    msg.push_str(&missing_datastore_hint(name));
+                }
+                return Err(Cond::no(types::DATASTORE_READY, reason(&problem), msg));
             }
-            if let Problem::NotFound(name) = &problem {
-                msg.push_str(&missing_datastore_hint(name));
-            }
-            return Err(Cond::no(types::DATASTORE_READY, reason(&problem), msg));
-        }
-    };
+        };
     let mut message = if ds.sql.is_some() {
         format!(
             "DataStore {} ({}), database {}",
@@ -119,13 +117,15 @@ pub async fn datastore(spec: &ValidSpec, ctx: &Context) -> Result<(Resolved, Con
         let other = if *name == ds.name {
             ds.clone()
         } else {
-            datastore::resolve(ctx, name).await.map_err(|p| {
-                Cond::no(
-                    types::DATASTORE_READY,
-                    reason(&p),
-                    format!("{field}: {}", p.message()),
-                )
-            })?
+            datastore::resolve(ctx.client(), ctx.datastores(), name)
+                .await
+                .map_err(|p| {
+                    Cond::no(
+                        types::DATASTORE_READY,
+                        reason(&p),
+                        format!("{field}: {}", p.message()),
+                    )
+                })?
         };
         if !datastore::same_ca(&ds.ca_cert, &other.ca_cert) {
             return Err(Cond::no(
@@ -184,64 +184,20 @@ pub async fn observe(
     ctx: &Context,
 ) -> Result<Observed, Error> {
     let ns = &spec.namespace;
-    // Objects are read without `managedFields` ([`Lean`]): no step reads them.
-    let secrets_api = Api::<Lean<Secret>>::namespaced(ctx.client.clone(), ns);
-    let lp = ListParams::default().labels(&format!(
-        "{CLUSTER_NAME_LABEL}={}",
-        spec.names.cluster_label_value()
-    ));
-    // A Secret without the label (a kubeconfig written by someone else, case B01) is not
-    // listed here; the apply step looks for it in a list of the namespace, or reads it by
-    // name, before it writes.
-    let mut secrets: BTreeMap<String, Secret> = secrets_api
-        .list(&lp)
-        .await
-        .ctx(|| format!("list Secrets of Cluster {ns}/{}", spec.cluster_name))?
-        .items
-        .into_iter()
-        .map(|Lean(s)| (s.name_any(), s))
-        .collect();
     let initialized = is_initialized(kcp);
-    if initialized {
-        // A root restored from a backup without its labels is still the root.
-        let n = &spec.names;
-        for name in [
-            n.ca_secret(),
-            n.front_proxy_ca_secret(),
-            n.service_account_secret(),
-        ] {
-            if !secrets.contains_key(&name)
-                && let Some(s) = secrets_api
-                    .get_opt(&name)
-                    .await
-                    .ctx(|| format!("get Secret {ns}/{name}"))?
-            {
-                secrets.insert(name, s.0);
-            }
-        }
-    }
-    let deployment = Api::<Lean<Deployment>>::namespaced(ctx.client.clone(), ns)
+    let secrets = secrets(spec, ctx, initialized).await?;
+    // Objects are read without `managedFields` ([`Lean`]): no step reads them.
+    let deployment = Api::<Lean<Deployment>>::namespaced(ctx.client().clone(), ns)
         .get_opt(&spec.names.deployment())
         .await
         .ctx(|| "get Deployment".into())?
         .map(|d| d.0);
-    let service = Api::<Lean<Service>>::namespaced(ctx.client.clone(), ns)
+    let service = Api::<Lean<Service>>::namespaced(ctx.client().clone(), ns)
         .get_opt(&spec.names.service())
         .await
         .ctx(|| "get Service".into())?
         .map(|s| s.0);
-    let mut reachable = false;
-    if Replicas::of(deployment.as_ref()).available > 0
-        && let Some(kubeconfig) = secrets.get(&spec.names.kubeconfig_secret())
-    {
-        // A kubeconfig that does not load is reissued by this pass; the tenant counts as
-        // unreachable until then.
-        // A new connection each time: one kept from an earlier pass would hide an endpoint
-        // that refuses new connections.
-        if let Ok(client) = ctx.tenant_clients.fresh(kubeconfig).await {
-            reachable = tenant::readyz(&client).await;
-        }
-    }
+    let reachable = reachable(spec, ctx, deployment.as_ref(), &secrets).await;
     let reads = RotationReads::of(spec, &secrets);
     let control_plane_pods = if reads.control_plane_pods {
         Some(pod_fingerprints(spec, ctx, deployment.as_ref()).await?)
@@ -266,8 +222,75 @@ pub async fn observe(
         worker_machines,
         held_machine_sets,
         status_version: kcp.status.as_ref().and_then(|s| s.version.clone()),
-        namespace_secrets: tokio::sync::OnceCell::new(),
     })
+}
+
+/// The control plane's Secrets, by name: those labelled with its Cluster, and, once
+/// `initialized`, its roots read by name when the list lacks them (a root restored from a
+/// backup without its labels is still the root).
+async fn secrets(
+    spec: &ValidSpec,
+    ctx: &Context,
+    initialized: bool,
+) -> Result<BTreeMap<String, Secret>, Error> {
+    let ns = &spec.namespace;
+    let secrets_api = Api::<Lean<Secret>>::namespaced(ctx.client().clone(), ns);
+    let lp = ListParams::default().labels(&format!(
+        "{CLUSTER_NAME_LABEL}={}",
+        spec.names.cluster_label_value()
+    ));
+    // A Secret without the label (a kubeconfig written by someone else, case B01) is not
+    // listed here; the apply step looks for it in a list of the namespace, or reads it by
+    // name, before it writes.
+    let mut secrets: BTreeMap<String, Secret> = secrets_api
+        .list(&lp)
+        .await
+        .ctx(|| format!("list Secrets of Cluster {ns}/{}", spec.cluster_name))?
+        .items
+        .into_iter()
+        .map(|Lean(s)| (s.name_any(), s))
+        .collect();
+    if !initialized {
+        return Ok(secrets);
+    }
+    let n = &spec.names;
+    for name in [
+        n.ca_secret(),
+        n.front_proxy_ca_secret(),
+        n.service_account_secret(),
+    ] {
+        if !secrets.contains_key(&name)
+            && let Some(s) = secrets_api
+                .get_opt(&name)
+                .await
+                .ctx(|| format!("get Secret {ns}/{name}"))?
+        {
+            secrets.insert(name, s.0);
+        }
+    }
+    Ok(secrets)
+}
+
+/// Whether the tenant API answers `/readyz` through the endpoint with `<cluster>-kubeconfig`,
+/// asked once a control-plane pod is available. A kubeconfig that does not load is reissued
+/// by this pass; the tenant counts as unreachable until then. A new connection each time: one
+/// kept from an earlier pass would hide an endpoint that refuses new connections.
+async fn reachable(
+    spec: &ValidSpec,
+    ctx: &Context,
+    deployment: Option<&Deployment>,
+    secrets: &BTreeMap<String, Secret>,
+) -> bool {
+    if Replicas::of(deployment).available == 0 {
+        return false;
+    }
+    let Some(kubeconfig) = secrets.get(&spec.names.kubeconfig_secret()) else {
+        return false;
+    };
+    match ctx.tenant_clients().fresh(kubeconfig).await {
+        Ok(client) => tenant::readyz(&client).await,
+        Err(_) => false,
+    }
 }
 
 /// What the observe step reads besides the Secrets, Deployment and Service while a rotation is
@@ -339,6 +362,24 @@ pub fn after_own_writes(
     Some(Box::new(next))
 }
 
+/// Cluster API's `Machine` (`cluster.x-k8s.io/v1beta2`).
+fn machine_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "Machine",
+    ))
+}
+
+/// Cluster API's `MachineSet` (`cluster.x-k8s.io/v1beta2`).
+fn machine_set_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "MachineSet",
+    ))
+}
+
 /// The Cluster's Machines (label `cluster.x-k8s.io/cluster-name`): name, creation time and
 /// whether a MachineSet owns it.
 async fn worker_machines(
@@ -346,10 +387,10 @@ async fn worker_machines(
     ctx: &Context,
 ) -> Result<Vec<super::plan::ca_rotation::WorkerMachine>, Error> {
     use kube::api::DynamicObject;
-    let resource = crate::reconcile::apply::machines::machine_resource();
+    let resource = machine_resource();
     let selector = format!("{CLUSTER_NAME_LABEL}={}", spec.cluster_name);
     let list =
-        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &spec.namespace, &resource)
+        Api::<DynamicObject>::namespaced_with(ctx.client().clone(), &spec.namespace, &resource)
             .list(&ListParams::default().labels(&selector))
             .await
             .ctx(|| format!("list Machines ({selector})"))?;
@@ -381,10 +422,10 @@ async fn held_machine_sets(
     ctx: &Context,
 ) -> Result<Vec<super::plan::ca_rotation::HeldMachineSet>, Error> {
     use kube::api::DynamicObject;
-    let resource = crate::reconcile::apply::machines::machine_set_resource();
+    let resource = machine_set_resource();
     let selector = format!("{CLUSTER_NAME_LABEL}={}", spec.cluster_name);
     let list =
-        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &spec.namespace, &resource)
+        Api::<DynamicObject>::namespaced_with(ctx.client().clone(), &spec.namespace, &resource)
             .list(&ListParams::default().labels(&selector))
             .await
             .ctx(|| format!("list MachineSets ({selector})"))?;
@@ -449,12 +490,12 @@ async fn pod_fingerprints(
 ) -> Result<ControlPlanePods, Error> {
     use super::plan::ca_rotation::CERTIFICATE_AUTHORITIES_ANNOTATION;
     use super::plan::sa_rotation::SERVICE_ACCOUNT_KEYS_ANNOTATION;
-    let selector = super::plan::selector_labels(spec)
+    let selector = super::validate::selector_labels(spec)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &spec.namespace)
+    let pods = Api::<Pod>::namespaced(ctx.client().clone(), &spec.namespace)
         .list(&ListParams::default().labels(&selector))
         .await
         .ctx(|| format!("list control-plane Pods ({selector})"))?;
@@ -489,12 +530,7 @@ mod tests {
         .unwrap()
     }
 
-    fn first_round(namespace_listed: bool) -> Observed {
-        let cell = tokio::sync::OnceCell::new();
-        if namespace_listed {
-            cell.set(Some(std::iter::once("other".to_owned()).collect()))
-                .unwrap();
-        }
+    fn first_round() -> Observed {
         Observed {
             secrets: BTreeMap::new(),
             deployment: None,
@@ -505,14 +541,14 @@ mod tests {
             worker_machines: None,
             held_machine_sets: None,
             status_version: None,
-            namespace_secrets: cell,
         }
     }
 
     /// A new control plane's second round starts from the first round's observation with what
-    /// it wrote: the labelled Secrets (an unlabelled one would not be listed), the Service and
-    /// the namespace's list; it observes anew after a round that found a Deployment, or whose
-    /// writes start a rotation (the pods must then be read).
+    /// it wrote: the labelled Secrets (an unlabelled one would not be listed) and the Service
+    /// (the namespace's list goes with it: the apply step's test); it observes anew after a
+    /// round that found a Deployment, or whose writes start a rotation (the pods must then be
+    /// read).
     #[test]
     fn a_second_round_reads_again_only_what_the_first_round_did_not_write() {
         let spec = valid(&fixture(serde_json::json!({})));
@@ -529,7 +565,7 @@ mod tests {
         };
         let next = after_own_writes(
             &spec,
-            &first_round(true),
+            &first_round(),
             vec![ca.clone(), unlabelled],
             service.clone(),
         )
@@ -541,12 +577,8 @@ mod tests {
         assert_eq!(next.secrets[&ca.name_any()], ca);
         assert_eq!(next.service, Some(service.clone()));
         assert!(next.deployment.is_none() && !next.reachable);
-        assert_eq!(
-            next.namespace_secrets.get(),
-            Some(&Some(std::iter::once("other".to_owned()).collect()))
-        );
 
-        let mut with_deployment = first_round(false);
+        let mut with_deployment = first_round();
         with_deployment.deployment = Some(Deployment::default());
         assert!(
             after_own_writes(&spec, &with_deployment, vec![ca.clone()], service.clone()).is_none()
@@ -558,7 +590,7 @@ mod tests {
         let next_key = super::super::plan::sa_rotation::NEXT_KEY;
         let started = secret(&rotation, &labelled, &[(next_key, "a2V5")]);
         assert!(
-            after_own_writes(&spec, &first_round(false), vec![ca, started], service).is_none(),
+            after_own_writes(&spec, &first_round(), vec![ca, started], service).is_none(),
             "a rotation the round started needs the pods read"
         );
     }

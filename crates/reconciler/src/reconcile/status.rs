@@ -7,11 +7,12 @@
 //! Deployment, `selector`, `versions[]` / `version`, `externalManagedControlPlane: true`,
 //! `ready`, and `metav1.Condition`s with CAPI's types and reasons.
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kamaji_api::KamajiControlPlaneStatus;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::kcp::{KamajiControlPlaneInitialization, StatusVersion};
+
+use crate::replicas::Replicas;
 
 /// A condition before timestamps: `(type, status, reason, message)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,146 +93,134 @@ pub fn merge_conditions(
     out
 }
 
-/// Replica counters of the control-plane Deployment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Replicas {
-    /// Pods that exist.
-    pub replicas: i32,
-    /// Ready pods.
-    pub ready: i32,
-    /// Available pods.
-    pub available: i32,
-    /// Pods of the current template.
-    pub up_to_date: i32,
-    /// Pods terminating (the Deployment's `status.terminatingReplicas`, Kubernetes v1.35+
-    /// by default; 0 where the management cluster does not report it).
-    pub terminating: i32,
-    /// The Deployment controller has seen the current spec.
-    pub observed_current: bool,
+/// What the apply step did that conditions report (`CertificatesAvailable`,
+/// `KubeconfigAvailable`, `TenantBootstrapped`, `KonnectivityReady`): recorded in the pass's
+/// report as the step goes, so a later step that stops or fails the pass keeps it; the driver
+/// turns it into conditions ([`applied_conditions`]) when it writes the status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppliedRecord {
+    /// Every leaf and kubeconfig is stored: the name of the `<cluster>-kubeconfig` Secret.
+    pub key_material: Option<String>,
+    /// How far the tenant side got.
+    pub tenant: Option<TenantSide>,
 }
 
-impl Replicas {
-    /// Reads the counters of `d` (all zero when it does not exist).
-    #[must_use]
-    pub fn of(d: Option<&Deployment>) -> Self {
-        let Some(d) = d else { return Self::default() };
-        Self::of_status(d.metadata.generation, d.status.as_ref())
-    }
-
-    /// Reads the counters of a Deployment at `metadata.generation` `generation` with status
-    /// `status`.
-    #[must_use]
-    pub fn of_status(generation: Option<i64>, status: Option<&DeploymentStatus>) -> Self {
-        let Some(s) = status else {
-            return Self {
-                observed_current: generation.unwrap_or(0) <= 0,
-                ..Self::default()
-            };
-        };
-        Self {
-            replicas: s.replicas.unwrap_or(0),
-            ready: s.ready_replicas.unwrap_or(0),
-            available: s.available_replicas.unwrap_or(0),
-            up_to_date: s.updated_replicas.unwrap_or(0),
-            terminating: s.terminating_replicas.unwrap_or(0),
-            observed_current: s.observed_generation.unwrap_or(0) >= generation.unwrap_or(0),
-        }
-    }
-}
-
-/// The prefix of the annotations the Deployment controller writes on a Deployment.
-const DEPLOYMENT_CONTROLLER_PREFIX: &str = "deployment.kubernetes.io/";
-
-/// What a pass reads of its control-plane Deployment, for the Deployment watch to tell an event
-/// that would change what a pass does from one that would not ([`DeploymentView::wakes`]).
-///
-/// A pass reads the Deployment's metadata (owner references, the desired-hash annotation), its
-/// spec (compared with the desired one; every change raises `metadata.generation`) and the
-/// counters of its status ([`Replicas`]); nothing else of the status (its conditions, say).
+/// How far the tenant side of a pass got.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeploymentView {
-    /// A hash of the UID, `metadata.generation`, labels, annotations (but the Deployment
-    /// controller's), owner references, finalizers and deletion timestamp.
-    identity: u64,
-    /// `spec.replicas` (1 when unset, as the API server defaults it).
-    want: i32,
-    /// The status counters.
-    replicas: Replicas,
+pub enum TenantSide {
+    /// No control-plane pod is available yet.
+    WaitingForPods,
+    /// A pod is available, and the API server does not answer through the endpoint yet.
+    WaitingForApiServer,
+    /// Applying the kubeadm artifacts failed; the error.
+    Failed(String),
+    /// The kubeadm artifacts are applied (`summary` says what they install); with konnectivity,
+    /// what its agents' workload shows.
+    Bootstrapped {
+        /// What the artifacts install.
+        summary: String,
+        /// The konnectivity agents, when konnectivity is on.
+        agents: Option<Agents>,
+    },
 }
 
-impl DeploymentView {
-    /// The view of `d`.
-    #[must_use]
-    pub fn of(d: &Deployment) -> Self {
-        Self::of_parts(
-            &d.metadata,
-            d.spec.as_ref().and_then(|s| s.replicas),
-            d.status.as_ref(),
-        )
-    }
+/// The konnectivity agents' workload in the tenant, as a pass read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Agents {
+    /// Its ready and desired counts (an agent is ready once it holds a connection to a server).
+    Counted {
+        /// Ready agents.
+        ready: i32,
+        /// Desired agents.
+        desired: i32,
+    },
+    /// It does not exist in the tenant yet.
+    Missing,
+    /// Reading it failed; the error.
+    Unreadable(String),
+}
 
-    /// The view of a Deployment with `metadata`, `spec.replicas` `want` and `status`.
+impl Agents {
+    /// Whether every agent is connected.
     #[must_use]
-    pub fn of_parts(
-        metadata: &ObjectMeta,
-        want: Option<i32>,
-        status: Option<&DeploymentStatus>,
-    ) -> Self {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        metadata.uid.hash(&mut hasher);
-        metadata.generation.hash(&mut hasher);
-        metadata.labels.hash(&mut hasher);
-        // The Deployment controller's own (`deployment.kubernetes.io/revision`), which it writes
-        // beside its first status, are not read by a pass.
-        for annotation in metadata.annotations.iter().flatten() {
-            if !annotation.0.starts_with(DEPLOYMENT_CONTROLLER_PREFIX) {
-                annotation.hash(&mut hasher);
-            }
-        }
-        metadata.finalizers.hash(&mut hasher);
-        metadata
-            .deletion_timestamp
-            .as_ref()
-            .map(|t| t.0.as_second())
-            .hash(&mut hasher);
-        for o in metadata.owner_references.iter().flatten() {
-            (&o.api_version, &o.kind, &o.name, &o.uid, o.controller).hash(&mut hasher);
-        }
-        Self {
-            identity: hasher.finish(),
-            want: want.unwrap_or(1),
-            replicas: Replicas::of_status(metadata.generation, status),
+    pub fn all_connected(&self) -> bool {
+        matches!(self, Self::Counted { ready, desired } if *desired > 0 && ready >= desired)
+    }
+}
+
+/// The conditions of what the apply step did ([`AppliedRecord`]).
+#[must_use]
+pub fn applied_conditions(applied: &AppliedRecord) -> Vec<Cond> {
+    let mut conds = Vec::new();
+    if let Some(kubeconfig) = &applied.key_material {
+        conds.push(Cond::yes(
+            types::CERTIFICATES_AVAILABLE,
+            reasons::READY,
+            "CA, service-account key, front-proxy CA and every leaf certificate are present",
+        ));
+        conds.push(Cond::yes(
+            types::KUBECONFIG_AVAILABLE,
+            reasons::READY,
+            format!("Secret {kubeconfig}"),
+        ));
+    }
+    match &applied.tenant {
+        None => {}
+        Some(TenantSide::WaitingForPods) => conds.push(Cond::no(
+            types::TENANT_BOOTSTRAPPED,
+            reasons::WAITING_FOR_PODS,
+            "waiting for a control-plane pod to become available",
+        )),
+        Some(TenantSide::WaitingForApiServer) => conds.push(Cond::no(
+            types::TENANT_BOOTSTRAPPED,
+            reasons::WAITING_FOR_API_SERVER,
+            "waiting for the API server to answer /readyz through the endpoint",
+        )),
+        Some(TenantSide::Failed(error)) => conds.push(Cond::no(
+            types::TENANT_BOOTSTRAPPED,
+            reasons::WAITING_FOR_API_SERVER,
+            error.clone(),
+        )),
+        Some(TenantSide::Bootstrapped { summary, agents }) => {
+            conds.push(Cond::yes(
+                types::TENANT_BOOTSTRAPPED,
+                reasons::READY,
+                format!("applied: {summary}"),
+            ));
+            conds.extend(agents.as_ref().map(konnectivity_condition));
         }
     }
+    conds
+}
 
-    /// Whether a pass that last saw the Deployment as `seen` would act otherwise on it as
-    /// `self`: a change of anything the pass reads, except the Deployment controller catching
-    /// up with the spec (`status.observedGeneration`) while some replica is not up to date.
-    /// Then every step that reads it ([`compute`]'s `RollingOut`, the rolled-out checks of
-    /// rotations and of the v0.1 Secrets' removal) decides by the counters alone: a rollout
-    /// is under way and nothing has rolled out. That is the Deployment controller's first
-    /// status write on a new control plane, which woke a pass that found nothing to do.
-    #[must_use]
-    pub fn wakes(&self, seen: &Self) -> bool {
-        let counters = |r: &Replicas| {
-            (
-                r.replicas,
-                r.ready,
-                r.available,
-                r.up_to_date,
-                r.terminating,
-            )
-        };
-        if self.identity != seen.identity
-            || self.want != seen.want
-            || counters(&self.replicas) != counters(&seen.replicas)
-        {
-            return true;
-        }
-        let r = &self.replicas;
-        let rolling = r.up_to_date < r.replicas || r.up_to_date < self.want;
-        r.observed_current != seen.replicas.observed_current && !rolling
+/// `KonnectivityReady` of what a pass read of the agents.
+fn konnectivity_condition(agents: &Agents) -> Cond {
+    match agents {
+        Agents::Counted { ready, desired } if agents.all_connected() => Cond::yes(
+            types::KONNECTIVITY_READY,
+            reasons::AGENTS_CONNECTED,
+            format!("{ready} of {desired} konnectivity agents connected"),
+        ),
+        Agents::Counted { ready, desired } => Cond::no(
+            types::KONNECTIVITY_READY,
+            reasons::WAITING_FOR_AGENTS,
+            if *desired == 0 {
+                "no konnectivity agent is scheduled (the tenant has no node for them yet)"
+                    .to_owned()
+            } else {
+                format!("{ready} of {desired} konnectivity agents connected")
+            },
+        ),
+        Agents::Missing => Cond::no(
+            types::KONNECTIVITY_READY,
+            reasons::WAITING_FOR_AGENTS,
+            "the konnectivity agents' workload does not exist in the tenant yet",
+        ),
+        Agents::Unreadable(e) => Cond::unknown(
+            types::KONNECTIVITY_READY,
+            reasons::WAITING_FOR_AGENTS,
+            format!("cannot read the konnectivity agents: {e}"),
+        ),
     }
 }
 
@@ -433,9 +422,18 @@ fn contract_conditions(
     available: bool,
     rolling_out: bool,
 ) -> Vec<Cond> {
-    let r = inputs.replicas;
-    let mut conds = Vec::with_capacity(5);
-    conds.push(if initialized {
+    vec![
+        initialized_condition(initialized),
+        available_condition(inputs, available),
+        rolling_out_condition(inputs, rolling_out),
+        scaling_up_condition(inputs),
+        scaling_down_condition(inputs, rolling_out),
+    ]
+}
+
+/// `Initialized`.
+fn initialized_condition(initialized: bool) -> Cond {
+    if initialized {
         Cond::yes(
             types::INITIALIZED,
             reasons::INITIALIZED,
@@ -447,8 +445,13 @@ fn contract_conditions(
             reasons::NOT_INITIALIZED,
             "waiting for the API server to answer /readyz through the endpoint",
         )
-    });
-    conds.push(if available {
+    }
+}
+
+/// `Available`.
+fn available_condition(inputs: &StatusInputs<'_>, available: bool) -> Cond {
+    let r = inputs.replicas;
+    if available {
         Cond::yes(
             types::AVAILABLE,
             reasons::AVAILABLE,
@@ -475,41 +478,54 @@ fn contract_conditions(
             reasons::NOT_AVAILABLE,
             "the API server does not answer /readyz through the endpoint",
         )
-    });
-    conds.push(if rolling_out {
+    }
+}
+
+/// `RollingOut`.
+fn rolling_out_condition(inputs: &StatusInputs<'_>, rolling_out: bool) -> Cond {
+    if rolling_out {
         Cond::yes(
             types::ROLLING_OUT,
             reasons::ROLLING_OUT,
-            format!("{} of {} pods up to date", r.up_to_date, inputs.desired),
+            format!(
+                "{} of {} pods up to date",
+                inputs.replicas.up_to_date, inputs.desired
+            ),
         )
     } else {
         Cond::no(types::ROLLING_OUT, reasons::NOT_ROLLING_OUT, "")
-    });
-    // Scaling up lasts until the added pods are available, as a KubeadmControlPlane's lasts
-    // until its new Machines are (the Deployment creates pods at once, so counting the pods
-    // that exist would end it before anything serves); extra pods of a rollout's surge are not
-    // a scale-up.
-    conds.push(
-        if r.available < inputs.desired && r.replicas <= inputs.desired {
-            Cond::yes(
-                types::SCALING_UP,
-                reasons::SCALING_UP,
-                format!(
-                    "scaling up: {} of {} pods available",
-                    r.available, inputs.desired
-                ),
-            )
-        } else {
-            Cond::no(types::SCALING_UP, reasons::NOT_SCALING_UP, "")
-        },
-    );
-    // The surge pod of a rollout is not a scale-down. A scale-down lasts until the removed
-    // pods are gone, as a KubeadmControlPlane's lasts until its Machines are deleted: the
-    // Deployment stops counting a pod in `replicas` the moment it starts terminating (its
-    // kube-apiserver still serves for API_SERVER_PRE_STOP_SECONDS), so a scale-down under way
-    // stays one while pods terminate; terminating pods after a rollout never start one.
+    }
+}
+
+/// `ScalingUp`. Scaling up lasts until the added pods are available, as a
+/// KubeadmControlPlane's lasts until its new Machines are (the Deployment creates pods at once,
+/// so counting the pods that exist would end it before anything serves); extra pods of a
+/// rollout's surge are not a scale-up.
+fn scaling_up_condition(inputs: &StatusInputs<'_>) -> Cond {
+    let r = inputs.replicas;
+    if r.available < inputs.desired && r.replicas <= inputs.desired {
+        Cond::yes(
+            types::SCALING_UP,
+            reasons::SCALING_UP,
+            format!(
+                "scaling up: {} of {} pods available",
+                r.available, inputs.desired
+            ),
+        )
+    } else {
+        Cond::no(types::SCALING_UP, reasons::NOT_SCALING_UP, "")
+    }
+}
+
+/// `ScalingDown`. The surge pod of a rollout is not a scale-down. A scale-down lasts until the
+/// removed pods are gone, as a KubeadmControlPlane's lasts until its Machines are deleted: the
+/// Deployment stops counting a pod in `replicas` the moment it starts terminating (its
+/// kube-apiserver still serves for API_SERVER_PRE_STOP_SECONDS), so a scale-down under way
+/// stays one while pods terminate; terminating pods after a rollout never start one.
+fn scaling_down_condition(inputs: &StatusInputs<'_>, rolling_out: bool) -> Cond {
+    let r = inputs.replicas;
     let was_scaling_down = was_true(inputs.previous, types::SCALING_DOWN);
-    conds.push(if r.replicas > inputs.desired && !rolling_out {
+    if r.replicas > inputs.desired && !rolling_out {
         Cond::yes(
             types::SCALING_DOWN,
             reasons::SCALING_DOWN,
@@ -529,8 +545,7 @@ fn contract_conditions(
         )
     } else {
         Cond::no(types::SCALING_DOWN, reasons::NOT_SCALING_DOWN, "")
-    });
-    conds
+    }
 }
 
 #[cfg(test)]
@@ -679,87 +694,6 @@ mod tests {
             .find(|c| c.type_ == type_)
             .map(|c| c.status.clone())
             .unwrap()
-    }
-
-    /// A Deployment of `generation` with `annotations` and `status` (YAML flow maps).
-    fn deployment(generation: i64, annotations: &str, status: &str) -> Deployment {
-        serde_yaml::from_str(&format!(
-            "metadata: {{name: demo, namespace: a, uid: d1, generation: {generation}, \
-             labels: {{kamaji.clastix.io/name: demo}}, annotations: {annotations}, \
-             ownerReferences: [{{apiVersion: controlplane.cluster.x-k8s.io/v1alpha2, \
-             kind: KamajiControlPlane, name: demo, uid: k1, controller: true}}]}}\n\
-             spec: {{replicas: 1, selector: {{}}, template: {{}}}}\nstatus: {status}\n"
-        ))
-        .expect("deployment")
-    }
-
-    /// The Deployment controller's first status write on a new control plane (its revision
-    /// annotation, `observedGeneration`, conditions, no replica yet) shows a pass nothing it
-    /// acts on; a change of a counter, of what the pass compares, or the controller catching
-    /// up once every replica is up to date does.
-    #[test]
-    fn only_a_deployment_change_a_pass_acts_on_wakes_it() {
-        let view = |d: &Deployment| DeploymentView::of(d);
-        // As the pass that created it saw it: the API server's answer, no status yet.
-        let created = view(&deployment(1, "{kamaji.clastix.io/desired-hash: h}", "{}"));
-        let first_status = view(&deployment(
-            1,
-            "{kamaji.clastix.io/desired-hash: h, deployment.kubernetes.io/revision: '1'}",
-            "{observedGeneration: 1, conditions: [{type: Progressing, status: 'True', reason: NewReplicaSetCreated}]}",
-        ));
-        assert!(!created.wakes(&created));
-        assert!(
-            !first_status.wakes(&created),
-            "the controller's first status write"
-        );
-        let available = view(&deployment(
-            1,
-            "{kamaji.clastix.io/desired-hash: h, deployment.kubernetes.io/revision: '1'}",
-            "{observedGeneration: 1, replicas: 1, updatedReplicas: 1, readyReplicas: 1, availableReplicas: 1}",
-        ));
-        assert!(available.wakes(&first_status), "a replica became available");
-        let not_observed = view(&deployment(
-            2,
-            "{kamaji.clastix.io/desired-hash: h2}",
-            "{observedGeneration: 1, replicas: 1, updatedReplicas: 1, readyReplicas: 1, availableReplicas: 1}",
-        ));
-        let observed = view(&deployment(
-            2,
-            "{kamaji.clastix.io/desired-hash: h2}",
-            "{observedGeneration: 2, replicas: 1, updatedReplicas: 1, readyReplicas: 1, availableReplicas: 1}",
-        ));
-        assert!(
-            observed.wakes(&not_observed),
-            "caught up with every replica up to date: a rollout may have ended"
-        );
-        let conditions_only = view(&deployment(
-            1,
-            "{kamaji.clastix.io/desired-hash: h, deployment.kubernetes.io/revision: '1'}",
-            "{observedGeneration: 1, replicas: 1, updatedReplicas: 1, readyReplicas: 1, availableReplicas: 1, conditions: [{type: Available, status: 'True', reason: MinimumReplicasAvailable}]}",
-        ));
-        assert!(!conditions_only.wakes(&available));
-        assert!(
-            view(&deployment(
-                1,
-                "{kamaji.clastix.io/desired-hash: other}",
-                "{}"
-            ))
-            .wakes(&created),
-            "an annotation the pass compares"
-        );
-        assert!(
-            view(&deployment(2, "{kamaji.clastix.io/desired-hash: h}", "{}")).wakes(&created),
-            "a spec change"
-        );
-        let mut orphaned = deployment(1, "{kamaji.clastix.io/desired-hash: h}", "{}");
-        orphaned.metadata.owner_references = None;
-        assert!(
-            view(&orphaned).wakes(&created),
-            "its owner reference removed"
-        );
-        let mut relabelled = deployment(1, "{kamaji.clastix.io/desired-hash: h}", "{}");
-        relabelled.metadata.labels = None;
-        assert!(view(&relabelled).wakes(&created), "its labels removed");
     }
 
     #[test]

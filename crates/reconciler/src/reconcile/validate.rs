@@ -197,6 +197,16 @@ pub struct PodSettings {
     pub extra_volumes: Vec<Volume>,
 }
 
+/// The pod selector of the control-plane Deployment and Service (the observe step lists the
+/// control-plane pods with it).
+#[must_use]
+pub fn selector_labels(spec: &ValidSpec) -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        kamaji_api::meta::KAMAJI_NAME_LABEL.to_owned(),
+        spec.names.pod_label_value(),
+    )])
+}
+
 /// Everything the later steps need, validated and with defaults applied; nothing but typed
 /// values (no copy of the resource).
 #[derive(Debug, Clone)]
@@ -293,8 +303,8 @@ pub fn refusal(errors: &[SpecError]) -> Cond {
 
 /// Validates `kcp` against its `cluster` and the `infrastructure` cluster's endpoint (its kind
 /// and `spec.controlPlaneEndpoint`, when set); `default_datastore` is the manager's
-/// `--default-datastore`. (One check per block, in field order; the helpers below hold the
-/// longer ones.)
+/// `--default-datastore`. The checks run first, collecting every problem; the values that need
+/// none are then read as they are.
 ///
 /// # Errors
 /// Every problem found, each naming its field.
@@ -304,20 +314,38 @@ pub fn validate(
     infrastructure: Option<(&str, &(String, i32))>,
     default_datastore: &str,
 ) -> Result<ValidSpec, Vec<SpecError>> {
+    let checked = check(kcp, cluster, infrastructure)?;
+    Ok(valid_spec(kcp, cluster, default_datastore, checked))
+}
+
+/// What [`validate`]'s checks give, the rest of a [`ValidSpec`] being read as it is.
+struct Checked {
+    version: KubernetesVersion,
+    network: TenantNetwork,
+    port: u16,
+    preset_endpoint: Option<PresetEndpoint>,
+    exposure: Exposure,
+    registry: String,
+    kubelet_address_types: Vec<String>,
+    datastore_overrides: Vec<(String, String)>,
+    encrypted_resources: Vec<String>,
+    tenant: Tenant,
+    konnectivity: Option<Konnectivity>,
+}
+
+/// [`validate`]'s checks, one per block in field order (the helpers below hold the longer
+/// ones): every problem found, or the checked values.
+fn check(
+    kcp: &KamajiControlPlane,
+    cluster: &ClusterView,
+    infrastructure: Option<(&str, &(String, i32))>,
+) -> Result<Checked, Vec<SpecError>> {
     let mut errors = Vec::new();
     let fields = &kcp.spec.fields;
     let version = version(kcp, &mut errors);
     let network_spec = network_spec(kcp, cluster);
     let network = network(fields, &network_spec, &mut errors);
-    let port = u16::try_from(cluster.api_server_port)
-        .ok()
-        .filter(|p| *p != 0);
-    if port.is_none() {
-        errors.push(SpecError::new(
-            "Cluster.spec.clusterNetwork.apiServerPort",
-            format!("{} is not a TCP port", cluster.api_server_port),
-        ));
-    }
+    let port = api_server_port(cluster, &mut errors);
     errors.extend(field_errors(kcp));
     let cluster_endpoint = cluster
         .control_plane_endpoint
@@ -339,22 +367,71 @@ pub fn validate(
     };
     errors.extend(serving_names(&exposure, preset_endpoint.as_ref(), &network));
     let konnectivity = konnectivity(fields, &exposure, port, version.minor, &mut errors);
-    let tenant = tenant(
-        kcp,
-        cluster,
-        &version,
-        &network_spec,
-        &registry,
-        &exposure,
-        &kubelet_address_types,
+    let artifacts = TenantInputs {
+        version: &version,
+        network: &network_spec,
+        registry: &registry,
+        exposure: &exposure,
+        kubelet_address_types: &kubelet_address_types,
         port,
-    )
-    .map_err(|e| errors.push(e))
-    .ok();
+    };
+    let tenant = tenant(kcp, cluster, &artifacts)
+        .map_err(|e| errors.push(e))
+        .ok();
     let (Some(tenant), true) = (tenant, errors.is_empty()) else {
         return Err(errors);
     };
-    Ok(ValidSpec {
+    Ok(Checked {
+        version,
+        network,
+        port,
+        preset_endpoint,
+        exposure,
+        registry,
+        kubelet_address_types,
+        datastore_overrides,
+        encrypted_resources,
+        tenant,
+        konnectivity,
+    })
+}
+
+/// `Cluster.spec.clusterNetwork.apiServerPort`, when it is a TCP port (else an error).
+fn api_server_port(cluster: &ClusterView, errors: &mut Vec<SpecError>) -> Option<u16> {
+    let port = u16::try_from(cluster.api_server_port)
+        .ok()
+        .filter(|p| *p != 0);
+    if port.is_none() {
+        errors.push(SpecError::new(
+            "Cluster.spec.clusterNetwork.apiServerPort",
+            format!("{} is not a TCP port", cluster.api_server_port),
+        ));
+    }
+    port
+}
+
+/// The [`ValidSpec`] of `kcp` and `cluster` with the values `checked`.
+fn valid_spec(
+    kcp: &KamajiControlPlane,
+    cluster: &ClusterView,
+    default_datastore: &str,
+    checked: Checked,
+) -> ValidSpec {
+    let fields = &kcp.spec.fields;
+    let Checked {
+        version,
+        network,
+        port,
+        preset_endpoint,
+        exposure,
+        registry,
+        kubelet_address_types,
+        datastore_overrides,
+        encrypted_resources,
+        tenant,
+        konnectivity,
+    } = checked;
+    ValidSpec {
         namespace: kcp.metadata.namespace.clone().unwrap_or_default(),
         names: ObjectNames::new(
             &cluster.name,
@@ -395,7 +472,7 @@ pub fn validate(
         tenant,
         addons: declared_addons(fields.addons.as_ref()),
         konnectivity,
-    })
+    }
 }
 
 /// `addons.konnectivity`, with defaults: images without a version take the
@@ -421,41 +498,19 @@ fn konnectivity(
     let port = server.port.unwrap_or(DEFAULT_KONNECTIVITY_SERVER_PORT);
     let before = errors.len();
     errors.extend(konnectivity_errors(fields, exposure, api_port, minor, port));
-    let mut image =
-        |image: Option<&String>, default: &str, version: Option<&String>, field: &str| {
-            let tag = version
-                .filter(|v| !v.is_empty())
-                .cloned()
-                .or_else(|| k::default_version(minor).map(str::to_owned))
-                .unwrap_or_default();
-            if k::is_too_old(&tag) {
-                errors.push(SpecError::new(
-                    field,
-                    format!(
-                        "{tag} is older than v0.{}.0, the first apiserver-network-proxy release \
-                     with the lease-counting flags kamaji-rs runs the server and agents with",
-                        k::MIN_RELEASE_MINOR
-                    ),
-                ));
-            }
-            format!(
-                "{}:{tag}",
-                image
-                    .filter(|i| !i.is_empty())
-                    .map_or(default, String::as_str)
-            )
-        };
-    let server_image = image(
-        server.image.as_ref(),
-        DEFAULT_KONNECTIVITY_SERVER_IMAGE,
+    let server_image = konnectivity_image(
+        (server.image.as_ref(), DEFAULT_KONNECTIVITY_SERVER_IMAGE),
         server.version.as_ref(),
+        minor,
         "spec.addons.konnectivity.server.version",
+        errors,
     );
-    let agent_image = image(
-        agent.image.as_ref(),
-        DEFAULT_KONNECTIVITY_AGENT_IMAGE,
+    let agent_image = konnectivity_image(
+        (agent.image.as_ref(), DEFAULT_KONNECTIVITY_AGENT_IMAGE),
         agent.version.as_ref(),
+        minor,
         "spec.addons.konnectivity.agent.version",
+        errors,
     );
     if errors.len() > before {
         return None;
@@ -487,6 +542,40 @@ fn konnectivity(
     })
 }
 
+/// A konnectivity image: `image` (the default when empty) at `version`, else at the
+/// apiserver-network-proxy release known for the tenant's `minor`; a release older than the
+/// first with the flags kamaji-rs runs it with is refused (`field`).
+fn konnectivity_image(
+    (image, default): (Option<&String>, &str),
+    version: Option<&String>,
+    minor: u32,
+    field: &str,
+    errors: &mut Vec<SpecError>,
+) -> String {
+    use kamaji_bootstrap::konnectivity as k;
+    let tag = version
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .or_else(|| k::default_version(minor).map(str::to_owned))
+        .unwrap_or_default();
+    if k::is_too_old(&tag) {
+        errors.push(SpecError::new(
+            field,
+            format!(
+                "{tag} is older than v0.{}.0, the first apiserver-network-proxy release \
+                     with the lease-counting flags kamaji-rs runs the server and agents with",
+                k::MIN_RELEASE_MINOR
+            ),
+        ));
+    }
+    format!(
+        "{}:{tag}",
+        image
+            .filter(|i| !i.is_empty())
+            .map_or(default, String::as_str)
+    )
+}
+
 /// Why `addons.konnectivity` cannot work as asked: a tenant older than the releases it runs;
 /// an exposure the agents cannot dial the server port through (an Ingress or TLSRoute routes
 /// only the API server's TLS; a NodePort Service would put the port on a node port the agents
@@ -513,26 +602,7 @@ fn konnectivity_errors(
             ),
         ));
     }
-    let via = if exposure.ingress.is_some() {
-        Some("spec.network.ingress")
-    } else if exposure.gateway.is_some() {
-        Some("spec.network.gateway")
-    } else if exposure.service_type == kamaji_api::kcp::ServiceType::NodePort {
-        Some("a NodePort Service (spec.network.serviceType)")
-    } else {
-        None
-    };
-    if let Some(via) = via {
-        errors.push(SpecError::new(
-            "spec.addons.konnectivity",
-            format!(
-                "konnectivity agents connect to the endpoint's host at the server port, which \
-                 {via} does not serve: expose the control plane with a LoadBalancer Service (or \
-                 a ClusterIP Service behind a load balancer of yours that forwards the server \
-                 port too), or remove konnectivity"
-            ),
-        ));
-    }
+    errors.extend(konnectivity_exposure_error(exposure));
     let taken = |p: u16| {
         [
             api_port,
@@ -561,6 +631,38 @@ fn konnectivity_errors(
             ),
         ));
     }
+    errors.extend(konnectivity_name_errors(fields));
+    errors
+}
+
+/// An exposure the konnectivity agents cannot dial the server port through: an Ingress or
+/// TLSRoute routes only the API server's TLS; a NodePort Service would put the port on a node
+/// port the agents are not told.
+fn konnectivity_exposure_error(exposure: &Exposure) -> Option<SpecError> {
+    let via = if exposure.ingress.is_some() {
+        "spec.network.ingress"
+    } else if exposure.gateway.is_some() {
+        "spec.network.gateway"
+    } else if exposure.service_type == kamaji_api::kcp::ServiceType::NodePort {
+        "a NodePort Service (spec.network.serviceType)"
+    } else {
+        return None;
+    };
+    Some(SpecError::new(
+        "spec.addons.konnectivity",
+        format!(
+            "konnectivity agents connect to the endpoint's host at the server port, which \
+                 {via} does not serve: expose the control plane with a LoadBalancer Service (or \
+                 a ClusterIP Service behind a load balancer of yours that forwards the server \
+                 port too), or remove konnectivity"
+        ),
+    ))
+}
+
+/// An extra container or volume under the names konnectivity adds to the pod.
+fn konnectivity_name_errors(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecError> {
+    use kamaji_bootstrap::konnectivity as k;
+    let mut errors = Vec::new();
     let deployment = fields.deployment.as_ref();
     if deployment
         .and_then(|d| d.extra_containers.as_ref())
@@ -730,19 +832,32 @@ fn serving_names(
     }
 }
 
+/// What the kubeadm artifacts' inputs share with the rest of the spec ([`tenant`]).
+#[derive(Clone, Copy)]
+struct TenantInputs<'a> {
+    version: &'a KubernetesVersion,
+    network: &'a NetworkSpec,
+    registry: &'a str,
+    exposure: &'a Exposure,
+    kubelet_address_types: &'a [String],
+    port: u16,
+}
+
 /// The kubeadm artifacts' inputs, validated now with a placeholder endpoint (the plan step sets
 /// the real one): addon images, kubelet settings and configuration patches, registry.
-#[allow(clippy::too_many_arguments)]
 fn tenant(
     kcp: &KamajiControlPlane,
     cluster: &ClusterView,
-    version: &KubernetesVersion,
-    network: &NetworkSpec,
-    registry: &str,
-    exposure: &Exposure,
-    kubelet_address_types: &[String],
-    port: u16,
+    inputs: &TenantInputs<'_>,
 ) -> Result<Tenant, SpecError> {
+    let TenantInputs {
+        version,
+        network,
+        registry,
+        exposure,
+        kubelet_address_types,
+        port,
+    } = *inputs;
     let fields = &kcp.spec.fields;
     let addons = fields.addons.clone().unwrap_or_default();
     let kubelet = fields.kubelet.clone().unwrap_or_default();
@@ -838,6 +953,22 @@ fn field_errors(kcp: &KamajiControlPlane) -> Vec<SpecError> {
     errors
 }
 
+/// The volume of the service-account rotation Secret, mounted into kube-apiserver while a
+/// rotation runs (only its public key, `plan::sa_rotation::VERIFY_KEY`).
+pub const SERVICE_ACCOUNT_ROTATION_VOLUME: &str = "sa-rotation";
+
+/// The volume of the encryption Secret (`<cluster>-encryption.config`), mounted into
+/// kube-apiserver.
+pub const ENCRYPTION_VOLUME: &str = "encryption";
+
+/// The volume of the CA rotation Secret, mounted into kube-apiserver and
+/// kube-controller-manager while a rotation runs (only its trust bundles,
+/// `plan::ca_rotation::CA_BUNDLE` and `FRONT_PROXY_CA_BUNDLE`).
+pub const CA_ROTATION_VOLUME: &str = "ca-rotation";
+
+/// The volume of `<cluster>-kine.config`, mounted into the kine container.
+pub const KINE_VOLUME: &str = "kine";
+
 /// `spec.deployment.extraVolumes` must not reuse the name of a volume kamaji-rs mounts (the
 /// key material's, the service-account rotation's): the Deployment would be refused with
 /// duplicate volume names.
@@ -847,10 +978,10 @@ fn reserved_volumes(fields: &kamaji_api::KamajiControlPlaneFields) -> Vec<SpecEr
         .iter()
         .map(|v| v.volume_name())
         .chain([
-            super::plan::deployment::SERVICE_ACCOUNT_ROTATION_VOLUME,
-            super::plan::deployment::CA_ROTATION_VOLUME,
-            super::plan::deployment::ENCRYPTION_VOLUME,
-            super::plan::deployment::KINE_VOLUME,
+            SERVICE_ACCOUNT_ROTATION_VOLUME,
+            CA_ROTATION_VOLUME,
+            ENCRYPTION_VOLUME,
+            KINE_VOLUME,
         ])
         .collect();
     fields
@@ -901,6 +1032,27 @@ pub const RESERVED_KINE_FLAGS: &[&str] = &["listen-address", "endpoint"];
 /// Reported as `SpecValid=False`, each error naming its field.
 #[must_use]
 pub fn against_datastore(spec: &ValidSpec, ds: &crate::datastore::Resolved) -> Vec<SpecError> {
+    let mut errors = driver_field_errors(spec, ds);
+    if let Some(access) = &ds.sql {
+        errors.extend(reserved_sql_errors(spec, access));
+    }
+    if ds.sql.is_some() && !spec.datastore_overrides.is_empty() {
+        errors.push(SpecError::new(
+            "spec.dataStoreOverrides",
+            format!(
+                "overrides are for etcd DataStores; DataStore {} is {}, whose kine serves \
+                 every resource from the tenant's one database: remove them",
+                ds.name,
+                ds.driver.as_str()
+            ),
+        ));
+    }
+    errors
+}
+
+/// The fields the DataStore's driver does not take: `spec.dataStoreUsername` and `spec.kine`
+/// on etcd, a PostgreSQL role name PostgreSQL reserves.
+fn driver_field_errors(spec: &ValidSpec, ds: &crate::datastore::Resolved) -> Vec<SpecError> {
     let mut errors = Vec::new();
     let driver = ds.driver.as_str();
     if ds.sql.is_none() {
@@ -940,53 +1092,51 @@ pub fn against_datastore(spec: &ValidSpec, ds: &crate::datastore::Resolved) -> V
             ),
         ));
     }
-    if let Some(access) = &ds.sql {
-        for (field, name) in [
-            ("spec.dataStoreSchema", Some(spec.datastore_schema.as_str())),
-            ("spec.dataStoreUsername", spec.datastore_username.as_deref()),
-        ] {
-            if let Some(name) = name
-                .filter(|n| RESERVED_SQL_NAMES.contains(n) || *n == access.admin.username.as_str())
-            {
-                errors.push(SpecError::new(
-                    field,
-                    format!(
-                        "{name} is a name of the server itself or of the DataStore's \
-                         administrator (reserved: {}, and the administrator): choose another",
-                        RESERVED_SQL_NAMES.join(", ")
-                    ),
-                ));
-            }
-        }
-        for (i, arg) in spec
-            .kine
-            .as_ref()
-            .and_then(|k| k.extra_args.as_ref())
-            .into_iter()
-            .flatten()
-            .enumerate()
+    errors
+}
+
+/// Names a PostgreSQL or MySQL DataStore (`access`) reserves: the server's own and its
+/// administrator's (schema, user), and the kine flags kamaji-rs sets.
+fn reserved_sql_errors(
+    spec: &ValidSpec,
+    access: &crate::datastore::sql::SqlAccess,
+) -> Vec<SpecError> {
+    let mut errors = Vec::new();
+    for (field, name) in [
+        ("spec.dataStoreSchema", Some(spec.datastore_schema.as_str())),
+        ("spec.dataStoreUsername", spec.datastore_username.as_deref()),
+    ] {
+        if let Some(name) =
+            name.filter(|n| RESERVED_SQL_NAMES.contains(n) || *n == access.admin.username.as_str())
         {
-            let name = kamaji_api::validation::FlagArg::parse(arg).name;
-            if RESERVED_KINE_FLAGS.contains(&name) {
-                errors.push(SpecError::new(
-                    format!("spec.kine.extraArgs[{i}]"),
-                    format!(
-                        "--{name} is kamaji-rs's: kine listens on the pod's loopback only and \
-                         reaches the tenant's own database"
-                    ),
-                ));
-            }
+            errors.push(SpecError::new(
+                field,
+                format!(
+                    "{name} is a name of the server itself or of the DataStore's \
+                     administrator (reserved: {}, and the administrator): choose another",
+                    RESERVED_SQL_NAMES.join(", ")
+                ),
+            ));
         }
     }
-    if ds.sql.is_some() && !spec.datastore_overrides.is_empty() {
-        errors.push(SpecError::new(
-            "spec.dataStoreOverrides",
-            format!(
-                "overrides are for etcd DataStores; DataStore {} is {driver}, whose kine serves \
-                 every resource from the tenant's one database: remove them",
-                ds.name
-            ),
-        ));
+    for (i, arg) in spec
+        .kine
+        .as_ref()
+        .and_then(|k| k.extra_args.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let name = kamaji_api::validation::FlagArg::parse(arg).name;
+        if RESERVED_KINE_FLAGS.contains(&name) {
+            errors.push(SpecError::new(
+                format!("spec.kine.extraArgs[{i}]"),
+                format!(
+                    "--{name} is kamaji-rs's: kine listens on the pod's loopback only and \
+                     reaches the tenant's own database"
+                ),
+            ));
+        }
     }
     errors
 }

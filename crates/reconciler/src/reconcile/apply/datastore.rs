@@ -11,15 +11,16 @@ use super::RECHECK;
 use crate::context::Context;
 use crate::datastore::{self, Resolved, auth, sql};
 use crate::error::Error;
+use crate::reconcile::kcp::object_key;
 use crate::reconcile::plan::SchemaClaim;
+use crate::reconcile::report::Report;
 use crate::reconcile::status::Cond;
 use crate::reconcile::validate::{datastore_names, datastore_schema};
-use crate::reconcile::{Report, object_key};
 
 /// Claims the control plane's datastore schema on each of its DataStores and grants its etcd
-/// user and role there, once per manager process and DataStore (remembered in
-/// [`Context::schema_claims`]), in the DataStore's kept session ([`auth::Sessions`]); then turns etcd authentication on where every control plane
-/// is granted ([`enable_when_granted`]). `Some(action)` stops the pass when another control
+/// user and role there, once per manager process and DataStore (remembered:
+/// [`crate::memory::Memory::claimed`]), in the DataStore's kept session ([`auth::Sessions`]);
+/// then turns etcd authentication on where every control plane is granted ([`enable_when_granted`]). `Some(action)` stops the pass when another control
 /// plane holds the schema (`DataStoreReady=False`, reason `DataStoreSchemaInUse`, naming it):
 /// nothing is written for this one, whose API server would otherwise share the other's keys.
 /// It looks again after [`RECHECK`]: the holder's deletion is no event of this control plane.
@@ -33,11 +34,7 @@ pub async fn claim_and_grant(
 ) -> Result<Option<Action>, Error> {
     for ds in &claim.datastores {
         let remembered = (ds.name.clone(), claim.schema.clone(), claim.holder.clone());
-        if ctx
-            .schema_claims
-            .lock()
-            .is_ok_and(|c| c.contains(&remembered))
-        {
+        if ctx.memory().claimed(&remembered) {
             continue;
         }
         if let Some(access) = &ds.sql {
@@ -46,7 +43,7 @@ pub async fn claim_and_grant(
             }
             continue;
         }
-        let sessions = &ctx.datastore_sessions;
+        let sessions = &ctx.datastore_sessions();
         let mut session = sessions.get(ds).await.map_err(Error::Datastore)?;
         let began = session.clone();
         let holder = match auth::claim_and_grant(
@@ -78,9 +75,7 @@ pub async fn claim_and_grant(
             return Ok(Some(refuse_schema(report, msg)));
         }
         info!(holder = %claim.holder, datastore = %ds.name, schema = %claim.schema, user = %claim.user, "datastore schema claimed, etcd user and role granted");
-        if let Ok(mut c) = ctx.schema_claims.lock() {
-            c.insert(remembered);
-        }
+        ctx.memory().remember_claim(remembered);
         enable_when_granted(ctx, ds, &session).await?;
     }
     Ok(None)
@@ -111,11 +106,7 @@ async fn provision_sql(
         claim.schema.clone(),
         claim.holder.clone(),
     );
-    if ctx
-        .schema_claims
-        .lock()
-        .is_ok_and(|c| c.contains(&remembered))
-    {
+    if ctx.memory().claimed(&remembered) {
         return Ok(None);
     }
     match sql::provision(access, &ds.endpoints, &tenant, &password)
@@ -134,9 +125,7 @@ async fn provision_sql(
         }
         sql::Provisioned::Ready => {
             info!(holder = %claim.holder, datastore = %ds.name, database = %claim.schema, user = %claim.user, "datastore database and user claimed and created");
-            if let Ok(mut c) = ctx.schema_claims.lock() {
-                c.insert(remembered);
-            }
+            ctx.memory().remember_claim(remembered);
             Ok(None)
         }
         sql::Provisioned::HeldBy {
@@ -181,22 +170,18 @@ async fn enable_when_granted(
     if session.token.is_some() {
         return Ok(());
     }
-    if let Some(store) = ctx.control_planes.get() {
+    if let Some(store) = ctx.control_planes() {
         if store.wait_until_ready().await.is_err() {
             return Ok(());
         }
-        let granted = ctx
-            .schema_claims
-            .lock()
-            .map(|c| c.clone())
-            .unwrap_or_default();
+        let granted = ctx.memory().claims();
         let ungranted: Vec<String> = store
             .state()
             .iter()
             .filter(|k| k.metadata.deletion_timestamp.is_none())
             .filter(|k| k.status.as_ref().and_then(|s| s.initialized) == Some(true))
             .filter(|k| {
-                datastore_names(k, &ctx.config.default_datastore).contains(&ds.name.as_str())
+                datastore_names(k, &ctx.config().default_datastore).contains(&ds.name.as_str())
             })
             .filter(|k| {
                 !granted.contains(&(ds.name.clone(), datastore_schema(k), object_key(k.as_ref())))
@@ -212,9 +197,9 @@ async fn enable_when_granted(
         auth::Enablement::Enabled => {
             info!(datastore = %ds.name, "etcd authentication enabled: each tenant reads and writes its own prefix only");
             // The kept session has no token: etcd now refuses it.
-            ctx.datastore_sessions.forget(ds).await;
+            ctx.datastore_sessions().forget(ds).await;
         }
-        auth::Enablement::AlreadyEnabled => ctx.datastore_sessions.forget(ds).await,
+        auth::Enablement::AlreadyEnabled => ctx.datastore_sessions().forget(ds).await,
         auth::Enablement::Waiting(schemas) => {
             warn!(datastore = %ds.name, waiting_for = ?schemas, "etcd authentication stays off: claimed schemas without a role");
         }

@@ -15,26 +15,6 @@ use tracing::info;
 
 use crate::error::{Error, KubeContext};
 
-/// Cluster API's `Machine` (`cluster.x-k8s.io/v1beta2`).
-#[must_use]
-pub fn machine_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "cluster.x-k8s.io",
-        "v1beta2",
-        "Machine",
-    ))
-}
-
-/// Cluster API's `MachineSet` (`cluster.x-k8s.io/v1beta2`).
-#[must_use]
-pub fn machine_set_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "cluster.x-k8s.io",
-        "v1beta2",
-        "MachineSet",
-    ))
-}
-
 /// Cluster API's `MachineDeployment` (`cluster.x-k8s.io/v1beta2`).
 #[must_use]
 pub fn machine_deployment_resource() -> ApiResource {

@@ -17,14 +17,16 @@ pub mod datastore;
 pub mod drift;
 pub mod machines;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kamaji_api::KamajiControlPlane;
 use kamaji_api::conditions::{reasons, types};
 use kamaji_api::meta::FIELD_MANAGER;
+use kamaji_bootstrap::leaves::LeafSecret;
 use kamaji_bootstrap::pki::LeafRole;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -33,22 +35,62 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
+use super::kcp::object_key;
 use super::observe::Observed;
 use super::plan::endpoint::Endpoint;
 use super::plan::pki::Root;
-use super::plan::{DESIRED_HASH_ANNOTATION, Plan, TenantObjects, desired_hash};
-use super::status::{Cond, Replicas};
+use super::plan::{ControlPlane, DESIRED_HASH_ANNOTATION, Plan, TenantObjects, desired_hash};
+use super::report::Report;
+use super::status::{Agents, Cond, TenantSide};
 use super::validate::ValidSpec;
-use super::{Flow, Report, object_key};
 use crate::context::Context;
 use crate::error::{Error, KubeContext};
 use crate::infrastructure::InfrastructureCluster;
 use crate::lean::Lean;
+use crate::replicas::Replicas;
 use crate::tenant;
 
 /// How long a pass waits before looking again at a state that produces no event for this
 /// control plane (an object another controller owns).
 pub const RECHECK: Duration = Duration::from_mins(1);
+
+/// What the apply step tells the driver: go on with a value, or stop the pass here.
+#[derive(Debug)]
+pub enum Flow<T> {
+    /// Go on.
+    Continue(T),
+    /// Stop; look again as the action says.
+    Stop(Action),
+    /// Run the steps again, in this pass: the step wrote what the plan was waiting for (the
+    /// Service whose address the endpoint and the serving certificate need). From this
+    /// round ([`super::observe::after_own_writes`]) when given, else from observe.
+    Again(Option<Box<Round>>),
+}
+
+/// What a round of the apply step starts from: the observation, and what the step reads of
+/// the namespace's Secrets in this round. A second round that starts from the first round's
+/// observation reuses that read too ([`Flow::Again`]); one that observes anew reads it anew.
+#[derive(Debug, Clone)]
+pub struct Round {
+    /// What the observe step read, or what the first round left
+    /// ([`super::observe::after_own_writes`]).
+    pub observed: Observed,
+    /// The names of every Secret in the namespace, read at most once per round (on the first
+    /// Secret the step writes that [`Observed::secrets`] lacks): `None` inside when they did
+    /// not fit in one page.
+    namespace_secrets: tokio::sync::OnceCell<Option<BTreeSet<String>>>,
+}
+
+impl Round {
+    /// A round starting from `observed`, the namespace's Secrets not read yet.
+    #[must_use]
+    pub fn new(observed: Observed) -> Self {
+        Self {
+            observed,
+            namespace_secrets: tokio::sync::OnceCell::new(),
+        }
+    }
+}
 
 /// What the apply step wrote or found.
 #[derive(Debug, Clone)]
@@ -70,9 +112,11 @@ enum Outcome<K> {
     Conflict(String),
 }
 
-/// Writes `plan`. Stops (with a condition in `report`) at the first object another object
-/// controls, at a root another writer created first (the next pass uses theirs), and while the
-/// endpoint is unknown.
+/// Writes `plan`, in numbered steps: each step's comment says why it comes where it does.
+/// Stops (with a condition in `report`) at the first object another object controls, at a root
+/// another writer created first (the next pass uses theirs), and while the endpoint is unknown.
+/// What it did that conditions report is recorded in `report`
+/// ([`super::status::AppliedRecord`]).
 ///
 /// # Errors
 /// [`Error`] when a write fails.
@@ -80,110 +124,67 @@ pub async fn apply(
     kcp: &KamajiControlPlane,
     ctx: &Context,
     spec: &ValidSpec,
-    observed: &Observed,
+    round: &Round,
     infrastructure: Option<&InfrastructureCluster>,
     plan: Plan,
     report: &mut Report,
 ) -> Result<Flow<Applied>, Error> {
-    let ns = spec.namespace.as_str();
+    let (ns, observed) = (spec.namespace.as_str(), &round.observed);
     // The Secrets this round writes before the Service, for a second round's observation.
     let mut written = Vec::new();
-    if let Some(stop) = roots(ctx, ns, observed, &plan, report, &mut written).await? {
+    // 1. The schema claim, the roots and the rotations' next steps first: nothing is written on
+    //    a schema another control plane holds, and every later Secret is issued by these roots.
+    if let Some(stop) = roots(ctx, ns, round, &plan, report, &mut written).await? {
         return Ok(Flow::Stop(stop));
     }
-    if let Some(after) = plan.certificate_authorities.roll_workers_after {
-        machines::roll_machine_deployments(&ctx.client, ns, &spec.cluster_name, after).await?;
-    }
-    let owner = &plan.owner;
-    let service = match front(ctx, ns, &plan, observed, &mut written).await? {
+    // 2. The workers a CA rotation replaces, once step 1 has recorded that the new CA is trusted.
+    roll_workers(ctx, spec, &plan.certificate_authorities).await?;
+    // 3. The datastore client, the Service and its exposure: the Service gives the endpoint.
+    let service = match front(ctx, ns, &plan, round, &mut written).await? {
         Ok(service) => service,
         Err((type_, msg)) => return Ok(Flow::Stop(conflict(report, type_, msg))),
     };
-    let cp = match plan.control_plane {
-        Ok(cp) => cp,
-        // The Service this pass created (or changed) now gives what the plan waited for: the
-        // steps run again in this pass instead of in the pass its event wakes.
-        Err(_) if observed.service.is_none() && super::plan::endpoint_known(spec, &service) => {
-            let next = super::observe::after_own_writes(spec, observed, written, service);
-            return Ok(Flow::Again(next));
-        }
-        Err(waiting) => {
-            report.push(waiting);
-            return Ok(Flow::Stop(Action::await_change()));
-        }
+    // 4. The rest needs the endpoint: planned already, or given by the Service of step 3.
+    let cp = match with_endpoint(spec, round, plan.control_plane, written, service, report) {
+        Flow::Continue(cp) => cp,
+        Flow::Stop(action) => return Ok(Flow::Stop(action)),
+        Flow::Again(next) => return Ok(Flow::Again(next)),
     };
+    // 5. The endpoint into the KamajiControlPlane, before anything that serves at it.
     if !set_kcp_endpoint(kcp, ctx, &cp.endpoint, report).await? {
         return Ok(Flow::Stop(Action::await_change()));
     }
-    let mut super_admin = None;
-    for leaf in cp.leaves {
-        let role = leaf.role;
-        match apply_secret(ctx, ns, leaf.secret, observed, owner).await? {
-            Outcome::Stored(s) if role == LeafRole::SuperAdmin => super_admin = Some(s),
-            Outcome::Stored(_) => {}
-            Outcome::Conflict(msg) => {
-                let type_ = match role {
-                    LeafRole::Admin => types::KUBECONFIG_AVAILABLE,
-                    _ => types::CERTIFICATES_AVAILABLE,
-                };
-                return Ok(Flow::Stop(conflict(report, type_, msg)));
-            }
-        }
-    }
-    report.push(Cond::yes(
-        types::CERTIFICATES_AVAILABLE,
-        reasons::READY,
-        "CA, service-account key, front-proxy CA and every leaf certificate are present",
-    ));
-    report.push(Cond::yes(
-        types::KUBECONFIG_AVAILABLE,
-        reasons::READY,
-        format!("Secret {}", spec.names.kubeconfig_secret()),
-    ));
-    let read = Known::Read(observed.deployment.as_ref());
-    let deployment = match apply_known(ctx, ns, cp.deployment, read, owner).await? {
-        Outcome::Stored(d) => d,
-        Outcome::Conflict(msg) => {
-            return Ok(Flow::Stop(conflict(report, types::DEPLOYMENT_READY, msg)));
-        }
+    // 6. The leaves and kubeconfigs, before the Deployment whose pods mount them.
+    let super_admin = match leaves(ctx, ns, round, &plan.owner, cp.leaves, report).await? {
+        Ok(super_admin) => super_admin,
+        Err(stop) => return Ok(Flow::Stop(stop)),
     };
-    let template_changed = observed
-        .deployment
-        .as_ref()
-        .is_some_and(|old| template_of(old) != template_of(&deployment));
-    remove_legacy_secrets(ctx, spec, &cp.legacy, &deployment).await?;
-    // spec.rollout.after passing, a service-account key rotation waiting for pods to end or
-    // its overlap to pass: no event says so.
-    let rollout_due = cp
-        .rollout_due
-        .into_iter()
-        .chain(plan.service_account.due)
-        .chain(plan.certificate_authorities.due)
-        .chain(plan.encryption_keys.due)
-        .min();
-    let requeue = tenant(
+    report.applied.key_material = Some(spec.names.kubeconfig_secret());
+    // 7. The Deployment, then the Secrets its pods no longer mount once it has rolled out.
+    let (deployment, template_changed) =
+        match deployment(ctx, spec, observed, &plan.owner, cp.deployment, &cp.legacy).await? {
+            Outcome::Stored(stored) => stored,
+            Outcome::Conflict(msg) => return Ok(Flow::Stop(deployment_conflict(report, msg))),
+        };
+    // 8. The tenant's artifacts, once its API answered: written as the super-admin of step 6.
+    let admin = super_admin.as_ref();
+    let (side, requeue) =
+        tenant_side(kcp, ctx, spec, cp.tenant.as_ref(), admin, &deployment).await?;
+    report.applied.tenant = Some(side);
+    // 9. Last, the endpoint into the infrastructure cluster: a provider refusing it (its
+    //    admission, missing RBAC) holds up nothing of the control plane; the failure is the
+    //    pass's (Reconciled=False, retried with backoff).
+    set_infrastructure_endpoint(ctx, ns, infrastructure, &cp.endpoint).await?;
+    // 10. When to look again: `spec.rollout.after` passing, a rotation waiting for pods to end
+    //     or its overlap to pass, a leaf's renewal time; no event says so.
+    let (sa, ca) = (&plan.service_account, &plan.certificate_authorities);
+    let due = [sa.due, ca.due, plan.encryption_keys.due, cp.rollout_due];
+    let requeue = timed_requeue(
         kcp,
-        ctx,
-        spec,
-        cp.tenant.as_ref(),
-        super_admin.as_ref(),
-        &deployment,
-        report,
-    )
-    .await?;
-    // Last, so that a provider refusing it (its admission, missing RBAC) holds up nothing of
-    // the control plane; the failure is the pass's (Reconciled=False, retried with backoff).
-    if let Some(infrastructure) = infrastructure {
-        crate::infrastructure::set_endpoint(
-            ctx,
-            ns,
-            infrastructure,
-            &cp.endpoint.host,
-            cp.endpoint.port,
-        )
-        .await?;
-    }
-    let requeue = timed_requeue(kcp, requeue, rollout_due, cp.renewal_due);
+        requeue,
+        due.into_iter().flatten().min(),
+        cp.renewal_due,
+    );
     Ok(Flow::Continue(Applied {
         deployment: Some(deployment),
         template_changed,
@@ -191,30 +192,159 @@ pub async fn apply(
     }))
 }
 
-/// Writes the Secrets of a rotation step, in order (a root only after the rotation Secret
-/// holds what it replaces); returns them as stored. Stops at a Secret another object controls
-/// (`Err` with the action).
-async fn rotation_writes(
+/// Sets `spec.rollout.after` on the Cluster's MachineDeployments when a CA rotation replaces
+/// its workers ([`machines::roll_machine_deployments`]).
+async fn roll_workers(
+    ctx: &Context,
+    spec: &ValidSpec,
+    authorities: &super::plan::ca_rotation::CertificateAuthorities,
+) -> Result<(), Error> {
+    let Some(after) = authorities.roll_workers_after else {
+        return Ok(());
+    };
+    machines::roll_machine_deployments(ctx.client(), &spec.namespace, &spec.cluster_name, after)
+        .await?;
+    Ok(())
+}
+
+/// The part of the plan that needs the endpoint (`planned`), or the flow of a pass without it:
+/// when the Service this round created (or changed) gives what the plan waited for, the steps
+/// run again in this pass ([`Flow::Again`], from this round's observation and what it
+/// `written`) instead of in the pass its event wakes; otherwise the pass waits
+/// (`EndpointReady=False` reported).
+fn with_endpoint(
+    spec: &ValidSpec,
+    round: &Round,
+    planned: Result<ControlPlane, Cond>,
+    written: Vec<Secret>,
+    service: Service,
+    report: &mut Report,
+) -> Flow<ControlPlane> {
+    let observed = &round.observed;
+    match planned {
+        Ok(cp) => Flow::Continue(cp),
+        Err(_) if observed.service.is_none() && super::plan::endpoint_known(spec, &service) => {
+            let next = super::observe::after_own_writes(spec, observed, written, service);
+            Flow::Again(next.map(|observed| {
+                Box::new(Round {
+                    observed: *observed,
+                    namespace_secrets: round.namespace_secrets.clone(),
+                })
+            }))
+        }
+        Err(waiting) => {
+            report.push(waiting);
+            Flow::Stop(Action::await_change())
+        }
+    }
+}
+
+/// Writes the leaves and kubeconfigs in order; returns the super-admin kubeconfig as stored
+/// (the provider's identity in the tenant), or stops at one another object controls.
+async fn leaves(
     ctx: &Context,
     ns: &str,
-    observed: &Observed,
+    round: &Round,
     owner: &OwnerReference,
-    writes: Vec<Secret>,
-    what: &str,
+    leaves: Vec<LeafSecret>,
     report: &mut Report,
-) -> Result<Result<Vec<Secret>, Action>, Error> {
-    let mut stored = Vec::with_capacity(writes.len());
-    for secret in writes {
-        let name = secret.name_any();
-        info!(secret = %format!("{ns}/{name}"), "{what}: writing the next step");
-        match apply_secret(ctx, ns, secret, observed, owner).await? {
-            Outcome::Stored(s) => stored.push(s),
+) -> Result<Result<Option<Secret>, Action>, Error> {
+    let mut super_admin = None;
+    for leaf in leaves {
+        let role = leaf.role;
+        match apply_secret(ctx, ns, leaf.secret, round, owner).await? {
+            Outcome::Stored(s) if role == LeafRole::SuperAdmin => super_admin = Some(s),
+            Outcome::Stored(_) => {}
             Outcome::Conflict(msg) => {
-                return Ok(Err(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
+                let type_ = match role {
+                    LeafRole::Admin => types::KUBECONFIG_AVAILABLE,
+                    _ => types::CERTIFICATES_AVAILABLE,
+                };
+                return Ok(Err(conflict(report, type_, msg)));
             }
         }
     }
-    Ok(Ok(stored))
+    Ok(Ok(super_admin))
+}
+
+/// Writes the Deployment (read by the observe step) and, once it has rolled out, deletes the
+/// Secrets no pod mounts any more (`legacy`); returns it as stored and whether this pass
+/// changed its pod template (a rollout begins).
+async fn deployment(
+    ctx: &Context,
+    spec: &ValidSpec,
+    observed: &Observed,
+    owner: &OwnerReference,
+    desired: Deployment,
+    legacy: &[Secret],
+) -> Result<Outcome<(Deployment, bool)>, Error> {
+    let read = Known::Read(observed.deployment.as_ref());
+    let deployment = match apply_known(ctx, &spec.namespace, desired, read, owner).await? {
+        Outcome::Stored(d) => d,
+        Outcome::Conflict(msg) => return Ok(Outcome::Conflict(msg)),
+    };
+    let template_changed = observed
+        .deployment
+        .as_ref()
+        .is_some_and(|old| template_of(old) != template_of(&deployment));
+    remove_legacy_secrets(ctx, spec, legacy, &deployment).await?;
+    Ok(Outcome::Stored((deployment, template_changed)))
+}
+
+/// Writes the endpoint into the infrastructure cluster when there is one
+/// ([`crate::infrastructure::set_endpoint`]: once, while empty).
+async fn set_infrastructure_endpoint(
+    ctx: &Context,
+    ns: &str,
+    infrastructure: Option<&InfrastructureCluster>,
+    endpoint: &Endpoint,
+) -> Result<(), Error> {
+    let Some(infrastructure) = infrastructure else {
+        return Ok(());
+    };
+    crate::infrastructure::set_endpoint(
+        ctx.client(),
+        ns,
+        infrastructure,
+        &endpoint.host,
+        endpoint.port,
+    )
+    .await
+}
+
+/// The next step of a rotation: what it writes, in order (a root only after the rotation
+/// Secret holds what it replaces), and the conditions it reports.
+struct RotationStep<'a> {
+    what: &'a str,
+    writes: Vec<Secret>,
+    conditions: Vec<Cond>,
+}
+
+/// Writes a rotation's next step (adding the Secrets to `written` as stored) and reports its
+/// conditions; `Some(action)` stops the pass at a Secret another object controls.
+async fn rotation_step(
+    ctx: &Context,
+    ns: &str,
+    round: &Round,
+    owner: &OwnerReference,
+    step: RotationStep<'_>,
+    report: &mut Report,
+    written: &mut Vec<Secret>,
+) -> Result<Option<Action>, Error> {
+    for secret in step.writes {
+        let name = secret.name_any();
+        info!(secret = %format!("{ns}/{name}"), "{}: writing the next step", step.what);
+        match apply_secret(ctx, ns, secret, round, owner).await? {
+            Outcome::Stored(s) => written.push(s),
+            Outcome::Conflict(msg) => {
+                return Ok(Some(conflict(report, types::CERTIFICATES_AVAILABLE, msg)));
+            }
+        }
+    }
+    for cond in step.conditions {
+        report.push(cond);
+    }
+    Ok(None)
 }
 
 /// `requeue`, or earlier when state that produces no event changes first: `spec.rollout.after`
@@ -252,12 +382,12 @@ async fn front(
     ctx: &Context,
     ns: &str,
     plan: &Plan,
-    observed: &Observed,
+    round: &Round,
     written: &mut Vec<Secret>,
 ) -> Result<Result<k8s_openapi::api::core::v1::Service, (&'static str, String)>, Error> {
     let owner = &plan.owner;
     let ds = plan.datastore_client.clone();
-    match apply_secret(ctx, ns, ds, observed, owner).await? {
+    match apply_secret(ctx, ns, ds, round, owner).await? {
         Outcome::Stored(stored) => written.push(stored),
         Outcome::Conflict(msg) => return Ok(Err((types::DATASTORE_READY, msg))),
     }
@@ -265,7 +395,7 @@ async fn front(
         ctx,
         ns,
         plan.service.clone(),
-        Known::Read(observed.service.as_ref()),
+        Known::Read(round.observed.service.as_ref()),
         owner,
     )
     .await?
@@ -302,6 +432,11 @@ async fn front(
     Ok(Ok(service))
 }
 
+/// [`conflict`] of the Deployment.
+fn deployment_conflict(report: &mut Report, msg: String) -> Action {
+    conflict(report, types::DEPLOYMENT_READY, msg)
+}
+
 /// Reports an object another object controls, and stops the pass (a recheck, since its
 /// removal produces no event for this control plane).
 fn conflict(report: &mut Report, type_: &'static str, msg: String) -> Action {
@@ -318,7 +453,7 @@ fn conflict(report: &mut Report, type_: &'static str, msg: String) -> Action {
 async fn roots(
     ctx: &Context,
     ns: &str,
-    observed: &Observed,
+    round: &Round,
     plan: &Plan,
     report: &mut Report,
     written: &mut Vec<Secret>,
@@ -330,73 +465,87 @@ async fn roots(
     if let Some(stop) = stored_roots(ctx, ns, plan, report, written).await? {
         return Ok(Some(stop));
     }
-    let keys = &plan.service_account;
-    let writes = keys.writes.clone();
-    let what = "service-account key rotation";
-    match rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await? {
-        Ok(stored) => written.extend(stored),
-        Err(stop) => return Ok(Some(stop)),
-    }
-    for cond in keys.condition.iter().cloned() {
-        report.push(cond);
+    let (owner, keys) = (&plan.owner, &plan.service_account);
+    let step = RotationStep {
+        what: "service-account key rotation",
+        writes: keys.writes.clone(),
+        conditions: keys.condition.iter().cloned().collect(),
+    };
+    if let Some(stop) = rotation_step(ctx, ns, round, owner, step, report, written).await? {
+        return Ok(Some(stop));
     }
     let authorities = &plan.certificate_authorities;
     // Before the rotation is recorded as done: the tenant's published trust loses the old CAs
     // (a failure fails the pass, and the next one tries again).
     if let Some(trust) = &authorities.authentication_trust {
-        let secret = observed
-            .secrets
-            .get(&trust.super_admin_secret)
-            .ok_or_else(|| Error::Tenant(format!("Secret {} missing", trust.super_admin_secret)))?;
-        let client = ctx.tenant_clients.get(secret, false).await?;
-        if tenant::set_authentication_trust(
-            &client,
-            &trust.client_ca,
-            &trust.requestheader_client_ca,
-        )
-        .await?
-        {
-            info!(
-                namespace = ns,
-                "certificate-authority rotation: extension-apiserver-authentication trusts only the new CAs"
-            );
-        }
+        publish_trust(ctx, ns, &round.observed, trust).await?;
     }
-    let writes = authorities.writes.clone();
-    let what = "certificate-authority rotation";
-    match rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await? {
-        Ok(stored) => written.extend(stored),
-        Err(stop) => return Ok(Some(stop)),
-    }
-    for cond in authorities.condition.iter().cloned() {
-        report.push(cond);
+    let step = RotationStep {
+        what: "certificate-authority rotation",
+        writes: authorities.writes.clone(),
+        conditions: authorities.condition.iter().cloned().collect(),
+    };
+    if let Some(stop) = rotation_step(ctx, ns, round, owner, step, report, written).await? {
+        return Ok(Some(stop));
     }
     let encryption = &plan.encryption_keys;
     // Before the previous key is dropped: every Secret is stored anew with the one that writes.
     if !encryption.migrate.is_empty() {
-        let secret = observed
-            .secrets
-            .get(&encryption.migrate_with)
-            .ok_or_else(|| Error::Tenant(format!("Secret {} missing", encryption.migrate_with)))?;
-        let client = ctx.tenant_clients.get(secret, false).await?;
-        let rewritten = tenant::rewrite(&client, &encryption.migrate).await?;
+        migrate_encryption(ctx, ns, &round.observed, encryption).await?;
+    }
+    let step = RotationStep {
+        what: "encryption configuration change",
+        writes: encryption.write.clone().into_iter().collect(),
+        conditions: encryption.conditions.clone(),
+    };
+    rotation_step(ctx, ns, round, owner, step, report, written).await
+}
+
+/// Makes the tenant's `extension-apiserver-authentication` trust only the CAs `trust` names
+/// (a CA rotation dropping the old ones), through the super-admin kubeconfig.
+async fn publish_trust(
+    ctx: &Context,
+    ns: &str,
+    observed: &Observed,
+    trust: &super::plan::ca_rotation::AuthenticationTrust,
+) -> Result<(), Error> {
+    let secret = observed
+        .secrets
+        .get(&trust.super_admin_secret)
+        .ok_or_else(|| Error::Tenant(format!("Secret {} missing", trust.super_admin_secret)))?;
+    let client = ctx.tenant_clients().get(secret, false).await?;
+    if tenant::set_authentication_trust(&client, &trust.client_ca, &trust.requestheader_client_ca)
+        .await?
+    {
         info!(
             namespace = ns,
-            rewritten,
-            resources = encryption.migrate.join(","),
-            "encryption at rest: stored objects rewritten with the configuration that writes"
+            "certificate-authority rotation: extension-apiserver-authentication trusts only the new CAs"
         );
     }
-    let writes = encryption.write.clone().into_iter().collect();
-    let what = "encryption configuration change";
-    match rotation_writes(ctx, ns, observed, &plan.owner, writes, what, report).await? {
-        Ok(stored) => written.extend(stored),
-        Err(stop) => return Ok(Some(stop)),
-    }
-    for cond in encryption.conditions.iter().cloned() {
-        report.push(cond);
-    }
-    Ok(None)
+    Ok(())
+}
+
+/// Stores every object of the resources `encryption.migrate` anew in the tenant, through the
+/// kubeconfig `encryption.migrate_with`: written with the configuration that writes now.
+async fn migrate_encryption(
+    ctx: &Context,
+    ns: &str,
+    observed: &Observed,
+    encryption: &super::plan::encryption_rotation::EncryptionKeys,
+) -> Result<(), Error> {
+    let secret = observed
+        .secrets
+        .get(&encryption.migrate_with)
+        .ok_or_else(|| Error::Tenant(format!("Secret {} missing", encryption.migrate_with)))?;
+    let client = ctx.tenant_clients().get(secret, false).await?;
+    let rewritten = tenant::rewrite(&client, &encryption.migrate).await?;
+    info!(
+        namespace = ns,
+        rewritten,
+        resources = encryption.migrate.join(","),
+        "encryption at rest: stored objects rewritten with the configuration that writes"
+    );
+    Ok(())
 }
 
 /// The roots of `plan`: a stored one must not be controlled by another object; a new one is
@@ -408,8 +557,14 @@ async fn stored_roots(
     report: &mut Report,
     written: &mut Vec<Secret>,
 ) -> Result<Option<Action>, Error> {
-    let roots = plan.roots.secrets.iter();
-    for root in roots.chain(std::iter::once(&plan.roots.encryption)) {
+    let roots = &plan.roots;
+    let in_order = [
+        &roots.ca,
+        &roots.front_proxy_ca,
+        &roots.service_account,
+        &roots.encryption,
+    ];
+    for root in in_order {
         let theirs = match root {
             Root::Stored(s) => s.clone(),
             Root::New(s) => match create_if_absent(ctx, ns, s).await? {
@@ -433,72 +588,6 @@ async fn stored_roots(
     Ok(None)
 }
 
-/// The tenant side: once its API answered this pass, the kubeadm artifacts; returns when to
-/// look again (a back-off while the API does not answer, since reachability produces no event).
-#[allow(clippy::too_many_arguments)]
-async fn tenant(
-    kcp: &KamajiControlPlane,
-    ctx: &Context,
-    spec: &ValidSpec,
-    objects: Option<&TenantObjects>,
-    super_admin: Option<&Secret>,
-    deployment: &Deployment,
-    report: &mut Report,
-) -> Result<Duration, Error> {
-    let key = object_key(kcp);
-    let Some(objects) = objects else {
-        let available = Replicas::of(Some(deployment)).available;
-        report.push(if available == 0 {
-            Cond::no(
-                types::TENANT_BOOTSTRAPPED,
-                reasons::WAITING_FOR_PODS,
-                "waiting for a control-plane pod to become available",
-            )
-        } else {
-            Cond::no(
-                types::TENANT_BOOTSTRAPPED,
-                reasons::WAITING_FOR_API_SERVER,
-                "waiting for the API server to answer /readyz through the endpoint",
-            )
-        });
-        // Pod readiness produces Deployment events; reachability through the endpoint does not.
-        return Ok(if available > 0 {
-            ctx.waiting.next(&key)
-        } else {
-            ctx.config.resync
-        });
-    };
-    ctx.waiting.reset(&key);
-    match bootstrap_tenant(ctx, kcp, objects, super_admin).await {
-        Ok(client) => {
-            report.push(Cond::yes(
-                types::TENANT_BOOTSTRAPPED,
-                reasons::READY,
-                format!("applied: {}", objects.summary),
-            ));
-            let Some(k) = &spec.konnectivity else {
-                return Ok(ctx.config.resync);
-            };
-            // Agents connecting produce no event here: look again until all are connected.
-            let connected = konnectivity_agents(k, &client, report).await;
-            Ok(if connected {
-                ctx.config.resync
-            } else {
-                ctx.waiting.next(&key)
-            })
-        }
-        Err(e) => {
-            warn!(kcp = %key, "tenant bootstrap: {e}");
-            report.push(Cond::no(
-                types::TENANT_BOOTSTRAPPED,
-                reasons::WAITING_FOR_API_SERVER,
-                e.to_string(),
-            ));
-            Ok(ctx.waiting.next(&key))
-        }
-    }
-}
-
 /// What [`create_if_absent`] found.
 enum Created {
     /// No Secret of its name existed: this one, as stored.
@@ -509,7 +598,7 @@ enum Created {
 
 /// Creates `secret` unless a Secret of its name exists.
 async fn create_if_absent(ctx: &Context, ns: &str, secret: &Secret) -> Result<Created, Error> {
-    let api = Api::<Lean<Secret>>::namespaced(ctx.client.clone(), ns);
+    let api = Api::<Lean<Secret>>::namespaced(ctx.client().clone(), ns);
     let name = secret.name_any();
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -519,7 +608,8 @@ async fn create_if_absent(ctx: &Context, ns: &str, secret: &Secret) -> Result<Cr
         Ok(Lean(created)) => {
             // Its watch event wakes no pass.
             let uid = created.uid().unwrap_or_default();
-            ctx.created(&uid, &created.resource_version().unwrap_or_default());
+            ctx.memory()
+                .created(&uid, &created.resource_version().unwrap_or_default());
             Ok(Created::Now(created))
         }
         Err(kube::Error::Api(e)) if e.code == 409 => api
@@ -607,35 +697,30 @@ async fn apply_secret(
     ctx: &Context,
     ns: &str,
     secret: Secret,
-    observed: &Observed,
+    round: &Round,
     owner: &OwnerReference,
 ) -> Result<Outcome<Secret>, Error> {
     let name = secret.name_any();
-    let known = match observed.secrets.get(&name) {
+    let known = match round.observed.secrets.get(&name) {
         Some(listed) => Known::Listed(Some(listed)),
-        None if known_absent(ctx, ns, observed, &name).await? => Known::Read(None),
+        None if known_absent(ctx, ns, round, &name).await? => Known::Read(None),
         None => Known::Listed(None),
     };
     apply_known(ctx, ns, secret, known, owner).await
 }
 
 /// Whether no Secret named `name` exists in `ns`, as one metadata-only list of the namespace's
-/// Secrets says, read once per pass ([`Observed::namespace_secrets`]); `false` when the
+/// Secrets says, read once per round ([`Round`]); `false` when the
 /// namespace holds more than [`NAMESPACE_SECRETS_PAGE`] Secrets.
 ///
 /// # Errors
 /// [`Error::Kube`] when the list fails.
-async fn known_absent(
-    ctx: &Context,
-    ns: &str,
-    observed: &Observed,
-    name: &str,
-) -> Result<bool, Error> {
-    let names = observed
+async fn known_absent(ctx: &Context, ns: &str, round: &Round, name: &str) -> Result<bool, Error> {
+    let names = round
         .namespace_secrets
         .get_or_try_init(|| async {
             let list = Api::<Lean<kube::core::PartialObjectMeta<Secret>>>::namespaced(
-                ctx.client.clone(),
+                ctx.client().clone(),
                 ns,
             )
             .list(&kube::api::ListParams::default().limit(NAMESPACE_SECRETS_PAGE))
@@ -646,7 +731,7 @@ async fn known_absent(
                 list.items
                     .into_iter()
                     .map(|Lean(s)| s.name_any())
-                    .collect::<std::collections::BTreeSet<_>>()
+                    .collect::<BTreeSet<_>>()
             }))
         })
         .await?;
@@ -670,13 +755,50 @@ enum Known<'a, K> {
 async fn apply_known<K>(
     ctx: &Context,
     ns: &str,
-    mut desired: K,
+    desired: K,
     known: Known<'_, K>,
     owner: &OwnerReference,
 ) -> Result<Outcome<K>, Error>
 where
     K: OwnedKind,
 {
+    let (desired, hash) = with_desired_hash(desired);
+    let name = desired.name_any();
+    let what = format!("{} {ns}/{name}", K::kind(&()));
+    // Objects are read without `managedFields` ([`Lean`]): no step reads them.
+    let api: Api<Lean<K>> = Api::namespaced(ctx.client().clone(), ns);
+    let (observed, read) = match known {
+        Known::Listed(o) => (o, false),
+        Known::Read(o) => (o, true),
+    };
+    let fetched = if observed.is_none() && !read {
+        api.get_opt(&name)
+            .await
+            .ctx(|| format!("get {what}"))?
+            .map(|o| o.0)
+    } else {
+        None
+    };
+    let current = observed.or(fetched.as_ref());
+    if let Some(cur) = current {
+        if let Some(msg) = foreign_controller(cur, owner) {
+            return Ok(Outcome::Conflict(msg));
+        }
+        if holds_desired(ctx, cur, &desired, &hash, &what)? {
+            return Ok(Outcome::Stored(cur.clone()));
+        }
+    }
+    let stored = match server_side_apply(ctx, &api, &desired, current.is_none(), owner).await? {
+        Outcome::Stored(s) => s,
+        Outcome::Conflict(msg) => return Ok(Outcome::Conflict(msg)),
+    };
+    remember_applied(ctx, &desired, &stored, &hash, &what)?;
+    Ok(Outcome::Stored(stored))
+}
+
+/// `desired` annotated with its desired hash (of the object without that annotation), and
+/// the hash.
+fn with_desired_hash<K: OwnedKind>(mut desired: K) -> (K, String) {
     let hash = {
         let meta = desired.meta_mut();
         if let Some(a) = meta.annotations.as_mut() {
@@ -689,67 +811,70 @@ where
         .annotations
         .get_or_insert_with(Default::default)
         .insert(DESIRED_HASH_ANNOTATION.into(), hash.clone());
-    let name = desired.name_any();
-    // Objects are read without `managedFields` ([`Lean`]): no step reads them.
-    let api: Api<Lean<K>> = Api::namespaced(ctx.client.clone(), ns);
-    let kind = K::kind(&());
-    let (observed, read) = match known {
-        Known::Listed(o) => (o, false),
-        Known::Read(o) => (o, true),
-    };
-    let fetched = if observed.is_none() && !read {
-        api.get_opt(&name)
-            .await
-            .ctx(|| format!("get {kind} {ns}/{name}"))?
-            .map(|o| o.0)
-    } else {
-        None
-    };
-    let current = observed.or(fetched.as_ref());
-    if let Some(cur) = current {
-        if let Some(msg) = foreign_controller(cur, owner) {
-            return Ok(Outcome::Conflict(msg));
+    (desired, hash)
+}
+
+/// Whether the live object `cur` (`what`, for the log) needs no write: it carries the desired
+/// hash `hash` and still holds everything `desired` sets (remembered per version), or its
+/// drift from that desired object was accepted ([`remember_applied`]).
+fn holds_desired<K: OwnedKind>(
+    ctx: &Context,
+    cur: &K,
+    desired: &K,
+    hash: &str,
+    what: &str,
+) -> Result<bool, Error> {
+    if cur
+        .annotations()
+        .get(DESIRED_HASH_ANNOTATION)
+        .map(String::as_str)
+        != Some(hash)
+    {
+        return Ok(false);
+    }
+    let uid = cur.uid().unwrap_or_default();
+    let version = cur.resource_version().unwrap_or_default();
+    if ctx.memory().holds_desired(&uid, &version, hash) {
+        return Ok(true);
+    }
+    let desired_json = serde_json::to_value(desired)?;
+    match drift::drifted(&desired_json, &serde_json::to_value(cur)?) {
+        None => {
+            ctx.memory().verified_desired(&uid, &version, hash);
+            Ok(true)
         }
-        if cur.annotations().get(DESIRED_HASH_ANNOTATION) == Some(&hash) {
-            let uid = cur.uid().unwrap_or_default();
-            let version = cur.resource_version().unwrap_or_default();
-            if ctx.holds_desired(&uid, &version, &hash) {
-                return Ok(Outcome::Stored(cur.clone()));
-            }
-            let desired_json = serde_json::to_value(&desired)?;
-            match drift::drifted(&desired_json, &serde_json::to_value(cur)?) {
-                None => {
-                    ctx.verified_desired(&uid, &version, &hash);
-                    return Ok(Outcome::Stored(cur.clone()));
-                }
-                Some(_) if ctx.drift_settled(&uid, &hash) => {
-                    return Ok(Outcome::Stored(cur.clone()));
-                }
-                Some(field) => {
-                    info!(object = %format!("{kind} {ns}/{name}"), field, "the live object no longer holds what kamaji-rs set: applying it again");
-                    ctx.metrics.drift_corrections.inc();
-                }
-            }
+        Some(_) if ctx.memory().drift_settled(&uid, hash) => Ok(true),
+        Some(field) => {
+            info!(object = %what, field, "the live object no longer holds what kamaji-rs set: applying it again");
+            ctx.metrics().drift_corrections.inc();
+            Ok(false)
         }
     }
-    let stored = match server_side_apply(ctx, &api, &desired, current.is_none(), owner).await? {
-        Outcome::Stored(s) => s,
-        Outcome::Conflict(msg) => return Ok(Outcome::Conflict(msg)),
-    };
-    let desired_json = serde_json::to_value(&desired)?;
-    if let Some(field) = drift::drifted(&desired_json, &serde_json::to_value(&stored)?) {
-        // Something rewrites what kamaji-rs sets as it is stored (a mutating webhook):
-        // applying again would only loop. Accept it until the desired object changes.
-        warn!(object = %format!("{kind} {ns}/{name}"), field, "the stored object differs from what kamaji-rs applied; not re-applying it until the desired object changes");
-        ctx.settle_drift(&stored.uid().unwrap_or_default(), &hash);
+}
+
+/// Remembers the object `stored` just applied from `desired` (hash `hash`; `what`, for the
+/// log): holding the desired object at its version (the next pass reading it skips the
+/// comparison, and its watch event wakes no pass), or, when what is stored differs from what
+/// was applied (a mutating webhook rewrites it: applying again would only loop), its drift is
+/// accepted until the desired object changes.
+fn remember_applied<K: OwnedKind>(
+    ctx: &Context,
+    desired: &K,
+    stored: &K,
+    hash: &str,
+    what: &str,
+) -> Result<(), Error> {
+    let desired_json = serde_json::to_value(desired)?;
+    if let Some(field) = drift::drifted(&desired_json, &serde_json::to_value(stored)?) {
+        warn!(object = %what, field, "the stored object differs from what kamaji-rs applied; not re-applying it until the desired object changes");
+        ctx.memory()
+            .settle_drift(&stored.uid().unwrap_or_default(), hash);
     } else {
-        // The next pass reading this version skips the comparison, and its watch event wakes
-        // no pass.
         let uid = stored.uid().unwrap_or_default();
         let version = stored.resource_version().unwrap_or_default();
-        ctx.verified_desired(&uid, &version, &hash);
+        ctx.memory().verified_desired(&uid, &version, hash);
     }
-    Ok(Outcome::Stored(stored))
+    Ok(())
 }
 
 /// Server-side applies `desired`; a field another manager holds is taken back (forced), unless
@@ -778,7 +903,7 @@ where
     {
         Ok(Lean(o)) => Ok(Outcome::Stored(o)),
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            ctx.metrics.ssa_conflicts.inc();
+            ctx.metrics().ssa_conflicts.inc();
             if was_absent
                 && let Some(Lean(now)) = api
                     .get_opt(&name)
@@ -818,7 +943,7 @@ async fn remove_legacy_secrets(
     if legacy.is_empty() || !rolled_out {
         return Ok(());
     }
-    let api = Api::<Secret>::namespaced(ctx.client.clone(), &spec.namespace);
+    let api = Api::<Secret>::namespaced(ctx.client().clone(), &spec.namespace);
     for old in legacy {
         let name = old.name_any();
         let precondition = DeleteParams {
@@ -843,7 +968,7 @@ async fn remove_legacy_secrets(
 }
 
 /// Reports the endpoint ready and writes it into `spec.controlPlaneEndpoint` when it differs
-/// ([`super::patch_kcp`]: `Ok(false)` when the pass read a replaced version).
+/// ([`super::kcp::patch_kcp`]: `Ok(false)` when the pass read a replaced version).
 async fn set_kcp_endpoint(
     kcp: &KamajiControlPlane,
     ctx: &Context,
@@ -862,59 +987,72 @@ async fn set_kcp_endpoint(
         return Ok(true);
     }
     let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": {"host": endpoint.host, "port": endpoint.port}}});
-    super::patch_kcp(kcp, ctx, report, patch, "set spec.controlPlaneEndpoint").await
+    super::kcp::patch_kcp(kcp, ctx, report, patch, "set spec.controlPlaneEndpoint").await
 }
 
-/// Reports whether the konnectivity agents are connected (`KonnectivityReady`, from their
-/// workload's ready count in the tenant: an agent is ready once it holds a connection to a
-/// server); returns whether all are.
+/// The tenant side: once its API answered this pass, the kubeadm artifacts (`objects`) and,
+/// with konnectivity (`spec`), its agents; returns how far it got and when to look again (a
+/// back-off while the API does not answer or agents are not connected, since neither produces
+/// an event).
+async fn tenant_side(
+    kcp: &KamajiControlPlane,
+    ctx: &Context,
+    spec: &ValidSpec,
+    objects: Option<&TenantObjects>,
+    super_admin: Option<&Secret>,
+    deployment: &Deployment,
+) -> Result<(TenantSide, Duration), Error> {
+    let key = object_key(kcp);
+    let Some(objects) = objects else {
+        let available = Replicas::of(Some(deployment)).available;
+        // Pod readiness produces Deployment events; reachability through the endpoint does not.
+        return Ok(if available == 0 {
+            (TenantSide::WaitingForPods, ctx.config().resync)
+        } else {
+            (TenantSide::WaitingForApiServer, ctx.waiting().next(&key))
+        });
+    };
+    ctx.waiting().reset(&key);
+    let client = match bootstrap_tenant(ctx, kcp, objects, super_admin).await {
+        Ok(client) => client,
+        Err(e) => {
+            warn!(kcp = %key, "tenant bootstrap: {e}");
+            return Ok((TenantSide::Failed(e.to_string()), ctx.waiting().next(&key)));
+        }
+    };
+    let summary = objects.summary.clone();
+    let Some(k) = &spec.konnectivity else {
+        let side = TenantSide::Bootstrapped {
+            summary,
+            agents: None,
+        };
+        return Ok((side, ctx.config().resync));
+    };
+    // Agents connecting produce no event here: look again until all are connected.
+    let agents = konnectivity_agents(k, &client).await;
+    let requeue = if agents.all_connected() {
+        ctx.config().resync
+    } else {
+        ctx.waiting().next(&key)
+    };
+    let side = TenantSide::Bootstrapped {
+        summary,
+        agents: Some(agents),
+    };
+    Ok((side, requeue))
+}
+
+/// The konnectivity agents' workload in the tenant (an agent is ready once it holds a
+/// connection to a server).
 async fn konnectivity_agents(
     k: &kamaji_bootstrap::konnectivity::Konnectivity,
     client: &kube::Client,
-    report: &mut Report,
-) -> bool {
-    let counts = tenant::konnectivity_agents(client, k.agent.mode).await;
-    let (cond, connected) = match counts {
-        Ok(Some((ready, desired))) if desired > 0 && ready >= desired => (
-            Cond::yes(
-                types::KONNECTIVITY_READY,
-                reasons::AGENTS_CONNECTED,
-                format!("{ready} of {desired} konnectivity agents connected"),
-            ),
-            true,
-        ),
-        Ok(Some((ready, desired))) => (
-            Cond::no(
-                types::KONNECTIVITY_READY,
-                reasons::WAITING_FOR_AGENTS,
-                if desired == 0 {
-                    "no konnectivity agent is scheduled (the tenant has no node for them yet)"
-                        .to_owned()
-                } else {
-                    format!("{ready} of {desired} konnectivity agents connected")
-                },
-            ),
-            false,
-        ),
-        Ok(None) => (
-            Cond::no(
-                types::KONNECTIVITY_READY,
-                reasons::WAITING_FOR_AGENTS,
-                "the konnectivity agents' workload does not exist in the tenant yet",
-            ),
-            false,
-        ),
-        Err(e) => (
-            Cond::unknown(
-                types::KONNECTIVITY_READY,
-                reasons::WAITING_FOR_AGENTS,
-                format!("cannot read the konnectivity agents: {e}"),
-            ),
-            false,
-        ),
-    };
-    report.push(cond);
-    connected
+) -> Agents {
+    match tenant::konnectivity_agents(client, k.agent.mode).await {
+        Ok(Some((ready, desired))) => Agents::Counted { ready, desired },
+        Ok(None) => Agents::Missing,
+        Err(e) => Agents::Unreadable(e.to_string()),
+    }
 }
 
 /// Applies the kubeadm join artifacts to the tenant unless its cluster-info already holds the
@@ -932,10 +1070,10 @@ async fn bootstrap_tenant(
     let super_admin =
         super_admin.ok_or_else(|| Error::Tenant("super-admin kubeconfig missing".into()))?;
     let coming_up = !super::observe::is_initialized(kcp);
-    let client = ctx.tenant_clients.get(super_admin, coming_up).await?;
+    let client = ctx.tenant_clients().get(super_admin, coming_up).await?;
     let applied = apply_tenant_artifacts(kcp, tenant, &client).await;
     if applied.is_err() {
-        ctx.tenant_clients.forget(super_admin);
+        ctx.tenant_clients().forget(super_admin);
     }
     applied.map(|()| client)
 }
@@ -977,4 +1115,52 @@ async fn apply_tenant_artifacts(
         "applied tenant artifacts"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::reconcile::plan::tests::{observed, stored_service};
+    use crate::reconcile::validate::tests::{fixture, valid};
+
+    /// A new control plane's second round starts from the first round's observation and the
+    /// first round's list of the namespace's Secrets; a round that waits for an endpoint the
+    /// Service does not give yet stops.
+    #[test]
+    fn a_second_round_reuses_the_first_rounds_list_of_the_namespace() {
+        let spec = valid(&fixture(serde_json::json!({})));
+        let first = Round::new(observed(BTreeMap::new(), None));
+        let listed: BTreeSet<String> = std::iter::once("other".to_owned()).collect();
+        first.namespace_secrets.set(Some(listed.clone())).unwrap();
+        let waiting = || {
+            Err(Cond::no(
+                types::ENDPOINT_READY,
+                reasons::WAITING_FOR_ENDPOINT,
+                "",
+            ))
+        };
+        let mut report = Report::default();
+        let service = stored_service(&spec);
+        let Flow::Again(Some(next)) =
+            with_endpoint(&spec, &first, waiting(), Vec::new(), service, &mut report)
+        else {
+            panic!("a second round from the first round's observation");
+        };
+        assert_eq!(next.observed.service, Some(stored_service(&spec)));
+        assert_eq!(next.namespace_secrets.get(), Some(&Some(listed)));
+        let without_address = Service::default();
+        assert!(matches!(
+            with_endpoint(
+                &spec,
+                &first,
+                waiting(),
+                Vec::new(),
+                without_address,
+                &mut report
+            ),
+            Flow::Stop(_)
+        ));
+    }
 }

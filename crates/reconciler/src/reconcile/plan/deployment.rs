@@ -21,8 +21,11 @@ use kamaji_bootstrap::controlplane::{
     ControlPlaneSpec, Layout, PkiVolume, component_args, health_endpoint,
 };
 
-use super::{API_SERVER_PORT_NAME, PKI_HASH_ANNOTATION, common_labels, meta, selector_labels};
-use crate::reconcile::validate::ValidSpec;
+use super::{API_SERVER_PORT_NAME, PKI_HASH_ANNOTATION, common_labels, meta};
+use crate::reconcile::validate::{
+    CA_ROTATION_VOLUME, ENCRYPTION_VOLUME, KINE_VOLUME, SERVICE_ACCOUNT_ROTATION_VOLUME, ValidSpec,
+    selector_labels,
+};
 
 /// Pod-template annotation holding the `spec.rollout.after` (RFC 3339) the pods were last
 /// replaced for; changing it is what replaces them.
@@ -225,19 +228,6 @@ fn container(spec: &ValidSpec, cp: &ControlPlaneSpec, c: Component) -> Container
     }
 }
 
-/// The volume of the service-account rotation Secret, mounted into kube-apiserver while a
-/// rotation runs (only its public key, [`super::sa_rotation::VERIFY_KEY`]).
-pub const SERVICE_ACCOUNT_ROTATION_VOLUME: &str = "sa-rotation";
-
-/// The volume of the encryption Secret (`<cluster>-encryption.config`), mounted into
-/// kube-apiserver.
-pub const ENCRYPTION_VOLUME: &str = "encryption";
-
-/// The volume of the CA rotation Secret, mounted into kube-apiserver and
-/// kube-controller-manager while a rotation runs (only its trust bundles,
-/// [`super::ca_rotation::CA_BUNDLE`] and [`super::ca_rotation::FRONT_PROXY_CA_BUNDLE`]).
-pub const CA_ROTATION_VOLUME: &str = "ca-rotation";
-
 /// A volume of the internal Secret `which` with only `keys`, each under its own name.
 fn internal_secret_volume(
     spec: &ValidSpec,
@@ -346,9 +336,6 @@ fn topology_spread_constraints(spec: &ValidSpec) -> Option<Vec<TopologySpreadCon
     })
 }
 
-/// The volume of `<cluster>-kine.config`, mounted into the kine container.
-pub const KINE_VOLUME: &str = "kine";
-
 /// Where the kine container finds `<cluster>-kine.config`'s files.
 pub const KINE_DIR: &str = "/etc/kine";
 
@@ -367,66 +354,13 @@ pub fn add_kine(
     datastore: &crate::datastore::Resolved,
     image: &str,
 ) {
-    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, SecretKeySelector};
-    use kamaji_bootstrap::controlplane::flags::{Flag, merge_flags};
     let Some(access) = &datastore.sql else {
         return;
     };
     let secret = spec
         .names
         .internal_secret(kamaji_api::names::InternalSecret::Kine);
-    let mut defaults = vec![
-        Flag::new(
-            "listen-address",
-            crate::datastore::sql::KINE_LISTEN_ADDRESS.to_owned(),
-        ),
-        Flag::new("metrics-bind-address", "0".to_owned()),
-    ];
-    if access.ca_cert.is_some() {
-        defaults.push(Flag::new("ca-file", format!("{KINE_DIR}/ca.crt")));
-    }
-    if access.client.is_some() {
-        defaults.push(Flag::new("cert-file", format!("{KINE_DIR}/tls.crt")));
-        defaults.push(Flag::new("key-file", format!("{KINE_DIR}/tls.key")));
-    }
-    let extra = spec
-        .kine
-        .as_ref()
-        .and_then(|k| k.extra_args.clone())
-        .unwrap_or_default();
-    let container = Container {
-        name: "kine".into(),
-        image: Some(image.to_owned()),
-        image_pull_policy: Some("IfNotPresent".into()),
-        command: Some(vec!["/bin/kine".into()]),
-        args: Some(
-            merge_flags(&defaults, &extra, |_| false)
-                .iter()
-                .map(Flag::render)
-                .collect(),
-        ),
-        env: Some(vec![EnvVar {
-            name: "KINE_ENDPOINT".into(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: secret.clone(),
-                    key: super::pki::KINE_ENDPOINT_KEY.into(),
-                    optional: Some(false),
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        }]),
-        resources: spec.kine.as_ref().and_then(|k| k.resources.clone()),
-        volume_mounts: Some(vec![VolumeMount {
-            name: KINE_VOLUME.into(),
-            mount_path: KINE_DIR.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        }]),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Container::default()
-    };
+    let container = kine_container(spec, access, image, &secret);
     if let Some(pod) = deployment
         .spec
         .as_mut()
@@ -443,6 +377,78 @@ pub fn add_kine(
             ..Volume::default()
         });
     }
+}
+
+/// kine's container ([`add_kine`]), reading `<cluster>-kine.config` (`secret`).
+fn kine_container(
+    spec: &ValidSpec,
+    access: &crate::datastore::sql::SqlAccess,
+    image: &str,
+    secret: &str,
+) -> Container {
+    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, SecretKeySelector};
+    use kamaji_bootstrap::controlplane::flags::{Flag, merge_flags};
+    let extra = spec
+        .kine
+        .as_ref()
+        .and_then(|k| k.extra_args.clone())
+        .unwrap_or_default();
+    Container {
+        name: "kine".into(),
+        image: Some(image.to_owned()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec!["/bin/kine".into()]),
+        args: Some(
+            merge_flags(&kine_flags(access), &extra, |_| false)
+                .iter()
+                .map(Flag::render)
+                .collect(),
+        ),
+        env: Some(vec![EnvVar {
+            name: "KINE_ENDPOINT".into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: secret.to_owned(),
+                    key: super::pki::KINE_ENDPOINT_KEY.into(),
+                    optional: Some(false),
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        }]),
+        resources: spec.kine.as_ref().and_then(|k| k.resources.clone()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: KINE_VOLUME.into(),
+            mount_path: KINE_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        }]),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Container::default()
+    }
+}
+
+/// kine's own flags: its loopback listen address, metrics off, and the DataStore's CA and
+/// client certificate when it has them.
+fn kine_flags(
+    access: &crate::datastore::sql::SqlAccess,
+) -> Vec<kamaji_bootstrap::controlplane::flags::Flag> {
+    use kamaji_bootstrap::controlplane::flags::Flag;
+    let mut defaults = vec![
+        Flag::new(
+            "listen-address",
+            crate::datastore::sql::KINE_LISTEN_ADDRESS.to_owned(),
+        ),
+        Flag::new("metrics-bind-address", "0".to_owned()),
+    ];
+    if access.ca_cert.is_some() {
+        defaults.push(Flag::new("ca-file", format!("{KINE_DIR}/ca.crt")));
+    }
+    if access.client.is_some() {
+        defaults.push(Flag::new("cert-file", format!("{KINE_DIR}/tls.crt")));
+        defaults.push(Flag::new("key-file", format!("{KINE_DIR}/tls.key")));
+    }
+    defaults
 }
 
 /// The control-plane Deployment. `pki_hash` is the hash of the mounted Secrets' content.

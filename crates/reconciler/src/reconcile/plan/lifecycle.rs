@@ -52,7 +52,7 @@ mod tests {
     use kamaji_api::lifecycle::{Decision, Operation, decide};
     use kube::ResourceExt as _;
 
-    use super::super::tests::{datastore, observed, owner, settings, stored_service};
+    use super::super::tests::{datastore, observed, owner, settings, stored_service, three_roots};
     use super::super::{Plan, plan};
     use crate::datastore::Resolved;
     use crate::reconcile::observe::{ControlPlanePods, Observed};
@@ -131,10 +131,8 @@ mod tests {
             let p = plan(&spec, &self.observed(&spec), &self.ds, owner(), &settings())
                 .unwrap()
                 .unwrap();
-            let mut writes: Vec<Secret> = p
-                .roots
-                .secrets
-                .iter()
+            let mut writes: Vec<Secret> = three_roots(&p.roots)
+                .into_iter()
                 .chain(std::iter::once(&p.roots.encryption))
                 .map(|r| r.secret().clone())
                 .collect();

@@ -114,8 +114,8 @@ impl Plan {
     /// Whether the plan made a root (before initialization, when one was missing).
     #[must_use]
     pub fn generates_roots(&self) -> bool {
-        self.roots
-            .secrets
+        let r = &self.roots;
+        [&r.ca, &r.front_proxy_ca, &r.service_account]
             .iter()
             .any(|r| matches!(r, pki::Root::New(_)))
     }
@@ -196,12 +196,6 @@ pub fn common_labels(spec: &ValidSpec) -> BTreeMap<String, String> {
     ])
 }
 
-/// The pod selector of the control-plane Deployment and Service.
-#[must_use]
-pub fn selector_labels(spec: &ValidSpec) -> BTreeMap<String, String> {
-    BTreeMap::from([(KAMAJI_NAME_LABEL.to_owned(), spec.names.pod_label_value())])
-}
-
 fn meta(spec: &ValidSpec, name: String, owner: &OwnerReference) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
@@ -247,12 +241,27 @@ fn owned(mut secret: Secret, owner: &OwnerReference) -> Secret {
     secret
 }
 
-/// The plan of one pass. `Err(cond)` stops the pass with nothing written: a root is missing
-/// after initialization.
+/// Each of `secrets` [`owned`] by `owner`.
+fn owned_all(secrets: Vec<Secret>, owner: &OwnerReference) -> Vec<Secret> {
+    secrets.into_iter().map(|s| owned(s, owner)).collect()
+}
+
+/// What one pass plans from: the validated spec, what was observed, the DataStore, the owner
+/// reference every object carries and the manager's settings.
+struct Pass<'a> {
+    spec: &'a ValidSpec,
+    observed: &'a Observed,
+    datastore: &'a Resolved,
+    owner: &'a OwnerReference,
+    settings: &'a Settings,
+}
+
+/// The plan of one pass, in numbered steps: each step's comment says why it comes where it
+/// does. `Err(cond)` stops the pass with nothing written: a root is missing after
+/// initialization.
 ///
 /// # Errors
 /// [`Error`] when stored key material is unusable or issuing fails.
-#[allow(clippy::too_many_lines)]
 pub fn plan(
     spec: &ValidSpec,
     observed: &Observed,
@@ -260,175 +269,41 @@ pub fn plan(
     owner: OwnerReference,
     settings: &Settings,
 ) -> Result<Result<Plan, Cond>, Error> {
-    let (alg, now) = (settings.algorithm, settings.now);
-    let mut roots = match pki::roots(
+    let pass = Pass {
         spec,
-        &observed.secrets,
-        observed.initialized,
-        encryption_in_use(observed.deployment.as_ref()),
-        alg,
-        now,
-    )? {
-        Ok(r) => r,
+        observed,
+        datastore,
+        owner: &owner,
+        settings,
+    };
+    // 1. The roots first: every other key, certificate and rotation is made from them.
+    let mut roots = match owned_roots(&pass)? {
+        Ok(roots) => roots,
         Err(cond) => return Ok(Err(cond)),
     };
-    for root in roots
-        .secrets
-        .iter_mut()
-        .chain(std::iter::once(&mut roots.encryption))
-    {
-        if let pki::Root::New(s) = root {
-            s.metadata.owner_references = Some(vec![owner.clone()]);
-        }
-    }
-    let mut service_account =
-        match &roots.secrets[2] {
-            pki::Root::Stored(sa) => sa_rotation::plan(
-                spec,
-                &sa_rotation::Inputs {
-                    service_account: sa,
-                    state: observed.secrets.get(&spec.names.internal_secret(
-                        kamaji_api::names::InternalSecret::ServiceAccountRotation,
-                    )),
-                    request: spec.service_account_key_rotation.as_deref(),
-                    uid: &owner.uid,
-                    pods: observed
-                        .control_plane_pods
-                        .as_ref()
-                        .map(|p| (p.service_account.as_slice(), p.rolled_out)),
-                    overlap: settings.service_account_overlap,
-                    algorithm: alg,
-                    now,
-                },
-            )?,
-            pki::Root::New(_) => sa_rotation::ServiceAccountKeys::default(),
-        };
-    service_account.writes = std::mem::take(&mut service_account.writes)
-        .into_iter()
-        .map(|s| owned(s, &owner))
-        .collect();
-    let upgrading = lifecycle::upgrade_in_progress(spec, observed);
-    let mut certificate_authorities = match (&roots.secrets[0], &roots.secrets[1]) {
-        (pki::Root::Stored(ca), pki::Root::Stored(front_proxy_ca)) => ca_rotation::plan(
-            spec,
-            &ca_rotation::Inputs {
-                ca,
-                front_proxy_ca,
-                state: observed.secrets.get(
-                    &spec
-                        .names
-                        .internal_secret(kamaji_api::names::InternalSecret::CaRotation),
-                ),
-                request: spec.ca_rotation.as_deref(),
-                uid: &owner.uid,
-                pods: observed
-                    .control_plane_pods
-                    .as_ref()
-                    .map(|p| (p.certificate_authorities.as_slice(), p.rolled_out)),
-                machines: observed.worker_machines.as_deref(),
-                held: observed.held_machine_sets.as_deref(),
-                upgrading: upgrading.as_deref(),
-                algorithm: alg,
-                now,
-            },
-        )?,
-        _ => ca_rotation::CertificateAuthorities::default(),
-    };
-    certificate_authorities.writes = std::mem::take(&mut certificate_authorities.writes)
-        .into_iter()
-        .map(|s| owned(s, &owner))
-        .collect();
-    // The CAs a rotation promoted sign this pass's leaves, and their Secrets count in the
-    // mounted-material hash as they will be stored.
-    if let Some((ca, front_proxy_ca)) = &certificate_authorities.signing {
-        roots.material.ca = ca.clone();
-        roots.material.front_proxy_ca = front_proxy_ca.clone();
-        for write in &certificate_authorities.writes {
-            for root in roots.secrets.iter_mut().take(2) {
-                if let pki::Root::Stored(stored) = root
-                    && stored.metadata.name == write.metadata.name
-                {
-                    stored.data.clone_from(&write.data);
-                }
-            }
-        }
-    }
-    let mut encryption_keys = match &roots.encryption {
-        pki::Root::Stored(stored) => encryption_rotation::plan(&encryption_rotation::Inputs {
-            stored,
-            request: spec.encryption_key_rotation.as_deref(),
-            resources: &spec.encrypted_resources,
-            pods: observed
-                .control_plane_pods
-                .as_ref()
-                .map(|p| (p.encryption.as_slice(), p.rolled_out)),
-        })?,
-        pki::Root::New(_) => encryption_rotation::EncryptionKeys::default(),
-    };
-    encryption_keys.migrate_with = spec
-        .names
-        .internal_secret(kamaji_api::names::InternalSecret::SuperAdminKubeconfig);
-    if let Some(write) = encryption_keys.write.take() {
-        // The pods of this pass mount what this pass writes.
-        if let pki::Root::Stored(stored) = &mut roots.encryption {
-            stored.data.clone_from(&write.data);
-        }
-        encryption_keys.write = Some(owned(write, &owner));
-    }
-    let kine_name = spec
-        .names
-        .internal_secret(kamaji_api::names::InternalSecret::Kine);
-    let password_salt = match &datastore.sql {
-        Some(_) => pki::password_salt(observed.secrets.get(&kine_name))?,
-        None => String::new(),
-    };
-    let datastore_client = owned(
-        match &datastore.sql {
-            Some(access) => pki::kine_secret(
-                spec,
-                datastore,
-                access,
-                &datastore_user(spec, datastore),
-                &password_salt,
-            ),
-            None => pki::datastore_client(
-                spec,
-                datastore,
-                &observed.secrets,
-                alg,
-                settings.leaf_policy,
-                now,
-            )?,
-        },
-        &owner,
-    );
+    // 2. The service-account key rotation: it needs only the stored service-account root.
+    let service_account = service_account_keys(&pass, &roots)?;
+    // 3. The CA rotation, before any leaf: the CAs it promotes sign this pass's leaves (8).
+    let certificate_authorities = certificate_authorities(&pass, &mut roots)?;
+    // 4. The encryption key rotation, before the Deployment (8): its pods mount what it writes.
+    let encryption_keys = encryption_keys(&pass, &mut roots)?;
+    // 5. The SQL password's salt, made once: the datastore client (6) and the claim (9) use it.
+    let password_salt = password_salt(&pass)?;
+    // 6. The datastore client, before the Service: the API server needs it from its start.
+    let datastore_client = datastore_client(&pass, &password_salt)?;
+    // 7. What exposes the API server; its Service gives the endpoint the rest waits for (8).
     let service = service::service(spec, &owner, observed.service.as_ref());
     let ingress = ingress::ingress(spec, &owner);
     let tls_route = gateway::tls_route(spec, &owner);
-    let service_ip = observed.service.as_ref().and_then(endpoint::cluster_ip);
-    let control_plane = match (
-        service_ip,
-        endpoint::choose(spec, observed.service.as_ref()),
-    ) {
-        (Some(ip), Some(endpoint)) => Ok(control_plane(
-            spec,
-            observed,
-            datastore,
-            &owner,
-            settings,
-            &roots,
-            &datastore_client,
-            &service_account,
-            &certificate_authorities,
-            endpoint,
-            ip,
-        )?),
-        _ => Err(Cond::no(
-            types::ENDPOINT_READY,
-            reasons::WAITING_FOR_ENDPOINT,
-            endpoint::waiting_message(spec),
-        )),
+    // 8. What needs the endpoint (leaves, Deployment, tenant), once the Service gives one.
+    let made = Made {
+        roots: &roots,
+        datastore_client: &datastore_client,
+        service_account: &service_account,
+        authorities: &certificate_authorities,
     };
+    let control_plane = endpoint_and_control_plane(&pass, &made)?;
+    // 9. The claim on the datastore schema, written first by the apply step, with the salt (5).
     let schema_claim = schema_claim(spec, datastore, password_salt);
     Ok(Ok(Plan {
         owner,
@@ -443,6 +318,209 @@ pub fn plan(
         tls_route,
         control_plane,
     }))
+}
+
+/// The roots read back or made ([`pki::roots`]), a new one owned by the control plane.
+fn owned_roots(pass: &Pass<'_>) -> Result<Result<RootSecrets, Cond>, Error> {
+    let (observed, settings) = (pass.observed, pass.settings);
+    let mut roots = match pki::roots(
+        pass.spec,
+        &observed.secrets,
+        observed.initialized,
+        encryption_in_use(observed.deployment.as_ref()),
+        settings.algorithm,
+        settings.now,
+    )? {
+        Ok(r) => r,
+        Err(cond) => return Ok(Err(cond)),
+    };
+    for root in [
+        &mut roots.ca,
+        &mut roots.front_proxy_ca,
+        &mut roots.service_account,
+        &mut roots.encryption,
+    ] {
+        if let pki::Root::New(s) = root {
+            s.metadata.owner_references = Some(vec![pass.owner.clone()]);
+        }
+    }
+    Ok(Ok(roots))
+}
+
+/// The service-account keys ([`sa_rotation::plan`]) while the service-account root is stored
+/// (a new one has nothing to rotate), their writes owned by the control plane.
+fn service_account_keys(
+    pass: &Pass<'_>,
+    roots: &RootSecrets,
+) -> Result<sa_rotation::ServiceAccountKeys, Error> {
+    let (spec, observed) = (pass.spec, pass.observed);
+    let pki::Root::Stored(sa) = &roots.service_account else {
+        return Ok(sa_rotation::ServiceAccountKeys::default());
+    };
+    let mut keys = sa_rotation::plan(
+        spec,
+        &sa_rotation::Inputs {
+            service_account: sa,
+            state: observed.secrets.get(
+                &spec
+                    .names
+                    .internal_secret(kamaji_api::names::InternalSecret::ServiceAccountRotation),
+            ),
+            request: spec.service_account_key_rotation.as_deref(),
+            uid: &pass.owner.uid,
+            pods: observed
+                .control_plane_pods
+                .as_ref()
+                .map(|p| (p.service_account.as_slice(), p.rolled_out)),
+            overlap: pass.settings.service_account_overlap,
+            algorithm: pass.settings.algorithm,
+            now: pass.settings.now,
+        },
+    )?;
+    keys.writes = owned_all(std::mem::take(&mut keys.writes), pass.owner);
+    Ok(keys)
+}
+
+/// The certificate authorities ([`ca_rotation::plan`]) while both CAs are stored, their
+/// writes owned by the control plane. The CAs a rotation promotes sign this pass's leaves, and
+/// their Secrets count in the mounted-material hash as they will be stored: `roots` takes them.
+fn certificate_authorities(
+    pass: &Pass<'_>,
+    roots: &mut RootSecrets,
+) -> Result<ca_rotation::CertificateAuthorities, Error> {
+    let (spec, observed) = (pass.spec, pass.observed);
+    let (pki::Root::Stored(ca), pki::Root::Stored(front_proxy_ca)) =
+        (&roots.ca, &roots.front_proxy_ca)
+    else {
+        return Ok(ca_rotation::CertificateAuthorities::default());
+    };
+    let upgrading = lifecycle::upgrade_in_progress(spec, observed);
+    let mut authorities = ca_rotation::plan(
+        spec,
+        &ca_rotation::Inputs {
+            ca,
+            front_proxy_ca,
+            state: observed.secrets.get(
+                &spec
+                    .names
+                    .internal_secret(kamaji_api::names::InternalSecret::CaRotation),
+            ),
+            request: spec.ca_rotation.as_deref(),
+            uid: &pass.owner.uid,
+            pods: observed
+                .control_plane_pods
+                .as_ref()
+                .map(|p| (p.certificate_authorities.as_slice(), p.rolled_out)),
+            machines: observed.worker_machines.as_deref(),
+            held: observed.held_machine_sets.as_deref(),
+            upgrading: upgrading.as_deref(),
+            algorithm: pass.settings.algorithm,
+            now: pass.settings.now,
+        },
+    )?;
+    authorities.writes = owned_all(std::mem::take(&mut authorities.writes), pass.owner);
+    if let Some((ca, front_proxy_ca)) = &authorities.signing {
+        roots.material.ca = ca.clone();
+        roots.material.front_proxy_ca = front_proxy_ca.clone();
+        for write in &authorities.writes {
+            for root in [&mut roots.ca, &mut roots.front_proxy_ca] {
+                if let pki::Root::Stored(stored) = root
+                    && stored.metadata.name == write.metadata.name
+                {
+                    stored.data.clone_from(&write.data);
+                }
+            }
+        }
+    }
+    Ok(authorities)
+}
+
+/// The encryption keys ([`encryption_rotation::plan`]) while the encryption Secret is stored;
+/// the Secret a step writes is the one this pass's pods mount (`roots` takes it).
+fn encryption_keys(
+    pass: &Pass<'_>,
+    roots: &mut RootSecrets,
+) -> Result<encryption_rotation::EncryptionKeys, Error> {
+    let spec = pass.spec;
+    let mut keys = match &roots.encryption {
+        pki::Root::Stored(stored) => encryption_rotation::plan(&encryption_rotation::Inputs {
+            stored,
+            request: spec.encryption_key_rotation.as_deref(),
+            resources: &spec.encrypted_resources,
+            pods: pass
+                .observed
+                .control_plane_pods
+                .as_ref()
+                .map(|p| (p.encryption.as_slice(), p.rolled_out)),
+        })?,
+        pki::Root::New(_) => encryption_rotation::EncryptionKeys::default(),
+    };
+    keys.migrate_with = spec
+        .names
+        .internal_secret(kamaji_api::names::InternalSecret::SuperAdminKubeconfig);
+    if let Some(write) = keys.write.take() {
+        if let pki::Root::Stored(stored) = &mut roots.encryption {
+            stored.data.clone_from(&write.data);
+        }
+        keys.write = Some(owned(write, pass.owner));
+    }
+    Ok(keys)
+}
+
+/// The salt of the tenant's SQL password ([`pki::password_salt`]); empty on etcd.
+fn password_salt(pass: &Pass<'_>) -> Result<String, Error> {
+    if pass.datastore.sql.is_none() {
+        return Ok(String::new());
+    }
+    let kine = pass
+        .spec
+        .names
+        .internal_secret(kamaji_api::names::InternalSecret::Kine);
+    pki::password_salt(pass.observed.secrets.get(&kine))
+}
+
+/// `<cluster>-apiserver-etcd-client`: kine's configuration on PostgreSQL and MySQL, else the
+/// etcd client certificate; owned by the control plane.
+fn datastore_client(pass: &Pass<'_>, password_salt: &str) -> Result<Secret, Error> {
+    let (spec, datastore, settings) = (pass.spec, pass.datastore, pass.settings);
+    let secret = match &datastore.sql {
+        Some(access) => pki::kine_secret(
+            spec,
+            datastore,
+            access,
+            &datastore_user(spec, datastore),
+            password_salt,
+        ),
+        None => pki::datastore_client(
+            spec,
+            datastore,
+            &pass.observed.secrets,
+            settings.algorithm,
+            settings.leaf_policy,
+            settings.now,
+        )?,
+    };
+    Ok(owned(secret, pass.owner))
+}
+
+/// What needs the endpoint ([`control_plane`]), once the observed Service has a cluster IP and
+/// an endpoint is chosen; else why the pass waits (`EndpointReady=False`).
+fn endpoint_and_control_plane(
+    pass: &Pass<'_>,
+    made: &Made<'_>,
+) -> Result<Result<ControlPlane, Cond>, Error> {
+    let service = pass.observed.service.as_ref();
+    match (
+        service.and_then(endpoint::cluster_ip),
+        endpoint::choose(pass.spec, service),
+    ) {
+        (Some(ip), Some(endpoint)) => Ok(Ok(control_plane(pass, made, endpoint, ip)?)),
+        _ => Ok(Err(Cond::no(
+            types::ENDPOINT_READY,
+            reasons::WAITING_FOR_ENDPOINT,
+            endpoint::waiting_message(pass.spec),
+        ))),
+    }
 }
 
 /// Whether `service`, as stored, gives the control plane what [`plan`] waits for before the
@@ -549,48 +627,104 @@ pub fn control_plane_spec(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the plan's steps before the endpoint made, that the rest is made from.
+struct Made<'a> {
+    roots: &'a RootSecrets,
+    datastore_client: &'a Secret,
+    service_account: &'a sa_rotation::ServiceAccountKeys,
+    authorities: &'a ca_rotation::CertificateAuthorities,
+}
+
+/// What needs the endpoint: the leaves, the Deployment, the Secrets no pod needs any more and,
+/// once the tenant answers, its kubeadm artifacts.
 fn control_plane(
-    spec: &ValidSpec,
-    observed: &Observed,
-    datastore: &Resolved,
-    owner: &OwnerReference,
-    settings: &Settings,
-    roots: &RootSecrets,
-    datastore_client: &Secret,
-    service_account: &sa_rotation::ServiceAccountKeys,
-    authorities: &ca_rotation::CertificateAuthorities,
+    pass: &Pass<'_>,
+    made: &Made<'_>,
     endpoint: Endpoint,
     service_ip: std::net::IpAddr,
 ) -> Result<ControlPlane, Error> {
-    let legacy = pki::legacy_secrets(spec, &observed.secrets, &owner.uid);
-    let leaves: Vec<LeafSecret> = pki::leaves(
-        spec,
-        &pki::LeavesInputs {
-            roots: &roots.material,
-            endpoint: &endpoint,
-            service_ip: Some(service_ip),
-            stored: &observed.secrets,
-            legacy: &legacy,
-            authorities,
-            settings,
-        },
-    )?
-    .into_iter()
-    .map(|mut l| {
-        l.secret = owned(l.secret, owner);
-        l
-    })
-    .collect();
-    let pki_hash = pki::mounted_hash(&leaves, datastore_client, roots);
+    let (spec, observed, settings) = (pass.spec, pass.observed, pass.settings);
+    let legacy = pki::legacy_secrets(spec, &observed.secrets, &pass.owner.uid);
+    let leaves = owned_leaves(pass, made, &endpoint, service_ip, &legacy)?;
     let renewal_due = pki::renewal_due(
         &leaves,
-        datastore.sql.is_none().then_some(datastore_client),
+        pass.datastore
+            .sql
+            .is_none()
+            .then_some(made.datastore_client),
         settings.leaf_policy,
         settings.now,
     )?;
-    let mut cp = control_plane_spec(spec, datastore, &endpoint);
-    cp.service_account_verify_file = service_account
+    let (deployment, rollout_due) = control_plane_deployment(pass, made, &endpoint, &leaves)?;
+    let tenant = if observed.reachable {
+        let trusted = made
+            .authorities
+            .ca_bundle
+            .as_deref()
+            .unwrap_or(made.roots.material.ca.cert_pem());
+        Some(tenant_objects(spec, pass.datastore, trusted, &endpoint)?)
+    } else {
+        None
+    };
+    Ok(ControlPlane {
+        endpoint,
+        leaves,
+        deployment,
+        rollout_due,
+        renewal_due,
+        legacy: legacy
+            .into_iter()
+            .map(|(_, s)| s)
+            .chain(unused_konnectivity_secret(spec, observed, &pass.owner.uid))
+            .collect(),
+        tenant,
+    })
+}
+
+/// The leaves and kubeconfigs ([`pki::leaves`]), owned by the control plane.
+fn owned_leaves(
+    pass: &Pass<'_>,
+    made: &Made<'_>,
+    endpoint: &Endpoint,
+    service_ip: std::net::IpAddr,
+    legacy: &[(String, Secret)],
+) -> Result<Vec<LeafSecret>, Error> {
+    let leaves = pki::leaves(
+        pass.spec,
+        &pki::LeavesInputs {
+            roots: &made.roots.material,
+            endpoint,
+            service_ip: Some(service_ip),
+            stored: &pass.observed.secrets,
+            legacy,
+            authorities: made.authorities,
+            settings: pass.settings,
+        },
+    )?;
+    Ok(leaves
+        .into_iter()
+        .map(|mut l| {
+            l.secret = owned(l.secret, pass.owner);
+            l
+        })
+        .collect())
+}
+
+/// The control-plane Deployment: the components wired to the datastore, the endpoint and the
+/// rotations' files, kine beside them on SQL, the pod template annotated with the mounted
+/// material's hash and the rotations' fingerprints, and `spec.rollout.after`; with how long
+/// until that instant passes, while it is ahead.
+fn control_plane_deployment(
+    pass: &Pass<'_>,
+    made: &Made<'_>,
+    endpoint: &Endpoint,
+    leaves: &[LeafSecret],
+) -> Result<(Deployment, Option<std::time::Duration>), Error> {
+    let (spec, settings, authorities) = (pass.spec, pass.settings, made.authorities);
+    let pki_hash = pki::mounted_hash(leaves, made.datastore_client, made.roots);
+    let mut cp = control_plane_spec(spec, pass.datastore, endpoint);
+    cp.service_account_verify_file = made
+        .service_account
         .verify_extra
         .as_ref()
         .map(|_| cp.layout.service_account_verify_file());
@@ -602,9 +736,22 @@ fn control_plane(
         cp.layout
             .ca_rotation_file(ca_rotation::FRONT_PROXY_CA_BUNDLE)
     });
-    let mut deployment = deployment::deployment(spec, &cp, owner, &pki_hash);
-    deployment::add_kine(&mut deployment, spec, datastore, &settings.kine_image);
-    let encryption_keys = encryption_rotation::configuration_of(roots.encryption.secret())
+    let mut deployment = deployment::deployment(spec, &cp, pass.owner, &pki_hash);
+    deployment::add_kine(&mut deployment, spec, pass.datastore, &settings.kine_image);
+    annotate_fingerprints(&mut deployment, made)?;
+    let rollout = deployment::rollout(
+        spec.rollout_after,
+        pass.observed.deployment.as_ref(),
+        settings.now,
+    );
+    deployment::annotate_rollout(&mut deployment, &rollout);
+    Ok((deployment, rollout.due_in))
+}
+
+/// Annotates the pod template with the fingerprints of the keys the pods run with (encryption,
+/// service-account, certificate authorities), which the rotations read back from the pods.
+fn annotate_fingerprints(deployment: &mut Deployment, made: &Made<'_>) -> Result<(), Error> {
+    let encryption_keys = encryption_rotation::configuration_of(made.roots.encryption.secret())
         .map(|(config, _)| encryption_rotation::fingerprint(&config))?;
     for (key, fingerprint) in [
         (
@@ -613,11 +760,11 @@ fn control_plane(
         ),
         (
             sa_rotation::SERVICE_ACCOUNT_KEYS_ANNOTATION,
-            &service_account.fingerprint,
+            &made.service_account.fingerprint,
         ),
         (
             ca_rotation::CERTIFICATE_AUTHORITIES_ANNOTATION,
-            &authorities.fingerprint,
+            &made.authorities.fingerprint,
         ),
     ] {
         if let Some(fingerprint) = fingerprint
@@ -630,34 +777,7 @@ fn control_plane(
                 .insert(key.to_owned(), fingerprint.clone());
         }
     }
-    let rollout = deployment::rollout(
-        spec.rollout_after,
-        observed.deployment.as_ref(),
-        settings.now,
-    );
-    deployment::annotate_rollout(&mut deployment, &rollout);
-    let tenant = if observed.reachable {
-        let trusted = authorities
-            .ca_bundle
-            .as_deref()
-            .unwrap_or(roots.material.ca.cert_pem());
-        Some(tenant_objects(spec, datastore, trusted, &endpoint)?)
-    } else {
-        None
-    };
-    Ok(ControlPlane {
-        endpoint,
-        leaves,
-        deployment,
-        rollout_due: rollout.due_in,
-        renewal_due,
-        legacy: legacy
-            .into_iter()
-            .map(|(_, s)| s)
-            .chain(unused_konnectivity_secret(spec, observed, &owner.uid))
-            .collect(),
-        tenant,
-    })
+    Ok(())
 }
 
 /// konnectivity's Secret while konnectivity is off, when this control plane controls it.
@@ -672,6 +792,9 @@ fn unused_konnectivity_secret(spec: &ValidSpec, observed: &Observed, uid: &str) 
         .cloned()
 }
 
+/// The tenant's kubeadm artifacts at `endpoint`, trusting `trusted_ca_pem`: the declared
+/// objects (cluster-info last, carrying the set's hash), the objects of left-out addons to
+/// remove, and what the set installs.
 fn tenant_objects(
     spec: &ValidSpec,
     datastore: &Resolved,
@@ -683,10 +806,34 @@ fn tenant_objects(
         .at_endpoint(&endpoint.host, endpoint.port, datastore.server_urls())
         .map_err(|e| Error::Tenant(format!("{}: {}", e.field, e.reason)))?;
     let artifacts = TenantArtifacts::build(&tenant, trusted_ca_pem, spec.addons)?;
-    let objects = crate::tenant::objects(&artifacts)?;
-    // Every addon's objects, less the declared ones: what a removed addon leaves behind (none
-    // when every addon is declared, so that rendering is skipped).
-    let mut objects = objects;
+    let mut objects = declared_objects(spec, &artifacts, endpoint)?;
+    let removed = removed_objects(spec, &tenant, trusted_ca_pem, &objects)?;
+    let hash = desired_hash(&(&objects, &removed));
+    cluster_info_last(&mut objects, &hash)?;
+    Ok(TenantObjects {
+        hash,
+        removed,
+        summary: tenant_summary(spec),
+        cluster_info: artifacts
+            .cluster_info
+            .data
+            .as_ref()
+            .and_then(|d| {
+                d.get(kamaji_bootstrap::kubeadm::cluster_info::CLUSTER_INFO_KUBECONFIG_KEY)
+            })
+            .cloned(),
+        objects,
+    })
+}
+
+/// The objects `spec` declares in the tenant: `artifacts` and konnectivity's agents, each
+/// annotated as installed by kamaji-rs.
+fn declared_objects(
+    spec: &ValidSpec,
+    artifacts: &TenantArtifacts,
+    endpoint: &Endpoint,
+) -> Result<Vec<DynamicObject>, Error> {
+    let mut objects = crate::tenant::objects(artifacts)?;
     if let Some(k) = &spec.konnectivity {
         let agents = kamaji_bootstrap::konnectivity::agent_objects(
             &k.agent,
@@ -698,22 +845,6 @@ fn tenant_objects(
             objects.push(serde_json::from_value(v)?);
         }
     }
-    let all = if spec.addons == Addons::default() {
-        Vec::new()
-    } else {
-        crate::tenant::objects(&TenantArtifacts::build(
-            &tenant,
-            trusted_ca_pem,
-            Addons::default(),
-        )?)?
-    };
-    let identity = |o: &DynamicObject| {
-        (
-            o.types.clone().map(|t| (t.api_version, t.kind)),
-            o.metadata.namespace.clone(),
-            o.metadata.name.clone(),
-        )
-    };
     for o in &mut objects {
         o.metadata
             .annotations
@@ -723,9 +854,41 @@ fn tenant_objects(
                 "true".to_owned(),
             );
     }
-    let declared: std::collections::BTreeSet<_> = objects.iter().map(identity).collect();
-    // konnectivity's agents: all of their objects when it is off, the other workload kind
-    // when it is on.
+    Ok(objects)
+}
+
+/// The identity of a tenant object: apiVersion and kind, namespace, name.
+type Identity = (Option<(String, String)>, Option<String>, Option<String>);
+
+/// The [`Identity`] of `o`.
+fn identity(o: &DynamicObject) -> Identity {
+    (
+        o.types.clone().map(|t| (t.api_version, t.kind)),
+        o.metadata.namespace.clone(),
+        o.metadata.name.clone(),
+    )
+}
+
+/// The objects to remove from the tenant where kamaji-rs applied them (identities only):
+/// every addon's objects less the `declared` ones (none rendered when every addon is
+/// declared), and konnectivity's agents (all of them when it is off, the other workload kind
+/// when it is on).
+fn removed_objects(
+    spec: &ValidSpec,
+    tenant: &kamaji_bootstrap::kubeadm::Tenant,
+    trusted_ca_pem: &str,
+    declared: &[DynamicObject],
+) -> Result<Vec<DynamicObject>, Error> {
+    let all = if spec.addons == Addons::default() {
+        Vec::new()
+    } else {
+        crate::tenant::objects(&TenantArtifacts::build(
+            tenant,
+            trusted_ca_pem,
+            Addons::default(),
+        )?)?
+    };
+    let declared: std::collections::BTreeSet<_> = declared.iter().map(identity).collect();
     let konnectivity_objects = kamaji_bootstrap::konnectivity::agent_identities()
         .into_iter()
         .map(|(api_version, kind, namespace, name)| DynamicObject {
@@ -740,7 +903,7 @@ fn tenant_objects(
             },
             data: serde_json::Value::Null,
         });
-    let removed: Vec<DynamicObject> = all
+    Ok(all
         .into_iter()
         .chain(konnectivity_objects)
         .filter(|o| !declared.contains(&identity(o)))
@@ -753,7 +916,11 @@ fn tenant_objects(
             },
             data: serde_json::Value::Null,
         })
-        .collect();
+        .collect())
+}
+
+/// What the tenant's artifacts install, for the `TenantBootstrapped` message.
+fn tenant_summary(spec: &ValidSpec) -> String {
     let mut summary = vec!["cluster-info, kubeadm-config, kubelet-config, join RBAC"];
     if spec.addons.kube_proxy {
         summary.push("kube-proxy");
@@ -764,22 +931,7 @@ fn tenant_objects(
     if spec.konnectivity.is_some() {
         summary.push("konnectivity agents");
     }
-    let hash = desired_hash(&(&objects, &removed));
-    cluster_info_last(&mut objects, &hash)?;
-    Ok(TenantObjects {
-        hash,
-        removed,
-        summary: summary.join(", "),
-        cluster_info: artifacts
-            .cluster_info
-            .data
-            .as_ref()
-            .and_then(|d| {
-                d.get(kamaji_bootstrap::kubeadm::cluster_info::CLUSTER_INFO_KUBECONFIG_KEY)
-            })
-            .cloned(),
-        objects,
-    })
+    summary.join(", ")
 }
 
 /// Moves `kube-public/cluster-info` to the end of `objects` and annotates it with `hash`
@@ -809,6 +961,12 @@ fn cluster_info_last(objects: &mut Vec<DynamicObject>, hash: &str) -> Result<(),
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::reconcile::validate::selector_labels;
+
+    /// The three roots, in the order the apply step writes them.
+    pub(crate) fn three_roots(roots: &RootSecrets) -> [&pki::Root; 3] {
+        [&roots.ca, &roots.front_proxy_ca, &roots.service_account]
+    }
     use crate::reconcile::validate::tests::{fixture, valid};
     use kamaji_bootstrap::pki::CertificateAuthority;
     use kube::ResourceExt;
@@ -911,7 +1069,6 @@ pub(crate) mod tests {
             worker_machines: None,
             held_machine_sets: None,
             status_version: None,
-            namespace_secrets: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -1606,10 +1763,8 @@ pub(crate) mod tests {
             ("tenant_db", "tenant_user")
         );
 
-        let mut stored: BTreeMap<String, Secret> = first
-            .roots
-            .secrets
-            .iter()
+        let mut stored: BTreeMap<String, Secret> = three_roots(&first.roots)
+            .into_iter()
             .chain(std::iter::once(&first.roots.encryption))
             .map(|r| (r.secret().name_any(), r.secret().clone()))
             .collect();
@@ -1857,10 +2012,8 @@ pub(crate) mod tests {
         .unwrap()
         .unwrap();
         assert!(
-            first
-                .roots
-                .secrets
-                .iter()
+            three_roots(&first.roots)
+                .into_iter()
                 .all(|r| matches!(r, pki::Root::New(_)))
         );
         assert_eq!(
@@ -1868,10 +2021,8 @@ pub(crate) mod tests {
             reasons::WAITING_FOR_ENDPOINT
         );
 
-        let mut stored: BTreeMap<String, Secret> = first
-            .roots
-            .secrets
-            .iter()
+        let mut stored: BTreeMap<String, Secret> = three_roots(&first.roots)
+            .into_iter()
             .chain(std::iter::once(&first.roots.encryption))
             .map(|r| (r.secret().name_any(), r.secret().clone()))
             .collect();
@@ -1890,10 +2041,8 @@ pub(crate) mod tests {
         .unwrap()
         .unwrap();
         assert!(
-            second
-                .roots
-                .secrets
-                .iter()
+            three_roots(&second.roots)
+                .into_iter()
                 .chain(std::iter::once(&second.roots.encryption))
                 .all(|r| matches!(r, pki::Root::Stored(_)))
         );
@@ -1956,10 +2105,8 @@ pub(crate) mod tests {
         )
         .unwrap()
         .unwrap();
-        let mut stored: BTreeMap<String, Secret> = early
-            .roots
-            .secrets
-            .iter()
+        let mut stored: BTreeMap<String, Secret> = three_roots(&early.roots)
+            .into_iter()
             .map(|r| (r.secret().name_any(), r.secret().clone()))
             .collect();
         stored.insert(
@@ -2001,10 +2148,8 @@ pub(crate) mod tests {
             first.service_account.writes.is_empty(),
             "no rotation of a new key"
         );
-        let mut stored: BTreeMap<String, Secret> = first
-            .roots
-            .secrets
-            .iter()
+        let mut stored: BTreeMap<String, Secret> = three_roots(&first.roots)
+            .into_iter()
             .map(|r| {
                 let mut s = r.secret().clone();
                 s.metadata.owner_references = Some(vec![owner()]);

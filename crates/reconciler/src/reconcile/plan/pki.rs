@@ -42,12 +42,15 @@ impl Root {
     }
 }
 
-/// The three roots: `<cluster>-ca`, `<cluster>-proxy`, `<cluster>-sa`, in that order; and the
-/// key the tenant's Secrets are encrypted with at rest.
+/// The three roots and the key the tenant's Secrets are encrypted with at rest.
 #[derive(Debug, Clone)]
 pub struct RootSecrets {
-    /// The Secrets.
-    pub secrets: [Root; 3],
+    /// `<cluster>-ca`: the cluster CA.
+    pub ca: Root,
+    /// `<cluster>-proxy`: the front-proxy CA.
+    pub front_proxy_ca: Root,
+    /// `<cluster>-sa`: the service-account signing key.
+    pub service_account: Root,
     /// `<cluster>-encryption.config` ([`encryption`]).
     pub encryption: Root,
     /// Their key material.
@@ -108,22 +111,22 @@ pub fn roots(
             _ => secrets::service_account_secret(t, &ServiceAccountKeyPair::generate(algorithm)?),
         }))
     };
-    let secrets = [
-        make(&wanted[0].1, 0)?,
-        make(&wanted[1].1, 1)?,
-        make(&wanted[2].1, 2)?,
-    ];
+    let ca = make(&wanted[0].1, 0)?;
+    let front_proxy_ca = make(&wanted[1].1, 1)?;
+    let service_account = make(&wanted[2].1, 2)?;
     let material = TenantRoots {
-        ca: ca_of(secrets[0].secret())?,
-        front_proxy_ca: ca_of(secrets[1].secret())?,
-        service_account: sa_of(secrets[2].secret())?,
+        ca: ca_of(ca.secret())?,
+        front_proxy_ca: ca_of(front_proxy_ca.secret())?,
+        service_account: sa_of(service_account.secret())?,
     };
     let encryption = match encryption(spec, stored, encryption_in_use)? {
         Ok(e) => e,
         Err(cond) => return Ok(Err(cond)),
     };
     Ok(Ok(RootSecrets {
-        secrets,
+        ca,
+        front_proxy_ca,
+        service_account,
         encryption,
         material,
     }))
@@ -514,8 +517,15 @@ pub fn mounted_hash(
         .values()
         .copied()
         .chain(std::iter::once(datastore_client))
-        .chain(roots.secrets.iter().map(Root::secret))
-        .chain(std::iter::once(roots.encryption.secret()))
+        .chain(
+            [
+                &roots.ca,
+                &roots.front_proxy_ca,
+                &roots.service_account,
+                &roots.encryption,
+            ]
+            .map(Root::secret),
+        )
         .map(|s| (&s.metadata.name, &s.data))
         .collect::<Vec<_>>();
     super::desired_hash(&list)

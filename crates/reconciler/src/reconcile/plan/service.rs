@@ -8,8 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kamaji_api::kcp::ServiceType;
 
-use super::{API_SERVER_PORT_NAME, meta, selector_labels};
-use crate::reconcile::validate::ValidSpec;
+use super::{API_SERVER_PORT_NAME, meta};
+use crate::reconcile::validate::{ValidSpec, selector_labels};
 
 /// The port of a preset endpoint the Service also serves, when it differs from the API
 /// server's (`targetPort` the API server's).
