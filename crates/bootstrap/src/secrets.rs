@@ -108,3 +108,15 @@ pub fn tls_pair_of(secret: &Secret) -> Option<(String, String)> {
     };
     Some((get(TLS_CRT_KEY)?, get(TLS_KEY_KEY)?))
 }
+
+/// Whether the object of UID `uid` is `secret`'s controller (an owner reference with
+/// `controller: true`).
+#[must_use]
+pub fn controlled_by(secret: &Secret, uid: &str) -> bool {
+    secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}

@@ -20,6 +20,19 @@ pub enum PkiError {
     Validation(#[from] kamaji_bootstrap::ValidationError),
 }
 
+impl PkiError {
+    /// [`PkiError::UnusableRoot`]: the stored `secret` cannot be used, for `reason`.
+    pub fn unusable_root(
+        secret: &k8s_openapi::api::core::v1::Secret,
+        reason: impl std::fmt::Display,
+    ) -> Self {
+        Self::UnusableRoot {
+            name: secret.metadata.name.clone().unwrap_or_default(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
 /// Why a reconcile pass failed. Invalid specs are not errors: they are reported as the
 /// `SpecValid=False` condition and wait for a change.
 #[derive(Debug, thiserror::Error)]

@@ -296,9 +296,12 @@ fn bundle(first: &str, second: &str) -> String {
 }
 
 fn ca_of(secret: &Secret, crt: &str, key: &str) -> Result<CertificateAuthority, Error> {
-    let (c, k) = text(secret, crt)
-        .zip(text(secret, key))
-        .ok_or_else(|| super::pki::unusable(secret, format!("{crt} or {key} missing")))?;
+    let (c, k) = text(secret, crt).zip(text(secret, key)).ok_or_else(|| {
+        Error::Pki(crate::error::PkiError::unusable_root(
+            secret,
+            format!("{crt} or {key} missing"),
+        ))
+    })?;
     Ok(CertificateAuthority::from_pem(&c, &k)?)
 }
 

@@ -153,7 +153,8 @@ pub fn fingerprint(configuration: &str) -> String {
 /// # Errors
 /// [`Error::Pki`] when it is missing or does not parse.
 pub fn configuration_of(secret: &Secret) -> Result<(String, Configuration), Error> {
-    let unusable = |reason| super::pki::unusable(secret, reason);
+    let unusable =
+        |reason: String| Error::Pki(crate::error::PkiError::unusable_root(secret, reason));
     let text = text(secret, CONFIGURATION_KEY)
         .ok_or_else(|| unusable(format!("{CONFIGURATION_KEY} missing")))?;
     let config = Configuration::parse(&text).map_err(|e| unusable(e.to_string()))?;

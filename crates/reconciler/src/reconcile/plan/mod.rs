@@ -226,16 +226,6 @@ fn exposure_meta(
     m
 }
 
-/// Whether the control plane of UID `uid` is `secret`'s controller.
-fn controlled_by(secret: &Secret, uid: &str) -> bool {
-    secret
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.uid == uid)
-}
-
 fn owned(mut secret: Secret, owner: &OwnerReference) -> Secret {
     secret.metadata.owner_references = Some(vec![owner.clone()]);
     secret
@@ -788,7 +778,7 @@ fn unused_konnectivity_secret(spec: &ValidSpec, observed: &Observed, uid: &str) 
     observed
         .secrets
         .get(&spec.names.konnectivity_secret())
-        .filter(|s| controlled_by(s, uid))
+        .filter(|s| kamaji_bootstrap::secrets::controlled_by(s, uid))
         .cloned()
 }
 

@@ -221,11 +221,8 @@ pub fn encryption(
 }
 
 /// [`crate::error::PkiError::UnusableRoot`]: the stored `secret` cannot be used, for `reason`.
-pub(super) fn unusable(secret: &Secret, reason: impl std::fmt::Display) -> Error {
-    Error::Pki(crate::error::PkiError::UnusableRoot {
-        name: secret.metadata.name.clone().unwrap_or_default(),
-        reason: reason.to_string(),
-    })
+fn unusable(secret: &Secret, reason: impl std::fmt::Display) -> Error {
+    Error::Pki(crate::error::PkiError::unusable_root(secret, reason))
 }
 
 /// Reads a CA from its Secret (`tls.crt`, `tls.key`).
@@ -380,7 +377,9 @@ pub fn legacy_secrets(
         .iter()
         .filter_map(|which| {
             let old = spec.names.legacy_internal_secret(*which)?;
-            let secret = stored.get(&old).filter(|s| super::controlled_by(s, uid))?;
+            let secret = stored
+                .get(&old)
+                .filter(|s| secrets::controlled_by(s, uid))?;
             Some((spec.names.internal_secret(*which), secret.clone()))
         })
         .collect()

@@ -187,7 +187,7 @@ pub fn refusal(
     material: Material,
 ) -> Option<String> {
     let Material { one, all } = material;
-    if let Some((_, name)) = roots.iter().find(|(s, _)| !super::controlled_by(s, uid)) {
+    if let Some((_, name)) = roots.iter().find(|(s, _)| !secrets::controlled_by(s, uid)) {
         return Some(format!(
             "Secret {name} was not created by this KamajiControlPlane (it is not its \
              controller): kamaji-rs rotates only a {one} it generated; rotate a {one} you \
