@@ -78,8 +78,6 @@ pub mod reasons {
     pub const WAITING_FOR_AGENTS: &str = "WaitingForAgents";
     /// `Available` False.
     pub const NOT_AVAILABLE: &str = "NotAvailable";
-    /// `Available` Unknown.
-    pub const AVAILABLE_UNKNOWN: &str = "AvailableUnknown";
     /// `Initialized` True.
     pub const INITIALIZED: &str = "Initialized";
     /// `Initialized` False.
@@ -108,8 +106,6 @@ pub mod reasons {
     pub const WAITING_FOR_CONTROL_PLANE_DELETION: &str = "WaitingForControlPlaneDeletion";
     /// `Deleting`: this control plane's DataStore data is being removed.
     pub const WAITING_FOR_DATASTORE_CLEANUP: &str = "WaitingForDataStoreCleanup";
-    /// `Deleting`: everything is gone; the finalizer is about to be removed.
-    pub const DELETION_COMPLETED: &str = "DeletionCompleted";
     /// Generic True reason for kamaji-rs' own conditions.
     pub const READY: &str = "Ready";
     /// The owner Cluster is not set yet (CAPI sets the ownerRef).
@@ -134,14 +130,6 @@ pub mod reasons {
     pub const DATASTORE_SCHEMA_IN_USE: &str = "DataStoreSchemaInUse";
     /// The spec is invalid; the message names the field.
     pub const INVALID_SPEC: &str = "InvalidSpec";
-    /// A requested feature is not supported (for example `deployment.externalClusterReference`).
-    pub const UNSUPPORTED: &str = "Unsupported";
-    /// Certificates are being generated or rotated.
-    pub const CERTIFICATES_PENDING: &str = "CertificatesPending";
-    /// An unexpected error; the message says which step.
-    pub const INTERNAL_ERROR: &str = "InternalError";
-    /// Observing a dependency failed.
-    pub const INSPECTION_FAILED: &str = "InspectionFailed";
     /// `Reconciled` True: the last pass ran to its end.
     pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";
     /// `Reconciled` False: a management-cluster API request failed.

@@ -1,15 +1,6 @@
-//! Prometheus metrics of the manager (text exposition on `--metrics-bind-address`).
-//!
-//! | Metric | Type | Labels |
-//! |---|---|---|
-//! | `kamaji_reconcile_total` | counter | — |
-//! | `kamaji_reconcile_errors_total` | counter | `error` (category) |
-//! | `kamaji_reconcile_duration_seconds` | histogram | — |
-//! | `kamaji_pki_generation_duration_seconds` | histogram | — |
-//! | `kamaji_time_to_initialized_seconds` | histogram (KCP creation → initialized) | — |
-//! | `kamaji_tenants` | gauge | `condition`, `status` |
-//! | `kamaji_ssa_conflicts_total` | counter | — |
-//! | `kamaji_drift_corrections_total` | counter (objects applied again because the live object no longer held what kamaji-rs set) | — |
+//! Prometheus metrics of the manager (text exposition on `--metrics-bind-address`). Every
+//! series and what it counts is listed in `docs/configuration.md` ("Metrics"); a test keeps
+//! that list equal to what [`Metrics`] registers.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -287,5 +278,57 @@ mod tests {
         m.set_tenant("b/demo", None);
         assert_eq!(count(&m, "Available", "False"), 0);
         assert_eq!(count(&m, "SpecValid", "True"), 1);
+    }
+}
+
+#[cfg(test)]
+mod documented {
+    /// The series `docs/configuration.md` lists are exactly those the registry exposes.
+    #[test]
+    fn the_documented_series_are_the_registered_ones() {
+        let metrics = super::Metrics::default();
+        // A family shows in the exposition once it has a series.
+        metrics
+            .errors
+            .get_or_create(&super::ErrorLabels {
+                error: "kube".into(),
+            })
+            .inc();
+        metrics
+            .tenants
+            .get_or_create(&super::TenantLabels {
+                condition: "Available".into(),
+                status: "True".into(),
+            })
+            .set(1);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry).unwrap();
+        let mut registered: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| {
+                let (name, kind) = l.split_once(' ').unwrap();
+                if kind == "counter" {
+                    format!("{name}_total")
+                } else {
+                    name.to_owned()
+                }
+            })
+            .collect();
+        registered.sort();
+        let page = include_str!("../../../docs/configuration.md");
+        let mut documented: Vec<String> = page
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `kamaji_"))
+            .map(|l| {
+                let name = l.split(['`', '{']).next().unwrap();
+                format!("kamaji_{name}")
+            })
+            .collect();
+        documented.sort();
+        assert_eq!(
+            documented, registered,
+            "docs/configuration.md's metrics table"
+        );
     }
 }

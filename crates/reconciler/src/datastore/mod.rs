@@ -1,7 +1,8 @@
 //! DataStores: resolving a Kamaji `DataStore` into what the API server needs, and removing a
 //! tenant's keys when it is deleted.
 //!
-//! Only the `etcd` driver is implemented. An etcd DataStore (Kamaji's schema) carries the CA
+//! The `etcd`, `PostgreSQL` and `MySQL` drivers are implemented. An etcd DataStore (Kamaji's
+//! schema) carries the CA
 //! certificate and key and a client certificate; kamaji-rs issues each tenant its own client
 //! certificate from that CA (the CA key is used in memory only and never copied into a tenant
 //! Secret) and gives each tenant its own key prefix (`--etcd-prefix=/<dataStoreSchema>`).
