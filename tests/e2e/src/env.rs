@@ -51,6 +51,8 @@ pub struct Env {
     pub datastore_for_pods: SocketAddr,
     /// The management cluster.
     pub cluster: LocalCluster,
+    /// Audit events before this index belong to earlier tests ([`Env::mark_test_start`]).
+    pub(crate) audit_from: std::sync::atomic::AtomicUsize,
 }
 
 /// Options for [`Env`]; obtain with [`Env::builder`].
@@ -260,6 +262,7 @@ impl Env {
             datastore_ca,
             datastore_for_pods: for_pods,
             cluster,
+            audit_from: std::sync::atomic::AtomicUsize::new(0),
         };
         if opts.default_datastore {
             env.create_datastore("default", for_pods).await?;

@@ -21,6 +21,7 @@
 //! | [`standins`] | what another provider would do (the quickstart's OpenStackCluster) |
 //! | [`machines`] | the stand-in infrastructure provider for worker Machines |
 //! | [`audit`] | the manager's writes from the audit log |
+//! | [`shared`] | one environment for the tests of a suite that do not interfere |
 //!
 //! Generic helpers that are not about this provider (server-side apply, TLS etcd, kubeconfigs
 //! and ServiceAccount tokens, kubeadm, deadline waits) live in kamaji-testenv.
@@ -35,6 +36,7 @@ pub mod install_guide;
 pub mod machines;
 pub mod manager;
 pub mod probes;
+pub mod shared;
 pub mod sim;
 pub mod sql;
 pub mod standins;

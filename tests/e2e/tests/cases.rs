@@ -28,10 +28,8 @@ fn endpoint_of(kcp: &KamajiControlPlane) -> (String, i32) {
     (ep.host.unwrap(), ep.port.unwrap())
 }
 
-#[kamaji_e2e::test]
-async fn b01_kubeconfig_secret_follows_the_capi_contract_and_adopts_an_unowned_one() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn b01_kubeconfig_secret_follows_the_capi_contract_and_adopts_an_unowned_one(env: &Env) {
     // Variant: a stale, unowned <cluster>-kubeconfig exists before the cluster.
     env.namespace("tenant-b").await.unwrap();
     env.apply_value(&serde_json::json!({
@@ -119,10 +117,8 @@ async fn b01_kubeconfig_secret_follows_the_capi_contract_and_adopts_an_unowned_o
     }
 }
 
-#[kamaji_e2e::test]
-async fn b02_cluster_info_embeds_the_ca_is_anonymously_readable_and_comes_back() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn b02_cluster_info_embeds_the_ca_is_anonymously_readable_and_comes_back(env: &Env) {
     let kcp = env.f0_available("tenant-a", "demo", 2).await.unwrap();
     let (host, port) = endpoint_of(&kcp);
     let tenant = env.tenant_client("tenant-a", "demo").await.unwrap();
@@ -217,10 +213,8 @@ async fn anonymous_get(url: &str) -> u16 {
         .map_or(0, |r| r.status().as_u16())
 }
 
-#[kamaji_e2e::test]
-async fn b03_controllers_keep_bootstrapsigner_and_signatures_follow_tokens() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn b03_controllers_keep_bootstrapsigner_and_signatures_follow_tokens(env: &Env) {
     env.namespace("tenant-a").await.unwrap();
     let yaml = F0::new("tenant-a", "demo")
         .spec("  controllerManager: {extraArgs: [\"--controllers=*,-ttl\"]}\n");
@@ -437,10 +431,8 @@ async fn b04_join_artifacts_carry_the_ingress_endpoint_never_an_internal_address
     assert!(internal_kc.contains(&cluster_ip.to_string()));
 }
 
-#[kamaji_e2e::test]
-async fn b05_b06_b07_kubeadm_config_kubelet_config_and_join_rbac_in_the_tenant() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn b05_b06_b07_kubeadm_config_kubelet_config_and_join_rbac_in_the_tenant(env: &Env) {
     // kube-proxy managed, so that B07's item 5 (its ConfigMap readable by the bootstrappers)
     // applies.
     env.namespace("tenant-a").await.unwrap();
@@ -576,10 +568,8 @@ async fn b05_b06_b07_kubeadm_config_kubelet_config_and_join_rbac_in_the_tenant()
     }
 }
 
-#[kamaji_e2e::test]
-async fn b10_serving_certificate_covers_fqdn_service_ip_and_endpoint() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn b10_serving_certificate_covers_fqdn_service_ip_and_endpoint(env: &Env) {
     env.namespace("tenant-a").await.unwrap();
     let yaml = F0::new("tenant-a", "demo")
         .replicas(1)
@@ -637,10 +627,8 @@ async fn b10_serving_certificate_covers_fqdn_service_ip_and_endpoint() {
     assert!(kamaji_reconciler::tenant::readyz(&tenant).await);
 }
 
-#[kamaji_e2e::test]
-async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refused() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refused(env: &Env) {
     env.namespace("tenant-a").await.unwrap();
     let yaml = F0::new("tenant-a", "demo").replicas(1).spec(
         "  controllerManager: {extraArgs: [\"--allocate-node-cidrs=false\"]}
@@ -756,7 +744,7 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
             ),
         "{refused}"
     );
-    stored_without_the_admission_plugin_rules(&env, "tenant-a", "demo", plugins).await;
+    stored_without_the_admission_plugin_rules(env, "tenant-a", "demo", plugins).await;
     // Read, not watched: the CRD's storage was replaced twice, and a watch from before would
     // start at a resource version it no longer has.
     let kcps = Api::<KamajiControlPlane>::namespaced(env.client(), "tenant-a");
@@ -789,10 +777,8 @@ async fn b12_extra_args_override_without_duplicates_and_removed_flags_are_refuse
     );
 }
 
-#[kamaji_e2e::test]
-async fn b16_long_and_digit_leading_names_give_valid_stable_distinct_names() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn b16_long_and_digit_leading_names_give_valid_stable_distinct_names(env: &Env) {
     let long = "aabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijab";
     let ns = "tenant-with-a-fairly-long-namespace-name-for-testing-0000000001";
     assert_eq!((long.len(), ns.len()), (63, 63));
@@ -823,10 +809,8 @@ async fn b16_long_and_digit_leading_names_give_valid_stable_distinct_names() {
     }
 }
 
-#[kamaji_e2e::test]
-async fn b18_network_comes_from_the_cluster_and_bad_dns_ips_are_refused() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn b18_network_comes_from_the_cluster_and_bad_dns_ips_are_refused(env: &Env) {
     env.namespace("tenant-a").await.unwrap();
     let yaml = F0::new("tenant-a", "demo")
         .replicas(1)
@@ -921,10 +905,8 @@ async fn b18_network_comes_from_the_cluster_and_bad_dns_ips_are_refused() {
     );
 }
 
-#[kamaji_e2e::test]
-async fn b22_status_follows_the_contract_through_datastore_outage_and_deployment_loss() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn b22_status_follows_the_contract_through_datastore_outage_and_deployment_loss(env: &Env) {
     env.namespace("tenant-a").await.unwrap();
     env.apply_yaml(&F0::new("tenant-a", "demo").datastore("later").yaml())
         .await

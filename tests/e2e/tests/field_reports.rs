@@ -70,10 +70,8 @@ fn secret_names(name: &str) -> BTreeSet<String> {
 /// Clusters `x`, `x-scheduler`, `x-admin` and `x-super-admin` in one namespace (with v0.1's
 /// names, `x`'s scheduler kubeconfig was `x-scheduler`'s CAPI kubeconfig), plus `w`, one of
 /// whose Secret names is taken by a Secret another object controls.
-#[kamaji_e2e::test]
-async fn sibling_clusters_sharing_a_name_prefix_never_write_each_others_secrets() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn sibling_clusters_sharing_a_name_prefix_never_write_each_others_secrets(env: &Env) {
     let ns = "tenant-a";
     env.namespace(ns).await.unwrap();
 
@@ -243,10 +241,8 @@ async fn sibling_clusters_sharing_a_name_prefix_never_write_each_others_secrets(
 /// generated again, and nothing rolls; restoring the saved Secrets resumes the control plane
 /// unchanged. The same for the key the tenant's Secrets are encrypted with at rest
 /// (`EncryptionKeyMissing`).
-#[kamaji_e2e::test]
-async fn a_ca_deleted_after_initialization_is_never_reminted_and_nothing_rolls() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn a_ca_deleted_after_initialization_is_never_reminted_and_nothing_rolls(env: &Env) {
     let ns = "tenant-a";
     env.f0_available(ns, "demo", 1).await.unwrap();
     let secrets: Api<Secret> = Api::namespaced(env.client(), ns);
@@ -546,10 +542,8 @@ async fn a_stuck_upgrade_is_backed_out_to_the_last_rolled_out_version() {
 /// Once the endpoint is set, the fields that decide it are refused at admission, so the
 /// endpoint is never half-changed; the Cluster, the KamajiControlPlane and the kubeconfig keep
 /// one endpoint.
-#[kamaji_e2e::test]
-async fn endpoint_fields_are_refused_once_the_endpoint_is_set() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn endpoint_fields_are_refused_once_the_endpoint_is_set(env: &Env) {
     let ns = "tenant-a";
     let kcp = env.f0_available(ns, "demo", 1).await.unwrap();
     let endpoint = kcp.spec.control_plane_endpoint.clone().unwrap();
@@ -632,10 +626,8 @@ async fn endpoint_fields_are_refused_once_the_endpoint_is_set() {
 
 /// A pass that fails writes `Reconciled=False` with the failure, next to what it found
 /// before failing, instead of leaving an older pass's conditions in place.
-#[kamaji_e2e::test]
-async fn a_failing_pass_replaces_stale_conditions_with_its_reason() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn a_failing_pass_replaces_stale_conditions_with_its_reason(env: &Env) {
     let ns = "quota";
     env.namespace(ns).await.unwrap();
     // No Secret may be created in this namespace: every pass fails at the first root Secret.
@@ -697,22 +689,20 @@ async fn a_failing_pass_replaces_stale_conditions_with_its_reason() {
 
 /// Deleting a tenant's namespace removes its datastore keys, whatever the namespace
 /// controller deletes first: ten tenants in ten namespaces, deleted at once.
-#[kamaji_e2e::test]
-async fn deleting_the_namespace_removes_the_tenant_keys_in_ten_runs_out_of_ten() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn deleting_the_namespace_removes_the_tenant_keys_in_ten_runs_out_of_ten(env: &Env) {
     let runs: Vec<String> = (0..10).map(|i| format!("gone-{i}")).collect();
     for ns in &runs {
         env.namespace(ns).await.unwrap();
         env.apply_yaml(&f0(ns, "demo", 1)).await.unwrap();
     }
-    let ds = datastore_admin(&env);
+    let ds = datastore_admin(env);
     let mut prefixes = Vec::new();
     for ns in &runs {
         env.wait_kcp_condition(ns, "demo", "Available", "True", 6 * MINUTE)
             .await
             .unwrap();
-        let prefix = etcd_prefix(&env, ns, "demo").await;
+        let prefix = etcd_prefix(env, ns, "demo").await;
         let keys = keys_under(&ds, &prefix).await;
         assert!(keys > 0, "{ns}: the tenant stored keys");
         prefixes.push(prefix);
@@ -750,11 +740,11 @@ async fn deleting_the_namespace_removes_the_tenant_keys_in_ten_runs_out_of_ten()
 
 /// A Deployment scaled to zero or with an argument removed by hand is restored by the next
 /// pass (its own watch event); a pass with nothing to restore writes nothing.
-#[kamaji_e2e::test]
-async fn a_deployment_changed_by_hand_is_restored_and_a_noop_pass_writes_nothing() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn a_deployment_changed_by_hand_is_restored_and_a_noop_pass_writes_nothing(env: &Env) {
     let ns = "tenant-a";
+    // The environment is shared: corrections of earlier tests are not this one's.
+    let corrections_before = env.manager_metric("kamaji_drift_corrections_total").await;
     env.f0_available(ns, "demo", 2).await.unwrap();
     let deployments: Api<Deployment> = Api::namespaced(env.client(), ns);
     let args_before = env
@@ -801,7 +791,7 @@ async fn a_deployment_changed_by_hand_is_restored_and_a_noop_pass_writes_nothing
         .await
         .unwrap();
     let want = args_before.clone();
-    wait_rolled_out(&env, ns, "demo", 2, 3 * MINUTE, move |d| {
+    wait_rolled_out(env, ns, "demo", 2, 3 * MINUTE, move |d| {
         d.spec
             .as_ref()
             .and_then(|s| s.template.spec.as_ref())
@@ -811,7 +801,7 @@ async fn a_deployment_changed_by_hand_is_restored_and_a_noop_pass_writes_nothing
     })
     .await
     .unwrap();
-    assert!(env.manager_metric("kamaji_drift_corrections_total").await >= 2.0);
+    assert!(env.manager_metric("kamaji_drift_corrections_total").await - corrections_before >= 2.0);
     env.wait_kcp_condition(ns, "demo", "Available", "True", 2 * MINUTE)
         .await
         .unwrap();

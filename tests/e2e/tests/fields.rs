@@ -120,10 +120,8 @@ where
 /// `kubeProxy.mode` changes the DaemonSet's pod template (its configuration hash); removing the
 /// declaration removes every object kamaji-rs applied for it, and keeps an object of the same
 /// kind and name space a user created for an addon kamaji-rs never installed.
-#[kamaji_e2e::test]
-async fn addons_are_installed_as_declared_and_removed_with_their_declaration() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn addons_are_installed_as_declared_and_removed_with_their_declaration(env: &Env) {
     let ns = "addons";
     env.namespace(ns).await.unwrap();
     env.apply_yaml(&F0::new(ns, "demo").replicas(1).yaml())
@@ -255,12 +253,10 @@ async fn addons_are_installed_as_declared_and_removed_with_their_declaration() {
 
 /// `network.advertiseAddress`: kube-apiserver advertises it (`--advertise-address`), so the
 /// tenant's `kubernetes` Service endpoints carry it, and the serving certificate names it.
-#[kamaji_e2e::test]
-async fn network_advertise_address_is_what_the_api_server_advertises() {
+#[kamaji_e2e::test(shared)]
+async fn network_advertise_address_is_what_the_api_server_advertises(env: &Env) {
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use kamaji_bootstrap::pki::inspect::CertificateInfo;
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
     let ns = "advertise";
     let advertised = "192.0.2.44";
     env.namespace(ns).await.unwrap();
@@ -319,11 +315,9 @@ async fn network_advertise_address_is_what_the_api_server_advertises() {
 /// labels and annotations and TLS passthrough, routing the host to the API server port; the
 /// host (port 443) is the endpoint; deleting the cluster removes the Ingress. (B04 routes a
 /// node's traffic through it.)
-#[kamaji_e2e::test]
-async fn network_ingress_becomes_an_ingress_of_the_control_plane() {
+#[kamaji_e2e::test(shared)]
+async fn network_ingress_becomes_an_ingress_of_the_control_plane(env: &Env) {
     use k8s_openapi::api::networking::v1::Ingress;
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
     let ns = "ingress";
     let host = "api.ingress.example.com";
     env.namespace(ns).await.unwrap();
@@ -336,7 +330,7 @@ async fn network_ingress_becomes_an_ingress_of_the_control_plane() {
         .yaml();
     env.apply_yaml(&yaml).await.unwrap();
     let ingresses: Api<Ingress> = Api::namespaced(env.client(), ns);
-    let ingress = created(&env, ingresses.clone(), "Ingress").await;
+    let ingress = created(env, ingresses.clone(), "Ingress").await;
     assert_exposure_metadata(&ingress.metadata);
     assert_eq!(
         ingress
@@ -377,16 +371,14 @@ async fn network_ingress_becomes_an_ingress_of_the_control_plane() {
         .unwrap();
     let ep = kcp.spec.control_plane_endpoint.unwrap();
     assert_eq!((ep.host.as_deref(), ep.port), (Some(host), Some(443)));
-    removed_with_the_tenant(&env, ns, ingresses, "Ingress").await;
+    removed_with_the_tenant(env, ns, ingresses, "Ingress").await;
 }
 
 /// What the schema accepts but kamaji-rs cannot do as asked is refused by name, with nothing
 /// created: a konnectivity server port the API server already has, then (once the DataStore is
 /// read) `kine` on an etcd DataStore. Removing the fields lets the same control plane come up.
-#[kamaji_e2e::test]
-async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn fields_not_supported_yet_are_refused_by_name_and_nothing_is_created(env: &Env) {
     let ns = "refused";
     env.namespace(ns).await.unwrap();
     let yaml = F0::new(ns, "demo")
@@ -527,10 +519,8 @@ async fn network_gateway_becomes_a_tls_route_of_the_control_plane() {
 
 /// `network.gateway` where the Gateway API is not installed: the pass fails with a message
 /// that names the field and the CRD it needs (`Reconciled=False`), and nothing is served.
-#[kamaji_e2e::test]
-async fn network_gateway_without_the_gateway_api_says_which_crd_is_missing() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn network_gateway_without_the_gateway_api_says_which_crd_is_missing(env: &Env) {
     let ns = "no-gateway-api";
     env.namespace(ns).await.unwrap();
     let yaml = F0::new(ns, "demo")
@@ -563,14 +553,12 @@ async fn keys(ds: &kamaji_reconciler::datastore::Resolved, prefix: &str) -> u64 
 /// keeps everything else. A DataStore with another CA is refused naming the entry
 /// (`DataStoreReady=False`, nothing created) until it is fixed, which wakes the control plane
 /// through the DataStore watch. Deleting the tenant empties its prefix in both etcds.
-#[kamaji_e2e::test]
+#[kamaji_e2e::test(shared)]
 #[allow(clippy::too_many_lines)] // one story: override, refusal, fix, deletion
-async fn data_store_overrides_keep_events_in_another_etcd_with_the_same_ca() {
+async fn data_store_overrides_keep_events_in_another_etcd_with_the_same_ca(env: &Env) {
     use k8s_openapi::api::core::v1::{Event, Namespace};
     use kamaji_api::KamajiControlPlane;
     use kamaji_e2e::datastore::{datastore_admin, datastore_admin_at, etcd_prefix};
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
     let (events_etcd, events_for_pods) = env
         .start_datastore_sharing_the_ca("datastore-events")
         .await
@@ -648,9 +636,9 @@ async fn data_store_overrides_keep_events_in_another_etcd_with_the_same_ca() {
         .create(&PostParams::default(), &event)
         .await
         .unwrap();
-    let prefix = etcd_prefix(&env, ns, "demo").await;
-    let primary = datastore_admin(&env);
-    let events = datastore_admin_at(&env, events_etcd.url());
+    let prefix = etcd_prefix(env, ns, "demo").await;
+    let primary = datastore_admin(env);
+    let events = datastore_admin_at(env, events_etcd.url());
     assert_eq!(
         keys(&events, &format!("{prefix}/events/{probe}")).await,
         1,
@@ -683,7 +671,7 @@ async fn data_store_overrides_keep_events_in_another_etcd_with_the_same_ca() {
 
     // Deletion forgets: the prefix is empty in both etcds.
     removed_with_the_tenant(
-        &env,
+        env,
         ns,
         Api::<KamajiControlPlane>::namespaced(env.client(), ns),
         "KamajiControlPlane",

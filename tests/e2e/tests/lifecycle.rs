@@ -58,10 +58,8 @@ fn cluster_api(env: &Env, ns: &str, version: &str) -> Api<DynamicObject> {
     env.capi(ns, version, "Cluster")
 }
 
-#[kamaji_e2e::test]
-async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn b14_an_args_change_rolls_without_ever_losing_the_api(env: &Env) {
     env.f0_available("tenant-a", "demo", 3).await.unwrap();
     env.wait_kcp("tenant-a", "demo", "3 available", 2 * MINUTE, |k| {
         k.status
@@ -92,7 +90,7 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
     // Poll /readyz through the endpoint, and the available pods, during the whole rollout.
     let probe = ReadyzProbe::start(env.tenant_config("tenant-a", "demo").await.unwrap());
     probe.answered(MINUTE).await.unwrap();
-    let floor = AvailableFloor::start(&env, "tenant-a", "demo");
+    let floor = AvailableFloor::start(env, "tenant-a", "demo");
     env.patch_kcp(
         "tenant-a",
         "demo",
@@ -101,7 +99,7 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
     .await
     .unwrap();
     wait_rolled_out(
-        &env,
+        env,
         "tenant-a",
         "demo",
         3,
@@ -133,7 +131,7 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
     // The probes do see an outage: a user strategy that replaces every pod at once.
     let probe = ReadyzProbe::start(env.tenant_config("tenant-a", "demo").await.unwrap());
     probe.answered(MINUTE).await.unwrap();
-    let floor = AvailableFloor::start(&env, "tenant-a", "demo");
+    let floor = AvailableFloor::start(env, "tenant-a", "demo");
     let all_at_once = serde_json::json!({"spec": {
         "apiServer": {"extraArgs": ["--max-requests-inflight=700"]},
         "deployment": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%", "maxSurge": 0}}},
@@ -142,7 +140,7 @@ async fn b14_an_args_change_rolls_without_ever_losing_the_api() {
         .await
         .unwrap();
     wait_rolled_out(
-        &env,
+        env,
         "tenant-a",
         "demo",
         3,
@@ -293,12 +291,10 @@ async fn a_version_upgrade_rolls_without_ever_losing_the_api() {
     assert_eq!(cc["apiVersion"], "kubeadm.k8s.io/v1beta4");
 }
 
-#[kamaji_e2e::test]
-async fn b19_paused_cluster_or_control_plane_changes_nothing_until_resumed() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn b19_paused_cluster_or_control_plane_changes_nothing_until_resumed(env: &Env) {
     env.f0_available("tenant-a", "demo", 2).await.unwrap();
-    let clusters = cluster_api(&env, "tenant-a", "v1beta2");
+    let clusters = cluster_api(env, "tenant-a", "v1beta2");
     for (pause, resume, replicas) in [
         (
             serde_json::json!({"spec": {"paused": true}}),
@@ -476,10 +472,8 @@ async fn quickstart_sample_as_written_reaches_available_with_secrets_named_after
 /// shared etcd (authentication on), tenant A's datastore client certificate reads and writes
 /// its own prefix and gets `permission denied` on tenant B's and on the provider's claims, as
 /// etcd's own client shows.
-#[kamaji_e2e::test]
-async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing(env: &Env) {
     env.namespace("tenant-a").await.unwrap();
     env.namespace("tenant-b").await.unwrap();
     env.apply_yaml(&f0("tenant-a", "demo", 1)).await.unwrap();
@@ -514,8 +508,8 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
     );
     // The names are recorded in status: two tenants named demo, two schemas and users.
     let (sa, sb) = (
-        recorded_datastore(&env, "tenant-a").await,
-        recorded_datastore(&env, "tenant-b").await,
+        recorded_datastore(env, "tenant-a").await,
+        recorded_datastore(env, "tenant-b").await,
     );
     assert_eq!(format!("/{}", sa.schema), pa);
     assert_eq!(format!("/{}", sb.schema), pb);
@@ -532,7 +526,7 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
         .common_name;
     assert_eq!(cn.as_deref(), Some(sa.username.as_str()));
     let own = etcdctl_as(
-        &env,
+        env,
         "tenant-a",
         &[
             "get",
@@ -576,7 +570,7 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
         ),
     ] {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (ok, out) = etcdctl_as(&env, "tenant-a", &args).await;
+        let (ok, out) = etcdctl_as(env, "tenant-a", &args).await;
         assert!(
             !ok && out.contains("permission denied"),
             "tenant A's datastore certificate could {what}: {out}"
@@ -626,7 +620,7 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
         .await
         .unwrap();
     let stored = raw_value(
-        &datastore_admin(&env),
+        &datastore_admin(env),
         &format!("{pa}/secrets/default/at-rest"),
     )
     .await
@@ -691,7 +685,7 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
         "{failed} of {} reads of the Secret failed during the key rotation: {failures:?}",
         ok + failed
     );
-    let stored = raw_values_under(&datastore_admin(&env), &format!("{pa}/secrets/")).await;
+    let stored = raw_values_under(&datastore_admin(env), &format!("{pa}/secrets/")).await;
     assert!(stored.len() >= 4, "the tenant's Secrets: {}", stored.len());
     let old_key: Vec<&String> = stored
         .iter()
@@ -718,7 +712,7 @@ async fn two_tenants_with_the_same_name_in_two_namespaces_share_nothing() {
         marker
     );
 
-    encrypted_resources_change_without_a_failed_read(&env, &pa).await;
+    encrypted_resources_change_without_a_failed_read(env, &pa).await;
 }
 
 /// Waits until tenant A's `EncryptionAtRestConfigured` is `True` for its current generation
@@ -910,13 +904,11 @@ async fn etcdctl_as(env: &Env, ns: &str, args: &[&str]) -> (bool, String) {
 /// Deletion removes every object and the datastore prefix, then the claim on the schema; a
 /// second control plane on the tenant's schema was refused before and its deletion took
 /// nothing of the tenant's.
-#[kamaji_e2e::test]
-async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
+#[kamaji_e2e::test(shared)]
+async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix(env: &Env) {
     env.f0_available("tenant-a", "demo", 1).await.unwrap();
-    let prefix = etcd_prefix(&env, "tenant-a", "demo").await;
-    let ds = datastore_admin(&env);
+    let prefix = etcd_prefix(env, "tenant-a", "demo").await;
+    let ds = datastore_admin(env);
     let keys = keys_under(&ds, &prefix).await;
     assert!(keys > 0, "the tenant stored keys");
     let schema = prefix.trim_start_matches('/').to_owned();
@@ -931,7 +923,7 @@ async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
         "etcd authentication is off on the DataStore"
     );
     assert!(roles.contains(&schema), "no etcd role {schema}: {roles:?}");
-    second_control_plane_on_the_same_schema_is_refused(&env, &schema).await;
+    second_control_plane_on_the_same_schema_is_refused(env, &schema).await;
     assert!(
         keys_under(&ds, &prefix).await >= keys,
         "deleting the refused control plane removed the holder's keys"
@@ -945,7 +937,7 @@ async fn deleting_the_cluster_removes_every_object_and_the_datastore_prefix() {
         .await
         .unwrap();
 
-    let clusters = cluster_api(&env, "tenant-a", "v1beta1");
+    let clusters = cluster_api(env, "tenant-a", "v1beta1");
     clusters
         .delete("demo", &DeleteParams::default())
         .await
@@ -1345,16 +1337,15 @@ fn endpoint_in(v: &serde_json::Value) -> String {
 /// that field alone, which an `OpenStackCluster`-style policy (every other spec change
 /// refused) accepts; a kind without the field is never written; a user's endpoint that
 /// differs from the infrastructure provider's is refused naming both.
-#[kamaji_e2e::test]
-async fn an_endpoint_set_elsewhere_is_served_and_the_infrastructure_clusters_is_written_only_while_empty()
- {
+#[kamaji_e2e::test(shared)]
+async fn an_endpoint_set_elsewhere_is_served_and_the_infrastructure_clusters_is_written_only_while_empty(
+    env: &Env,
+) {
     use kamaji_testenv::standins::{
         infrastructure_cluster_crd_yaml, openstack_cluster_crd_yaml,
         spec_immutable_but_endpoint_policy_yaml,
     };
     const INFRA: &str = "infrastructure.cluster.x-k8s.io";
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
     let crds = [
         openstack_cluster_crd_yaml(),
         infrastructure_cluster_crd_yaml("VipCluster", "v1beta2", &["v1beta2"], true),
@@ -1727,14 +1718,12 @@ async fn managers_with_a_watch_filter_split_the_tenants_by_label() {
 /// `RollingOut`, `ScalingUp`, `ScalingDown` and `Deleting` each `True` on the Cluster while
 /// the control plane does that. A watch on the Cluster records every condition it ever
 /// carried.
-#[kamaji_e2e::test]
-async fn the_cluster_mirrors_available_rolling_out_scaling_and_deleting() {
+#[kamaji_e2e::test(shared)]
+async fn the_cluster_mirrors_available_rolling_out_scaling_and_deleting(env: &Env) {
     use futures::StreamExt as _;
     use kube::runtime::watcher;
     use std::collections::BTreeSet;
     use std::sync::{Arc, Mutex};
-    let _serial = serial();
-    let env = Env::start().await.unwrap();
     let ns = "mirror";
     env.namespace(ns).await.unwrap();
     let clusters = env.capi(ns, "v1beta2", "Cluster");
@@ -1774,7 +1763,7 @@ async fn the_cluster_mirrors_available_rolling_out_scaling_and_deleting() {
     env.patch_kcp(ns, "demo", serde_json::json!({"spec": {"replicas": 2}}))
         .await
         .unwrap();
-    wait_rolled_out(&env, ns, "demo", 2, 3 * MINUTE, |_| true)
+    wait_rolled_out(env, ns, "demo", 2, 3 * MINUTE, |_| true)
         .await
         .unwrap();
     wait_cluster("ScalingUp", "False").await;
@@ -1786,7 +1775,7 @@ async fn the_cluster_mirrors_available_rolling_out_scaling_and_deleting() {
     .await
     .unwrap();
     wait_rolled_out(
-        &env,
+        env,
         ns,
         "demo",
         2,
@@ -1799,7 +1788,7 @@ async fn the_cluster_mirrors_available_rolling_out_scaling_and_deleting() {
     env.patch_kcp(ns, "demo", serde_json::json!({"spec": {"replicas": 1}}))
         .await
         .unwrap();
-    wait_rolled_out(&env, ns, "demo", 1, 3 * MINUTE, |_| true)
+    wait_rolled_out(env, ns, "demo", 1, 3 * MINUTE, |_| true)
         .await
         .unwrap();
     wait_cluster("ScalingDown", "False").await;

@@ -22,5 +22,5 @@ pub mod store;
 pub use load_balancer::LoadBalancer;
 pub use machine::{Machine, MachineSpec};
 pub use management::ManagementMachines;
-pub use network::run_in_private_network;
+pub use network::{current_network, run_in_network, run_in_private_network};
 pub use store::ImageStore;

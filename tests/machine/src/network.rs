@@ -52,12 +52,59 @@ where
     Fut: Future<Output = Result<T>>,
     T: Send + 'static,
 {
+    on_own_thread(
+        || {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                .context("unshare the network namespace (root needed)")?;
+            set_up_underlay()
+        },
+        body,
+    )
+}
+
+/// The calling thread's network namespace (a private network's, when called from inside
+/// [`run_in_private_network`]), for [`run_in_network`] on other threads.
+///
+/// # Errors
+/// When `/proc/thread-self/ns/net` cannot be opened.
+pub fn current_network() -> Result<std::fs::File> {
+    std::fs::File::open("/proc/thread-self/ns/net").context("open /proc/thread-self/ns/net")
+}
+
+/// Runs `body` as [`run_in_private_network`] does, but in the existing network namespace
+/// `network` ([`current_network`] of a private network's thread) instead of a fresh one: a
+/// second body in the network of a running environment, seeing its addresses and machines.
+///
+/// # Errors
+/// When the namespace cannot be joined (not root), or `body` fails.
+pub fn run_in_network<F, Fut, T>(network: std::fs::File, body: F) -> Result<T>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T>>,
+    T: Send + 'static,
+{
+    on_own_thread(
+        move || {
+            nix::sched::setns(&network, nix::sched::CloneFlags::CLONE_NEWNET)
+                .context("join the network namespace (root needed)")
+        },
+        body,
+    )
+}
+
+/// Runs `enter` then `body` (on a two-worker tokio runtime built after `enter`, so its threads
+/// share the namespace `enter` moved the thread to) on a new thread; a panic is resumed here.
+fn on_own_thread<E, F, Fut, T>(enter: E, body: F) -> Result<T>
+where
+    E: FnOnce() -> Result<()> + Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T>>,
+    T: Send + 'static,
+{
     let thread = std::thread::Builder::new()
         .name("private-network".into())
         .spawn(move || -> Result<T> {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                .context("unshare the network namespace (root needed)")?;
-            set_up_underlay()?;
+            enter()?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()

@@ -1,0 +1,453 @@
+//! One environment for the tests of a suite that do not interfere with each other
+//! (`#[kamaji_e2e::test(shared)]`): the first such test of the test binary starts it (as
+//! [`Env::start`] does: one management machine, the `default` DataStore, the manager), every
+//! later one runs in its network, one test at a time ([`crate::serial`]), and it stops when
+//! the test binary exits.
+//!
+//! What a test leaves behind, the next one could see; so after each test, passed or failed,
+//! [`leave_as_found`] puts the environment back as the first test found it and fails the test
+//! if it cannot: every namespace the test made is deleted (its pods without their grace
+//! period, so a tenant's API server does not sit out its `preStop` sleep) and waited for, every
+//! DataStore, CRD and ValidatingAdmissionPolicy (or binding) it added is deleted, and then no KamajiControlPlane or Cluster may be left in any
+//! namespace, no key in the datastore beyond those it held before, the provider's CRDs as they
+//! were, and the manager still running. The audit log is read from the test's start
+//! ([`Env::manager_writes`]). A test that stops or restarts part of the environment (the
+//! manager, the datastore, the API server), needs worker machines or other options, or counts
+//! something cluster-wide that the others add to keeps an environment of its own.
+//!
+//! Saving: an environment costs about 11 s of wall time alone (BENCHMARKS.md) and its
+//! management API server about 7 CPU-seconds to start; the clean-up between two tests costs
+//! the deletion of the test's tenants, which a test of its own paid at its end as well.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use futures::FutureExt as _;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kamaji_api::{DataStore, KamajiControlPlane};
+use kube::Api;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
+
+use crate::Env;
+
+/// How long the deletion of a test's namespaces may take.
+const CLEAN_UP_TIMEOUT: Duration = Duration::from_mins(3);
+
+/// What the environment held when the first test found it.
+struct Baseline {
+    namespaces: BTreeSet<String>,
+    datastores: BTreeSet<String>,
+    /// The names of every CRD, ValidatingAdmissionPolicy and binding (cluster-scoped objects
+    /// tests add: an infrastructure provider's CRD, a policy standing in for its webhook).
+    cluster_scoped: BTreeSet<String>,
+    datastore_keys: u64,
+    crds: Vec<(String, serde_json::Value)>,
+}
+
+/// The running shared environment of this test binary.
+struct Shared {
+    /// The environment's thread holds the only lasting reference, so that the environment is
+    /// dropped (its processes stopped, its machines cleaned up) when that thread is told to stop.
+    env: Weak<Env>,
+    network: std::fs::File,
+    baseline: Baseline,
+}
+
+/// The environment (or why it did not start), once the first shared test asked for it.
+static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
+/// Tells the environment's thread to stop, and hears when it has (taken at exit).
+static STOP: Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>> = Mutex::new(None);
+
+/// Runs one `#[kamaji_e2e::test(shared)]` body: with the shared environment (started by the
+/// first), in its network, one test at a time; then [`leave_as_found`]. A panic of the body
+/// fails the test after the clean-up.
+///
+/// # Panics
+/// When the environment did not start, the body panics, or the environment cannot be put
+/// back as it was.
+pub fn run_shared_test<Fut>(body: impl FnOnce(Arc<Env>) -> Fut + Send + 'static)
+where
+    Fut: Future<Output = ()>,
+{
+    let _serial = crate::serial();
+    let shared = match SHARED.get_or_init(start) {
+        Ok(shared) => shared,
+        Err(e) => panic!("the suite's shared environment did not start: {e}"),
+    };
+    let network = shared
+        .network
+        .try_clone()
+        .expect("duplicate the shared network's descriptor");
+    let env = shared
+        .env
+        .upgrade()
+        .expect("the shared environment runs until the binary exits");
+    kamaji_machine::run_in_network(network, move || async move {
+        env.mark_test_start();
+        let started = std::time::Instant::now();
+        let outcome = std::panic::AssertUnwindSafe(body(Arc::clone(&env)))
+            .catch_unwind()
+            .await;
+        let ran = started.elapsed();
+        let cleaned = leave_as_found(&env, &shared.baseline).await;
+        eprintln!(
+            "shared environment: the test ran {:.1} s, putting the environment back {:.1} s",
+            ran.as_secs_f64(),
+            started.elapsed().saturating_sub(ran).as_secs_f64()
+        );
+        if let Err(panic) = outcome {
+            if let Err(e) = cleaned {
+                eprintln!("shared environment: after the failure, {e:#}");
+            }
+            std::panic::resume_unwind(panic);
+        }
+        cleaned.context("the test left the shared environment changed")
+    })
+    .unwrap();
+}
+
+/// Starts the environment on a thread of its own in a private network, which it keeps until
+/// [`stop_at_exit`] tells it to drop the environment.
+fn start() -> Result<Shared, String> {
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<Shared, String>>();
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let (stopped_tx, stopped_rx) = mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("shared-env".into())
+        .spawn(move || {
+            let ran = kamaji_machine::run_in_private_network(move || async move {
+                let mut env = None;
+                let started = async {
+                    let started = Arc::new(Env::start().await?);
+                    let shared = Shared {
+                        env: Arc::downgrade(&started),
+                        network: kamaji_machine::current_network()?,
+                        baseline: baseline(&started).await?,
+                    };
+                    env = Some(started);
+                    anyhow::Ok(shared)
+                }
+                .await;
+                let _ = ready_tx.send(started.map_err(|e| format!("{e:#}")));
+                // Until the binary exits; the runtime keeps serving the environment's clients
+                // and stand-ins meanwhile.
+                let _ = tokio::task::spawn_blocking(move || stop_rx.recv()).await;
+                drop(env);
+                Ok(())
+            });
+            if let Err(e) = ran {
+                eprintln!("shared environment: {e:#}");
+            }
+            let _ = stopped_tx.send(());
+        })
+        .map_err(|e| e.to_string())?;
+    *STOP
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((stop_tx, stopped_rx));
+    register_stop_at_exit();
+    ready_rx
+        .recv()
+        .map_err(|_| "the environment's thread ended".to_owned())?
+}
+
+/// Stops the shared environment, if one started (registered with `atexit`, so it runs when
+/// libtest's `main` returns or exits): its thread drops the environment and says so, or two
+/// minutes pass.
+extern "C" fn stop_at_exit() {
+    let stop = STOP
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some((stop, stopped)) = stop {
+        let _ = stop.send(());
+        let _ = stopped.recv_timeout(Duration::from_mins(2));
+    }
+}
+
+fn register_stop_at_exit() {
+    // SAFETY: `atexit` only records the function pointer; `stop_at_exit` is an `extern "C"`
+    // function that takes no arguments and does not unwind (it neither panics nor lets a
+    // panic out: every step is fallible and ignored).
+    #[allow(unsafe_code)] // the only way to run the environment's clean-up when libtest exits
+    let registered = unsafe { libc::atexit(stop_at_exit) };
+    if registered != 0 {
+        eprintln!("shared environment: atexit refused the stop hook; machines may be left");
+    }
+}
+
+async fn baseline(env: &Env) -> Result<Baseline> {
+    Ok(Baseline {
+        namespaces: namespaces(env).await?,
+        datastores: datastores(env).await?,
+        cluster_scoped: cluster_scoped(env).await?,
+        datastore_keys: crate::keys_under(&crate::datastore_admin(env), "/").await,
+        crds: provider_crds(env).await?,
+    })
+}
+
+async fn namespaces(env: &Env) -> Result<BTreeSet<String>> {
+    Ok(Api::<Namespace>::all(env.client())
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect())
+}
+
+async fn datastores(env: &Env) -> Result<BTreeSet<String>> {
+    Ok(Api::<DataStore>::all(env.client())
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .filter_map(|d| d.metadata.name)
+        .collect())
+}
+
+/// `kind/name` of every CRD, ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding.
+async fn cluster_scoped(env: &Env) -> Result<BTreeSet<String>> {
+    let mut names = BTreeSet::new();
+    for (kind, api) in cluster_scoped_apis(env) {
+        for o in api.list(&ListParams::default()).await? {
+            names.insert(format!("{kind}/{}", o.metadata.name.unwrap_or_default()));
+        }
+    }
+    Ok(names)
+}
+
+fn cluster_scoped_apis(env: &Env) -> [(&'static str, Api<DynamicObject>); 3] {
+    let api = |group: &str, version: &str, kind: &str| {
+        Api::<DynamicObject>::all_with(
+            env.client(),
+            &ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)),
+        )
+    };
+    [
+        (
+            "CustomResourceDefinition",
+            api("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        ),
+        (
+            "ValidatingAdmissionPolicy",
+            api(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicy",
+            ),
+        ),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            api(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicyBinding",
+            ),
+        ),
+    ]
+}
+
+/// Deletes the CRDs and admission policies the test added (after its namespaces: no object
+/// of a deleted CRD is left behind in one).
+async fn delete_cluster_scoped_added(env: &Env, baseline: &Baseline) -> Result<()> {
+    let added: BTreeSet<String> = cluster_scoped(env)
+        .await?
+        .difference(&baseline.cluster_scoped)
+        .cloned()
+        .collect();
+    for (kind, api) in cluster_scoped_apis(env) {
+        for name in added
+            .iter()
+            .filter_map(|n| n.strip_prefix(&format!("{kind}/")))
+        {
+            api.delete(name, &DeleteParams::default()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The provider's CRDs (`kamaji.clastix.io` and the KamajiControlPlane's), name and spec.
+async fn provider_crds(env: &Env) -> Result<Vec<(String, serde_json::Value)>> {
+    let mut crds: Vec<_> = Api::<CustomResourceDefinition>::all(env.client())
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .filter(|c| c.spec.group == "kamaji.clastix.io" || c.spec.names.kind.starts_with("Kamaji"))
+        .map(|c| {
+            let spec = serde_json::to_value(&c.spec).unwrap_or_default();
+            (c.metadata.name.unwrap_or_default(), spec)
+        })
+        .collect();
+    crds.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(crds)
+}
+
+/// Deletes what the test made and checks that the environment is as the first test found it
+/// (see the module docs).
+async fn leave_as_found(env: &Env, baseline: &Baseline) -> Result<()> {
+    let made: Vec<String> = namespaces(env)
+        .await?
+        .difference(&baseline.namespaces)
+        .cloned()
+        .collect();
+    let deadline = tokio::time::Instant::now() + CLEAN_UP_TIMEOUT;
+    // The tenants first, then their namespaces: a namespace whose tenants are gone is deleted
+    // in one pass of the namespace controller instead of several spaced by its back-off.
+    delete_tenants(env, &made, deadline).await?;
+    let ns_api = Api::<Namespace>::all(env.client());
+    loop {
+        let now = namespaces(env).await?;
+        let left: Vec<&String> = made.iter().filter(|n| now.contains(*n)).collect();
+        if left.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("namespaces {left:?} still exist {CLEAN_UP_TIMEOUT:?} after their deletion");
+        }
+        for ns in left {
+            force_delete_pods(env, ns).await;
+            let _ = ns_api.delete(ns, &DeleteParams::default()).await;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let datastore_api = Api::<DataStore>::all(env.client());
+    for name in datastores(env).await?.difference(&baseline.datastores) {
+        datastore_api.delete(name, &DeleteParams::default()).await?;
+    }
+    delete_cluster_scoped_added(env, baseline).await?;
+    check_as_found(env, baseline).await
+}
+
+/// Deletes the Clusters and KamajiControlPlanes in `namespaces` and waits until the manager
+/// has released every KamajiControlPlane (its datastore keys removed).
+async fn delete_tenants(
+    env: &Env,
+    namespaces: &[String],
+    deadline: tokio::time::Instant,
+) -> Result<()> {
+    let cluster_resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "Cluster",
+    ));
+    loop {
+        let mut left = 0;
+        for ns in namespaces {
+            let clusters =
+                Api::<DynamicObject>::namespaced_with(env.client(), ns, &cluster_resource);
+            let kcps = Api::<KamajiControlPlane>::namespaced(env.client(), ns);
+            let found = kcps.list(&ListParams::default()).await?.items.len();
+            if found == 0 {
+                continue;
+            }
+            left += found;
+            let all = ListParams::default();
+            let _ = clusters
+                .delete_collection(&DeleteParams::default(), &all)
+                .await;
+            let _ = kcps.delete_collection(&DeleteParams::default(), &all).await;
+            force_delete_pods(env, ns).await;
+        }
+        if left == 0 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "{left} KamajiControlPlanes still exist {CLEAN_UP_TIMEOUT:?} after their deletion"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Deletes the pods of `ns` without their grace period: a tenant's API server would sit out
+/// its `preStop` sleep, and what the test checked is done.
+async fn force_delete_pods(env: &Env, ns: &str) {
+    let _ = Api::<Pod>::namespaced(env.client(), ns)
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
+        .await;
+}
+
+/// Fails naming what differs from `baseline` (see the module docs).
+async fn check_as_found(env: &Env, baseline: &Baseline) -> Result<()> {
+    let kcps = Api::<KamajiControlPlane>::all(env.client())
+        .list(&ListParams::default())
+        .await?;
+    if let Some(kcp) = kcps.items.first() {
+        bail!(
+            "KamajiControlPlane {}/{} is left",
+            kcp.metadata.namespace.as_deref().unwrap_or_default(),
+            kcp.metadata.name.as_deref().unwrap_or_default()
+        );
+    }
+    let clusters = Api::<DynamicObject>::all_with(
+        env.client(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "Cluster",
+        )),
+    )
+    .list(&ListParams::default())
+    .await?;
+    if let Some(cluster) = clusters.items.first() {
+        bail!(
+            "Cluster {}/{} is left",
+            cluster.metadata.namespace.as_deref().unwrap_or_default(),
+            cluster.metadata.name.as_deref().unwrap_or_default()
+        );
+    }
+    // Deleted objects may wait on a finalizer a moment.
+    let deadline = tokio::time::Instant::now() + Duration::from_mins(1);
+    while tokio::time::Instant::now() < deadline {
+        if datastores(env).await? == baseline.datastores
+            && cluster_scoped(env).await? == baseline.cluster_scoped
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let now = datastores(env).await?;
+    if now != baseline.datastores {
+        bail!("DataStores {now:?} instead of {:?}", baseline.datastores);
+    }
+    let now = cluster_scoped(env).await?;
+    if now != baseline.cluster_scoped {
+        bail!(
+            "left: {:?}; gone: {:?}",
+            now.difference(&baseline.cluster_scoped).collect::<Vec<_>>(),
+            baseline.cluster_scoped.difference(&now).collect::<Vec<_>>()
+        );
+    }
+    let keys = crate::keys_under(&crate::datastore_admin(env), "/").await;
+    if keys != baseline.datastore_keys {
+        bail!(
+            "the datastore holds {keys} keys, {} before the test",
+            baseline.datastore_keys
+        );
+    }
+    if provider_crds(env).await? != baseline.crds {
+        bail!("the provider's CRDs differ from what the first test found");
+    }
+    if !manager_running(env) {
+        bail!("the manager exited: {}", env.manager_log());
+    }
+    Ok(())
+}
+
+/// Whether the manager process is alive (not exited, nor a zombie awaiting its reaping).
+fn manager_running(env: &Env) -> bool {
+    env.manager_pid().is_some_and(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            // `pid (comm) state …`: the state follows the last `)`.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    })
+}
