@@ -687,4 +687,14 @@ async fn data_store_overrides_keep_events_in_another_etcd_with_the_same_ca(env: 
         0,
         "keys left in the control plane's etcd"
     );
+    // The refused tenant's deletion, done while the events etcd (this test's) still runs.
+    let refused = Api::<KamajiControlPlane>::namespaced(env.client(), refused_ns);
+    let deadline = tokio::time::Instant::now() + 2 * MINUTE;
+    while refused.get_opt("demo").await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the refused tenant is not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
