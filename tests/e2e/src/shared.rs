@@ -29,6 +29,7 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::io::Write as _;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
@@ -83,6 +84,11 @@ pub fn run_shared_test<Fut>(body: impl FnOnce(Arc<Env>) -> Fut + Send + 'static)
 where
     Fut: Future<Output = ()>,
 {
+    // libtest names the test's thread after the test.
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a shared test")
+        .to_owned();
     let _serial = crate::serial();
     let shared = match SHARED.get_or_init(start) {
         Ok(shared) => shared,
@@ -105,8 +111,10 @@ where
             .await;
         let ran = started.elapsed();
         let cleaned = leave_as_found(&env, &found).await;
-        eprintln!(
-            "shared environment: the test ran {:.1} s, putting the environment back {:.1} s",
+        // On the process's stderr, not libtest's captured output: shown for every test.
+        let _ = writeln!(
+            std::io::stderr(),
+            "shared environment: {test} ran {:.1} s, putting the environment back {:.1} s",
             ran.as_secs_f64(),
             started.elapsed().saturating_sub(ran).as_secs_f64()
         );
