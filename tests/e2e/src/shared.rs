@@ -209,20 +209,26 @@ async fn found(env: &Env) -> Result<Found> {
 }
 
 async fn namespaces(env: &Env) -> Result<BTreeSet<String>> {
-    Ok(Api::<Namespace>::all(env.client())
-        .list(&ListParams::default())
-        .await?
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect())
+    names_of::<Namespace>(env).await
 }
 
 async fn datastores(env: &Env) -> Result<BTreeSet<String>> {
-    Ok(Api::<DataStore>::all(env.client())
+    names_of::<DataStore>(env).await
+}
+
+/// The names of every object of the cluster-scoped kind `K`.
+async fn names_of<K>(env: &Env) -> Result<BTreeSet<String>>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Ok(Api::<K>::all(env.client())
         .list(&ListParams::default())
         .await?
         .into_iter()
-        .filter_map(|d| d.metadata.name)
+        .filter_map(|o| o.meta().name.clone())
         .collect())
 }
 
@@ -304,11 +310,7 @@ fn cluster_scoped_apis(env: &Env) -> [(&'static str, Api<DynamicObject>); 3] {
 /// Deletes the CRDs and admission policies the test added (after its namespaces: no object
 /// of a deleted CRD is left behind in one).
 async fn delete_cluster_scoped_added(env: &Env, found: &Found) -> Result<()> {
-    let added: BTreeSet<String> = cluster_scoped(env)
-        .await?
-        .difference(&found.cluster_scoped)
-        .cloned()
-        .collect();
+    let added = added(cluster_scoped(env).await?, &found.cluster_scoped);
     for (kind, api) in cluster_scoped_apis(env) {
         for name in added
             .iter()
@@ -318,6 +320,11 @@ async fn delete_cluster_scoped_added(env: &Env, found: &Found) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What `now` has that `before` had not.
+fn added(now: BTreeSet<String>, before: &BTreeSet<String>) -> Vec<String> {
+    now.into_iter().filter(|n| !before.contains(n)).collect()
 }
 
 /// The provider's CRDs (`kamaji.clastix.io` and the KamajiControlPlane's), name and spec.
@@ -336,14 +343,10 @@ async fn provider_crds(env: &Env) -> Result<Vec<(String, serde_json::Value)>> {
     Ok(crds)
 }
 
-/// Deletes what the test made and checks that the environment is as the first test found it
-/// (see the module docs).
+/// Deletes what the test made and checks that the environment is as the test found it (see
+/// the module docs).
 async fn leave_as_found(env: &Env, found: &Found) -> Result<()> {
-    let made: Vec<String> = namespaces(env)
-        .await?
-        .difference(&found.namespaces)
-        .cloned()
-        .collect();
+    let made = added(namespaces(env).await?, &found.namespaces);
     let deadline = tokio::time::Instant::now() + CLEAN_UP_TIMEOUT;
     // The tenants first, then their namespaces: a namespace whose tenants are gone is deleted
     // in one pass of the namespace controller instead of several spaced by its back-off.

@@ -63,15 +63,23 @@ pub fn test(attr: TokenStream, item: TokenStream) -> TokenStream {
         .to_compile_error()
         .into();
     }
+    let body = &f.block;
+    as_test(
+        &f,
+        &quote! { ::kamaji_e2e::run_test(move || async move #body) },
+    )
+}
+
+/// `f` (made synchronous, its parameters taken) as a `#[test] fn` whose body is `call`.
+fn as_test(f: &ItemFn, call: &proc_macro2::TokenStream) -> TokenStream {
     let attrs = &f.attrs;
     let vis = &f.vis;
     let sig = &f.sig;
-    let body = &f.block;
     quote! {
         #[test]
         #(#attrs)*
         #vis #sig {
-            ::kamaji_e2e::run_test(move || async move #body)
+            #call
         }
     }
     .into()
@@ -92,19 +100,12 @@ fn shared_test(mut f: ItemFn) -> TokenStream {
         }
     };
     f.sig.inputs.clear();
-    let attrs = &f.attrs;
-    let vis = &f.vis;
-    let sig = &f.sig;
     let body = &f.block;
-    quote! {
-        #[test]
-        #(#attrs)*
-        #vis #sig {
-            ::kamaji_e2e::shared::run_shared_test(move |shared_env| async move {
-                let #param: &::kamaji_e2e::Env = &shared_env;
-                #body
-            })
-        }
-    }
-    .into()
+    let call = quote! {
+        ::kamaji_e2e::shared::run_shared_test(move |shared_env| async move {
+            let #param: &::kamaji_e2e::Env = &shared_env;
+            #body
+        })
+    };
+    as_test(&f, &call)
 }
