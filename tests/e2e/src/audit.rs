@@ -7,7 +7,7 @@ use crate::Env;
 
 impl Env {
     /// Writes requests of the manager's user, from the audit log (in a shared environment,
-    /// from the current test's start: [`Env::mark_test_start`]).
+    /// from the current test's start).
     pub fn manager_writes(&self) -> Result<Vec<AuditEvent>> {
         Ok(self
             .cluster
@@ -20,7 +20,7 @@ impl Env {
 
     /// Marks the start of a test in a shared environment ([`crate::shared`]): the audit log is
     /// read from here on, as if the environment had started now.
-    pub fn mark_test_start(&self) {
+    pub(crate) fn mark_test_start(&self) {
         let seen = self.cluster.audit_events().map_or(0, |e| e.len());
         self.audit_from
             .store(seen, std::sync::atomic::Ordering::Relaxed);

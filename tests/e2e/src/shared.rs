@@ -23,9 +23,10 @@
 //! machines or other options, or counts something cluster-wide that the others add to keeps
 //! an environment of its own.
 //!
-//! Saving: an environment costs about 11 s of wall time alone (BENCHMARKS.md) and its
-//! management API server about 7 CPU-seconds to start; the clean-up between two tests costs
-//! the deletion of the test's tenants, which a test of its own paid at its end as well.
+//! What it saves (BENCHMARKS.md, 2026-12-07): wall time alone, 11–15 %; not CPU. A test of its
+//! own ended by killing its environment's processes; here its tenants and namespaces are
+//! deleted through the API (8–15 s, most of it the namespace controller), which costs about
+//! the CPU a management cluster's start did.
 
 use std::collections::BTreeSet;
 use std::future::Future;
