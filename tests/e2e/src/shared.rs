@@ -9,10 +9,12 @@
 //! it cannot (as that test found it, not as the first one did: what an earlier failed test left
 //! fails that test only):
 //!
-//! - the test's namespaces: their Clusters and KamajiControlPlanes deleted and waited for (the
-//!   manager's finalizer removes the tenant's datastore keys), their pods deleted without their
+//! - the Clusters and KamajiControlPlanes it added (in its namespaces or in one it found, such as
+//!   `default`) deleted and waited for (the manager's finalizer removes the tenant's datastore
+//!   keys); the pods of their namespaces and of the test's namespaces deleted without their
 //!   grace period (a tenant's API server would sit out its `preStop` sleep), then the
-//!   namespaces, waited for;
+//!   namespaces deleted, not waited for (a later test that wants one of their names waits in
+//!   [`Env::namespace`]; a namespace being deleted is not counted as found);
 //! - the DataStores, CRDs and ValidatingAdmissionPolicies (and bindings) it added, deleted;
 //! - then checked: no KamajiControlPlane or Cluster but those there before, the same
 //!   DataStores, CRDs and policies, no more datastore keys than before, the provider's CRDs'
@@ -22,6 +24,9 @@
 //! restarts part of the environment (the manager, the datastore, the API server), needs worker
 //! machines or other options, or counts something cluster-wide that the others add to keeps
 //! an environment of its own.
+//!
+//! Suites that need only an API server (admission) share one the same way, side by side, each
+//! test in namespaces of its own ([`api_server`]).
 //!
 //! What it saves (BENCHMARKS.md, 2026-12-07): wall time alone, 11–15 %; not CPU. A test of its
 //! own ended by killing its environment's processes; here its tenants and namespaces are
@@ -40,6 +45,7 @@ use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kamaji_api::{DataStore, KamajiControlPlane};
+use kamaji_testenv::LocalCluster;
 use kube::Api;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 
@@ -71,8 +77,8 @@ struct Shared {
 
 /// The environment (or why it did not start), once the first shared test asked for it.
 static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
-/// Tells the environment's thread to stop, and hears when it has (taken at exit).
-static STOP: Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>> = Mutex::new(None);
+/// Tells each thread of [`keep_until_exit`] to stop, and hears when it has (taken at exit).
+static STOPS: Mutex<Vec<(mpsc::Sender<()>, mpsc::Receiver<()>)>> = Mutex::new(Vec::new());
 
 /// Runs one `#[kamaji_e2e::test(shared)]` body: with the shared environment (started by the
 /// first), in its network, one test at a time; then [`leave_as_found`]. A panic of the body
@@ -131,58 +137,127 @@ where
 }
 
 /// Starts the environment on a thread of its own in a private network, which it keeps until
-/// [`stop_at_exit`] tells it to drop the environment.
+/// the binary exits ([`keep_until_exit`]).
 fn start() -> Result<Shared, String> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<Shared, String>>();
-    let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    let (stopped_tx, stopped_rx) = mpsc::channel::<()>();
-    std::thread::Builder::new()
-        .name("shared-env".into())
-        .spawn(move || {
-            let ran = kamaji_machine::run_in_private_network(move || async move {
-                let mut env = None;
-                let started = async {
-                    let started = Arc::new(Env::start().await?);
-                    let shared = Shared {
-                        env: Arc::downgrade(&started),
-                        network: kamaji_machine::current_network()?,
-                    };
-                    env = Some(started);
-                    anyhow::Ok(shared)
-                }
-                .await;
-                let _ = ready_tx.send(started.map_err(|e| format!("{e:#}")));
-                // Until the binary exits; the runtime keeps serving the environment's clients
-                // and stand-ins meanwhile.
-                let _ = tokio::task::spawn_blocking(move || stop_rx.recv()).await;
-                drop(env);
-                Ok(())
-            });
-            if let Err(e) = ran {
-                eprintln!("shared environment: {e:#}");
+    keep_until_exit("shared-env", move |stop| {
+        let ran = kamaji_machine::run_in_private_network(move || async move {
+            let mut env = None;
+            let started = async {
+                let started = Arc::new(Env::start().await?);
+                let shared = Shared {
+                    env: Arc::downgrade(&started),
+                    network: kamaji_machine::current_network()?,
+                };
+                env = Some(started);
+                anyhow::Ok(shared)
             }
-            let _ = stopped_tx.send(());
-        })
-        .map_err(|e| e.to_string())?;
-    *STOP
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((stop_tx, stopped_rx));
-    register_stop_at_exit();
+            .await;
+            let _ = ready_tx.send(started.map_err(|e| format!("{e:#}")));
+            // Until the binary exits; the runtime keeps serving the environment's clients
+            // and stand-ins meanwhile.
+            let _ = tokio::task::spawn_blocking(move || stop.recv()).await;
+            drop(env);
+            Ok(())
+        });
+        if let Err(e) = ran {
+            eprintln!("shared environment: {e:#}");
+        }
+    })?;
     ready_rx
         .recv()
         .map_err(|_| "the environment's thread ended".to_owned())?
 }
 
-/// Stops the shared environment, if one started (registered with `atexit`, so it runs when
-/// libtest's `main` returns or exits): its thread drops the environment and says so, or two
-/// minutes pass.
-extern "C" fn stop_at_exit() {
-    let stop = STOP
+/// One API server (etcd, kube-apiserver and the provider's CRDs: a
+/// `LocalCluster::builder().capi(false)`, no Cluster API, no machine, no manager) for the tests
+/// of a binary that only need admission: started by the first caller on a thread of its own,
+/// on 127.0.0.1 as a test's own would be, and stopped when the binary exits. Its tests run side
+/// by side, each in namespaces of its own, and create nothing cluster-wide that another reads.
+///
+/// # Errors
+/// When it did not start (every caller gets the first start's error).
+pub fn api_server() -> Result<Arc<LocalCluster>> {
+    static SERVER: OnceLock<Result<Weak<LocalCluster>, String>> = OnceLock::new();
+    let server = SERVER.get_or_init(|| {
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<Weak<LocalCluster>, String>>();
+        keep_until_exit("api-server", move |stop| {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(format!("a tokio runtime: {e}")));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let started = LocalCluster::builder()
+                    .capi(false)
+                    .start()
+                    .await
+                    .map(Arc::new);
+                let _ = ready_tx.send(
+                    started
+                        .as_ref()
+                        .map(Arc::downgrade)
+                        .map_err(|e| format!("{e:#}")),
+                );
+                // Until the binary exits, serving the clients made on this runtime.
+                let _ = tokio::task::spawn_blocking(move || stop.recv()).await;
+                drop(started);
+            });
+        })?;
+        ready_rx
+            .recv()
+            .map_err(|_| "the API server's thread ended".to_owned())?
+    });
+    match server {
+        Ok(server) => server
+            .upgrade()
+            .context("the shared API server runs until the binary exits"),
+        Err(e) => bail!("the shared API server did not start: {e}"),
+    }
+}
+
+/// Runs `keep` on a thread of its own (named `name`): it starts what it keeps, hands it out,
+/// and keeps it until the receiver it is given hears the binary exit ([`stop_at_exit`]).
+fn keep_until_exit(
+    name: &str,
+    keep: impl FnOnce(mpsc::Receiver<()>) + Send + 'static,
+) -> Result<(), String> {
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let (stopped_tx, stopped_rx) = mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            keep(stop_rx);
+            let _ = stopped_tx.send(());
+        })
+        .map_err(|e| e.to_string())?;
+    STOPS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take();
-    if let Some((stop, stopped)) = stop {
+        .push((stop_tx, stopped_rx));
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(register_stop_at_exit);
+    Ok(())
+}
+
+/// Stops what [`keep_until_exit`] keeps (registered with `atexit`, so it runs when libtest's
+/// `main` returns or exits): each thread drops what it keeps and says so, or two minutes pass.
+extern "C" fn stop_at_exit() {
+    let stops = std::mem::take(
+        &mut *STOPS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    for (stop, _) in &stops {
         let _ = stop.send(());
+    }
+    for (_, stopped) in stops {
         let _ = stopped.recv_timeout(Duration::from_mins(2));
     }
 }
@@ -209,8 +284,16 @@ async fn found(env: &Env) -> Result<Found> {
     })
 }
 
+/// The namespaces not being deleted (an earlier test's may still be: its deletion is not
+/// waited for, see [`leave_as_found`]).
 async fn namespaces(env: &Env) -> Result<BTreeSet<String>> {
-    names_of::<Namespace>(env).await
+    Ok(Api::<Namespace>::all(env.client())
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .filter_map(|n| n.metadata.name)
+        .collect())
 }
 
 async fn datastores(env: &Env) -> Result<BTreeSet<String>> {
@@ -351,22 +434,14 @@ async fn leave_as_found(env: &Env, found: &Found) -> Result<()> {
     let deadline = tokio::time::Instant::now() + CLEAN_UP_TIMEOUT;
     // The tenants first, then their namespaces: a namespace whose tenants are gone is deleted
     // in one pass of the namespace controller instead of several spaced by its back-off.
-    delete_tenants(env, &made, deadline).await?;
+    delete_tenants(env, found, &made, deadline).await?;
+    // The namespaces are deleted but not waited for (about 6 s of the namespace controller
+    // each): nothing in them is a tenant any more, and a later test that wants a namespace of
+    // the same name waits in `Env::namespace` until it is gone.
     let ns_api = Api::<Namespace>::all(env.client());
-    loop {
-        let now = namespaces(env).await?;
-        let left: Vec<&String> = made.iter().filter(|n| now.contains(*n)).collect();
-        if left.is_empty() {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("namespaces {left:?} still exist {CLEAN_UP_TIMEOUT:?} after their deletion");
-        }
-        for ns in left {
-            force_delete_pods(env, ns).await;
-            let _ = ns_api.delete(ns, &DeleteParams::default()).await;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    for ns in &made {
+        force_delete_pods(env, ns).await;
+        ns_api.delete(ns, &DeleteParams::default()).await?;
     }
     let datastore_api = Api::<DataStore>::all(env.client());
     for name in datastores(env).await?.difference(&found.datastores) {
@@ -376,39 +451,53 @@ async fn leave_as_found(env: &Env, found: &Found) -> Result<()> {
     check_as_found(env, found).await
 }
 
-/// Deletes the Clusters and KamajiControlPlanes in `namespaces` and waits until the manager
-/// has released every KamajiControlPlane (its datastore keys removed).
+/// Deletes the Clusters and KamajiControlPlanes the test added (in its namespaces or in one
+/// it found, such as `default`) and waits until they are gone: the manager has released every
+/// KamajiControlPlane (its datastore keys removed). Their pods, and every pod of the test's
+/// namespaces `made`, are deleted without their grace period.
 async fn delete_tenants(
     env: &Env,
-    namespaces: &[String],
+    found: &Found,
+    made: &[String],
     deadline: tokio::time::Instant,
 ) -> Result<()> {
     let cluster_resource = cluster_resource();
     loop {
-        let mut left = 0;
-        for ns in namespaces {
-            let clusters =
-                Api::<DynamicObject>::namespaced_with(env.client(), ns, &cluster_resource);
-            let kcps = Api::<KamajiControlPlane>::namespaced(env.client(), ns);
-            let found = kcps.list(&ListParams::default()).await?.items.len();
-            if found == 0 {
+        let left: Vec<String> = tenants(env)
+            .await?
+            .difference(&found.tenants)
+            .cloned()
+            .collect();
+        let mut with_pods: BTreeSet<&str> = made.iter().map(String::as_str).collect();
+        for tenant in &left {
+            let Some((kind, (ns, name))) = tenant
+                .split_once(' ')
+                .and_then(|(kind, at)| Some((kind, at.split_once('/')?)))
+            else {
                 continue;
-            }
-            left += found;
-            let all = ListParams::default();
-            let _ = clusters
-                .delete_collection(&DeleteParams::default(), &all)
-                .await;
-            let _ = kcps.delete_collection(&DeleteParams::default(), &all).await;
+            };
+            let dp = DeleteParams::default();
+            let _ = if kind == "Cluster" {
+                Api::<DynamicObject>::namespaced_with(env.client(), ns, &cluster_resource)
+                    .delete(name, &dp)
+                    .await
+                    .map(|_| ())
+            } else {
+                Api::<KamajiControlPlane>::namespaced(env.client(), ns)
+                    .delete(name, &dp)
+                    .await
+                    .map(|_| ())
+            };
+            with_pods.insert(ns);
+        }
+        for ns in with_pods {
             force_delete_pods(env, ns).await;
         }
-        if left == 0 {
+        if left.is_empty() {
             return Ok(());
         }
         if tokio::time::Instant::now() > deadline {
-            bail!(
-                "{left} KamajiControlPlanes still exist {CLEAN_UP_TIMEOUT:?} after their deletion"
-            );
+            bail!("{left:?} still exist {CLEAN_UP_TIMEOUT:?} after their deletion");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -2,6 +2,9 @@
 //! apply unchanged and read back equal in both versions, invalid input is rejected at
 //! admission with a message naming the field and nothing is created, and the scale
 //! subresource and `kubectl explain` work.
+//!
+//! The samples test starts a management cluster of its own (Cluster API's CRDs included); the
+//! others share one API server (`kamaji_e2e::shared::api_server`), each in namespaces of its own.
 
 #![cfg(real_programs)]
 
@@ -605,7 +608,7 @@ fn rejection(err: &kube::Error) -> Option<String> {
 #[tokio::test]
 #[allow(clippy::too_many_lines)] // one table of cases
 async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() -> Result<()> {
-    let cluster = LocalCluster::builder().capi(false).start().await?;
+    let cluster = kamaji_e2e::shared::api_server()?;
     create_namespace(&cluster, "bad")?;
     let kcps = api(&cluster, "bad", "v1alpha1", "KamajiControlPlane");
 
@@ -1061,7 +1064,7 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
 
 #[tokio::test]
 async fn scale_subresource_and_explain() -> Result<()> {
-    let cluster = LocalCluster::builder().capi(false).start().await?;
+    let cluster = kamaji_e2e::shared::api_server()?;
     create_namespace(&cluster, "scale")?;
     let kcps = api(&cluster, "scale", "v1alpha1", "KamajiControlPlane");
     kcps.create(&PostParams::default(), &kcp_object("x", &base_spec())?)
@@ -1220,7 +1223,7 @@ async fn update_refused(
 #[tokio::test]
 #[allow(clippy::too_many_lines)] // one table of cases
 async fn flags_removed_at_spec_version_are_refused_at_admission() -> Result<()> {
-    let cluster = LocalCluster::builder().capi(false).start().await?;
+    let cluster = kamaji_e2e::shared::api_server()?;
     create_namespace(&cluster, "flags")?;
     let kcps = api(&cluster, "flags", "v1alpha1", "KamajiControlPlane");
     // (case, spec patch, texts the message must contain; the first names the field)
@@ -1377,7 +1380,7 @@ async fn removed_admission_plugins_are_refused(kcps: &Api<DynamicObject>) -> Res
 #[tokio::test]
 async fn a_stuck_upgrade_goes_back_to_status_version_and_unsupported_versions_are_refused()
 -> Result<()> {
-    let cluster = LocalCluster::builder().capi(false).start().await?;
+    let cluster = kamaji_e2e::shared::api_server()?;
     create_namespace(&cluster, "versions")?;
     let kcps = api(&cluster, "versions", "v1alpha1", "KamajiControlPlane");
     let unsupported = "spec.version must be a Kubernetes version from v1.23.0 to v1.36.x (the versions kamaji-rs supports)";
@@ -1511,7 +1514,7 @@ const ENDPOINT_IMMUTABLE: &str = "once spec.controlPlaneEndpoint is set: Cluster
 /// name, on the `KamajiControlPlane` and its template.
 #[tokio::test]
 async fn endpoint_host_names_are_dns_names_without_port_or_scheme() -> Result<()> {
-    let cluster = LocalCluster::builder().capi(false).start().await?;
+    let cluster = kamaji_e2e::shared::api_server()?;
     create_namespace(&cluster, "hosts")?;
     let kcps = api(&cluster, "hosts", "v1alpha1", "KamajiControlPlane");
     let ingress = "network.ingress.hostname must be a lowercase DNS name";
@@ -1608,7 +1611,7 @@ async fn endpoint_host_names_are_dns_names_without_port_or_scheme() -> Result<()
 #[tokio::test]
 #[allow(clippy::too_many_lines)] // one scenario per exposure
 async fn endpoint_fields_are_frozen_once_the_endpoint_is_set() -> Result<()> {
-    let cluster = LocalCluster::builder().capi(false).start().await?;
+    let cluster = kamaji_e2e::shared::api_server()?;
     create_namespace(&cluster, "endpoint")?;
     let kcps = api(&cluster, "endpoint", "v1alpha1", "KamajiControlPlane");
 
@@ -1782,7 +1785,7 @@ async fn endpoint_fields_are_frozen_once_the_endpoint_is_set() -> Result<()> {
 /// Unicode, over-long names. Identifiers, the derived form (`k_…`) included, are accepted.
 #[tokio::test]
 async fn datastore_identifiers_that_are_not_plain_identifiers_are_refused() -> Result<()> {
-    let cluster = LocalCluster::builder().capi(false).start().await?;
+    let cluster = kamaji_e2e::shared::api_server()?;
     create_namespace(&cluster, "idents")?;
     let long = "a".repeat(64);
     let hostile = [
