@@ -174,6 +174,8 @@ fn start() -> Result<Shared, String> {
 /// of a binary that only need admission: started by the first caller on a thread of its own,
 /// on 127.0.0.1 as a test's own would be, and stopped when the binary exits. Its tests run side
 /// by side, each in namespaces of its own, and create nothing cluster-wide that another reads.
+/// Each makes its own client (`LocalCluster::new_client`): the cluster's own pools connections
+/// on the runtime of the test that opened them, which ends with that test.
 ///
 /// # Errors
 /// When it did not start (every caller gets the first start's error).

@@ -13,6 +13,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
 use kamaji_testenv::LocalCluster;
+use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
@@ -81,9 +82,9 @@ fn tempfile_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn api(cluster: &LocalCluster, namespace: &str, version: &str, kind: &str) -> Api<DynamicObject> {
+fn api(client: &Client, namespace: &str, version: &str, kind: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(GROUP, version, kind));
-    Api::namespaced_with(cluster.client(), namespace, &ar)
+    Api::namespaced_with(client.clone(), namespace, &ar)
 }
 
 fn create_namespace(cluster: &LocalCluster, name: &str) -> Result<()> {
@@ -146,10 +147,12 @@ async fn read_back_both_versions(
     name: &str,
     written_spec: &Value,
 ) -> Result<()> {
-    let v1 = api(cluster, namespace, "v1alpha1", "KamajiControlPlane")
+    // The samples test's own cluster: its client is this test's.
+    let client = &cluster.client();
+    let v1 = api(client, namespace, "v1alpha1", "KamajiControlPlane")
         .get(name)
         .await?;
-    let v2 = api(cluster, namespace, "v1alpha2", "KamajiControlPlane")
+    let v2 = api(client, namespace, "v1alpha2", "KamajiControlPlane")
         .get(name)
         .await?;
     ensure!(
@@ -244,6 +247,7 @@ fn full_sample_plugins(
 #[allow(clippy::too_many_lines)] // one scenario over every sample, in order
 async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Result<()> {
     let cluster = LocalCluster::start().await?;
+    let client = cluster.client();
 
     // The two v1alpha1 KamajiControlPlane samples share a name: one namespace each.
     for (ns, file) in [
@@ -255,7 +259,7 @@ async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Resul
         let mut doc = yaml_docs(&path)?.remove(0);
         let plugins = full_sample_plugins(&cluster, ns, &path, &mut doc)?;
         read_back_both_versions(&cluster, ns, "kamajicontrolplane-sample", &doc["spec"]).await?;
-        let back = api(&cluster, ns, "v1alpha1", "KamajiControlPlane")
+        let back = api(&client, ns, "v1alpha1", "KamajiControlPlane")
             .get("kamajicontrolplane-sample")
             .await?;
         ensure!(
@@ -312,7 +316,7 @@ async fn samples_apply_unchanged_and_read_back_equal_in_both_versions() -> Resul
         .find(|d| d["kind"] == "KamajiControlPlane")
         .context("kcp in quickstart")?;
     read_back_both_versions(&cluster, "quickstart", "capo-cp-test", &kcp["spec"]).await?;
-    let defaults = api(&cluster, "quickstart", "v1alpha2", "KamajiControlPlane")
+    let defaults = api(&client, "quickstart", "v1alpha2", "KamajiControlPlane")
         .get("capo-cp-test")
         .await?;
     ensure!(
@@ -447,22 +451,12 @@ spec:
       name: kamaji
 ";
     kubectl_apply_yaml(&cluster, "classes", class)?;
-    let t1 = api(
-        &cluster,
-        "classes",
-        "v1alpha1",
-        "KamajiControlPlaneTemplate",
-    )
-    .get("kamaji")
-    .await?;
-    let t2 = api(
-        &cluster,
-        "classes",
-        "v1alpha2",
-        "KamajiControlPlaneTemplate",
-    )
-    .get("kamaji")
-    .await?;
+    let t1 = api(&client, "classes", "v1alpha1", "KamajiControlPlaneTemplate")
+        .get("kamaji")
+        .await?;
+    let t2 = api(&client, "classes", "v1alpha2", "KamajiControlPlaneTemplate")
+        .get("kamaji")
+        .await?;
     ensure!(
         t1.data["spec"] == t2.data["spec"],
         "template spec differs between versions"
@@ -523,7 +517,7 @@ spec:
         secretReference: {name: postgres-bronze-ca, namespace: postgres-system, keyPath: ca.crt}
 ";
     kubectl_apply_yaml(&cluster, "default", datastores)?;
-    let ds: Api<kamaji_api::DataStore> = Api::all(cluster.client());
+    let ds: Api<kamaji_api::DataStore> = Api::all(client.clone());
     let etcd = ds.get("default").await?;
     ensure!(
         etcd.spec.driver == kamaji_api::datastore::Driver::Etcd,
@@ -609,8 +603,9 @@ fn rejection(err: &kube::Error) -> Option<String> {
 #[allow(clippy::too_many_lines)] // one table of cases
 async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() -> Result<()> {
     let cluster = kamaji_e2e::shared::api_server()?;
+    let client = cluster.new_client().await?;
     create_namespace(&cluster, "bad")?;
-    let kcps = api(&cluster, "bad", "v1alpha1", "KamajiControlPlane");
+    let kcps = api(&client, "bad", "v1alpha1", "KamajiControlPlane");
 
     // (case, spec patch on create, text the message must contain)
     let create_cases: Vec<(&str, Value, &str)> = vec![
@@ -992,7 +987,7 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
     }
 
     // The template rejects reserved flags too; DataStore rules.
-    let templates = api(&cluster, "bad", "v1alpha1", "KamajiControlPlaneTemplate");
+    let templates = api(&client, "bad", "v1alpha1", "KamajiControlPlaneTemplate");
     let template: DynamicObject = serde_json::from_value(json!({
         "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "KamajiControlPlaneTemplate",
         "metadata": {"name": "reserved"},
@@ -1011,7 +1006,7 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
     checked += 1;
 
     let datastores: Api<DynamicObject> = Api::all_with(
-        cluster.client(),
+        client.clone(),
         &ApiResource::from_gvk(&GroupVersionKind::gvk(
             "kamaji.clastix.io",
             "v1alpha1",
@@ -1065,8 +1060,9 @@ async fn invalid_inputs_are_rejected_with_the_field_named_and_nothing_created() 
 #[tokio::test]
 async fn scale_subresource_and_explain() -> Result<()> {
     let cluster = kamaji_e2e::shared::api_server()?;
+    let client = cluster.new_client().await?;
     create_namespace(&cluster, "scale")?;
-    let kcps = api(&cluster, "scale", "v1alpha1", "KamajiControlPlane");
+    let kcps = api(&client, "scale", "v1alpha1", "KamajiControlPlane");
     kcps.create(&PostParams::default(), &kcp_object("x", &base_spec())?)
         .await?;
     // `ktcp` is the short name (upstream's); `kcp` belongs to CAPI's KubeadmControlPlane.
@@ -1224,8 +1220,9 @@ async fn update_refused(
 #[allow(clippy::too_many_lines)] // one table of cases
 async fn flags_removed_at_spec_version_are_refused_at_admission() -> Result<()> {
     let cluster = kamaji_e2e::shared::api_server()?;
+    let client = cluster.new_client().await?;
     create_namespace(&cluster, "flags")?;
-    let kcps = api(&cluster, "flags", "v1alpha1", "KamajiControlPlane");
+    let kcps = api(&client, "flags", "v1alpha1", "KamajiControlPlane");
     // (case, spec patch, texts the message must contain; the first names the field)
     let cases: Vec<(&str, Value, Vec<&str>)> = vec![
         (
@@ -1381,8 +1378,9 @@ async fn removed_admission_plugins_are_refused(kcps: &Api<DynamicObject>) -> Res
 async fn a_stuck_upgrade_goes_back_to_status_version_and_unsupported_versions_are_refused()
 -> Result<()> {
     let cluster = kamaji_e2e::shared::api_server()?;
+    let client = cluster.new_client().await?;
     create_namespace(&cluster, "versions")?;
-    let kcps = api(&cluster, "versions", "v1alpha1", "KamajiControlPlane");
+    let kcps = api(&client, "versions", "v1alpha1", "KamajiControlPlane");
     let unsupported = "spec.version must be a Kubernetes version from v1.23.0 to v1.36.x (the versions kamaji-rs supports)";
     for (case, version) in [
         ("too-new", "v1.99.0"),
@@ -1515,8 +1513,9 @@ const ENDPOINT_IMMUTABLE: &str = "once spec.controlPlaneEndpoint is set: Cluster
 #[tokio::test]
 async fn endpoint_host_names_are_dns_names_without_port_or_scheme() -> Result<()> {
     let cluster = kamaji_e2e::shared::api_server()?;
+    let client = cluster.new_client().await?;
     create_namespace(&cluster, "hosts")?;
-    let kcps = api(&cluster, "hosts", "v1alpha1", "KamajiControlPlane");
+    let kcps = api(&client, "hosts", "v1alpha1", "KamajiControlPlane");
     let ingress = "network.ingress.hostname must be a lowercase DNS name";
     let cases: Vec<(&str, Value, Vec<&str>)> = vec![
         (
@@ -1586,7 +1585,7 @@ async fn endpoint_host_names_are_dns_names_without_port_or_scheme() -> Result<()
     )
     .await?;
 
-    let templates = api(&cluster, "hosts", "v1alpha1", "KamajiControlPlaneTemplate");
+    let templates = api(&client, "hosts", "v1alpha1", "KamajiControlPlaneTemplate");
     let template: DynamicObject = serde_json::from_value(json!({
         "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "KamajiControlPlaneTemplate",
         "metadata": {"name": "host-port"},
@@ -1612,8 +1611,9 @@ async fn endpoint_host_names_are_dns_names_without_port_or_scheme() -> Result<()
 #[allow(clippy::too_many_lines)] // one scenario per exposure
 async fn endpoint_fields_are_frozen_once_the_endpoint_is_set() -> Result<()> {
     let cluster = kamaji_e2e::shared::api_server()?;
+    let client = cluster.new_client().await?;
     create_namespace(&cluster, "endpoint")?;
-    let kcps = api(&cluster, "endpoint", "v1alpha1", "KamajiControlPlane");
+    let kcps = api(&client, "endpoint", "v1alpha1", "KamajiControlPlane");
 
     // An ingress: free while no endpoint is set, frozen once it is.
     let name = "ingress";
@@ -1786,6 +1786,7 @@ async fn endpoint_fields_are_frozen_once_the_endpoint_is_set() -> Result<()> {
 #[tokio::test]
 async fn datastore_identifiers_that_are_not_plain_identifiers_are_refused() -> Result<()> {
     let cluster = kamaji_e2e::shared::api_server()?;
+    let client = cluster.new_client().await?;
     create_namespace(&cluster, "idents")?;
     let long = "a".repeat(64);
     let hostile = [
@@ -1803,7 +1804,7 @@ async fn datastore_identifiers_that_are_not_plain_identifiers_are_refused() -> R
         "a-b",
         long.as_str(),
     ];
-    let kcps = api(&cluster, "idents", "v1alpha1", "KamajiControlPlane");
+    let kcps = api(&client, "idents", "v1alpha1", "KamajiControlPlane");
     for field in ["dataStoreSchema", "dataStoreUsername"] {
         for (i, value) in hostile.iter().enumerate() {
             create_refused(
@@ -1851,7 +1852,7 @@ async fn datastore_identifiers_that_are_not_plain_identifiers_are_refused() -> R
             "metadata": {"name": "hostile"},
             "spec": spec,
         }))?;
-        let err = api(&cluster, "idents", version, kind)
+        let err = api(&client, "idents", version, kind)
             .create(&PostParams::default(), &object)
             .await
             .err()

@@ -498,6 +498,17 @@ impl LocalCluster {
         self.client.clone()
     }
 
+    /// A client of its own, made on the calling tokio runtime. A client's connections live on
+    /// the runtime that opened them: a cluster shared by tests that run side by side, each on
+    /// a runtime that ends with it, gives each test its own ([`Self::client`] would hand one
+    /// test a connection another test's ended runtime dropped).
+    ///
+    /// # Errors
+    /// When the admin kubeconfig cannot be read.
+    pub async fn new_client(&self) -> Result<Client> {
+        client_from_kubeconfig(&self.kubeconfig).await
+    }
+
     /// Path of an admin kubeconfig file.
     #[must_use]
     pub fn kubeconfig_path(&self) -> &Path {
