@@ -44,11 +44,9 @@ if [ -z "${KAMAJI_MAKE_TEST_LOCKED:-}" ]; then
     KAMAJI_MAKE_TEST_LOCKED=1 exec flock -o "$lock" "$PWD/tests/run.sh" "$@"
 fi
 
-# The heavy suites, balanced by their run times on 2 cores (BENCHMARKS.md): lane B, which also
-# runs the short test targets, ended 100-270 s after lane A in the warm runs of 2026-12-07 and
-# 2026-12-08, so e2e_main (80-90 s) runs in lane A.
-LANE_A=(e2e_main fields datastores cases ca_rotation lifecycle clusterctl)
-LANE_B=(workers konnectivity rotation field_reports upgrades robustness)
+# The heavy suites, balanced by their run times on 2 cores (BENCHMARKS.md).
+LANE_A=(fields datastores cases ca_rotation lifecycle clusterctl)
+LANE_B=(e2e_main workers konnectivity rotation field_reports upgrades robustness)
 # The suites with tests that run PREVIOUS_MINOR_KUBERNETES_VERSION (tests/testenv), and
 # `robustness`, whose ten control planes must not start beside that Go build.
 NEEDS_MINOR=(ca_rotation lifecycle clusterctl field_reports upgrades robustness)

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kamaji_api::KamajiControlPlane;
@@ -279,22 +279,8 @@ impl Env {
         self.cluster.client()
     }
 
-    /// Creates namespace `ns` if missing. A namespace of that name still being deleted (an
-    /// earlier test's, in a shared environment, whose deletion is not waited for) is waited
-    /// for first, up to 3 minutes: nothing can be created in it.
+    /// Creates namespace `ns` if missing.
     pub async fn namespace(&self, ns: &str) -> Result<()> {
-        let api = Api::<Namespace>::all(self.client());
-        let deadline = tokio::time::Instant::now() + Duration::from_mins(3);
-        while api
-            .get_opt(ns)
-            .await?
-            .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
-        {
-            if tokio::time::Instant::now() > deadline {
-                bail!("namespace {ns} is still being deleted after 3 minutes");
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
         let obj: Namespace = serde_json::from_value(
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
         )?;

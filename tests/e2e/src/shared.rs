@@ -9,12 +9,10 @@
 //! it cannot (as that test found it, not as the first one did: what an earlier failed test left
 //! fails that test only):
 //!
-//! - the Clusters and KamajiControlPlanes it added (in its namespaces or in one it found, such as
-//!   `default`) deleted and waited for (the manager's finalizer removes the tenant's datastore
-//!   keys); the pods of their namespaces and of the test's namespaces deleted without their
+//! - the test's namespaces: their Clusters and KamajiControlPlanes deleted and waited for (the
+//!   manager's finalizer removes the tenant's datastore keys), their pods deleted without their
 //!   grace period (a tenant's API server would sit out its `preStop` sleep), then the
-//!   namespaces deleted, not waited for (a later test that wants one of their names waits in
-//!   [`Env::namespace`]; a namespace being deleted is not counted as found);
+//!   namespaces, waited for;
 //! - the DataStores, CRDs and ValidatingAdmissionPolicies (and bindings) it added, deleted;
 //! - then checked: no KamajiControlPlane or Cluster but those there before, the same
 //!   DataStores, CRDs and policies, no more datastore keys than before, the provider's CRDs'
@@ -286,16 +284,8 @@ async fn found(env: &Env) -> Result<Found> {
     })
 }
 
-/// The namespaces not being deleted (an earlier test's may still be: its deletion is not
-/// waited for, see [`leave_as_found`]).
 async fn namespaces(env: &Env) -> Result<BTreeSet<String>> {
-    Ok(Api::<Namespace>::all(env.client())
-        .list(&ListParams::default())
-        .await?
-        .into_iter()
-        .filter(|n| n.metadata.deletion_timestamp.is_none())
-        .filter_map(|n| n.metadata.name)
-        .collect())
+    names_of::<Namespace>(env).await
 }
 
 async fn datastores(env: &Env) -> Result<BTreeSet<String>> {
@@ -436,14 +426,22 @@ async fn leave_as_found(env: &Env, found: &Found) -> Result<()> {
     let deadline = tokio::time::Instant::now() + CLEAN_UP_TIMEOUT;
     // The tenants first, then their namespaces: a namespace whose tenants are gone is deleted
     // in one pass of the namespace controller instead of several spaced by its back-off.
-    delete_tenants(env, found, &made, deadline).await?;
-    // The namespaces are deleted but not waited for (about 6 s of the namespace controller
-    // each): nothing in them is a tenant any more, and a later test that wants a namespace of
-    // the same name waits in `Env::namespace` until it is gone.
+    delete_tenants(env, &made, deadline).await?;
     let ns_api = Api::<Namespace>::all(env.client());
-    for ns in &made {
-        force_delete_pods(env, ns).await;
-        ns_api.delete(ns, &DeleteParams::default()).await?;
+    loop {
+        let now = namespaces(env).await?;
+        let left: Vec<&String> = made.iter().filter(|n| now.contains(*n)).collect();
+        if left.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("namespaces {left:?} still exist {CLEAN_UP_TIMEOUT:?} after their deletion");
+        }
+        for ns in left {
+            force_delete_pods(env, ns).await;
+            let _ = ns_api.delete(ns, &DeleteParams::default()).await;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let datastore_api = Api::<DataStore>::all(env.client());
     for name in datastores(env).await?.difference(&found.datastores) {
@@ -453,53 +451,39 @@ async fn leave_as_found(env: &Env, found: &Found) -> Result<()> {
     check_as_found(env, found).await
 }
 
-/// Deletes the Clusters and KamajiControlPlanes the test added (in its namespaces or in one
-/// it found, such as `default`) and waits until they are gone: the manager has released every
-/// KamajiControlPlane (its datastore keys removed). Their pods, and every pod of the test's
-/// namespaces `made`, are deleted without their grace period.
+/// Deletes the Clusters and KamajiControlPlanes in `namespaces` and waits until the manager
+/// has released every KamajiControlPlane (its datastore keys removed).
 async fn delete_tenants(
     env: &Env,
-    found: &Found,
-    made: &[String],
+    namespaces: &[String],
     deadline: tokio::time::Instant,
 ) -> Result<()> {
     let cluster_resource = cluster_resource();
     loop {
-        let left: Vec<String> = tenants(env)
-            .await?
-            .difference(&found.tenants)
-            .cloned()
-            .collect();
-        let mut with_pods: BTreeSet<&str> = made.iter().map(String::as_str).collect();
-        for tenant in &left {
-            let Some((kind, (ns, name))) = tenant
-                .split_once(' ')
-                .and_then(|(kind, at)| Some((kind, at.split_once('/')?)))
-            else {
+        let mut left = 0;
+        for ns in namespaces {
+            let clusters =
+                Api::<DynamicObject>::namespaced_with(env.client(), ns, &cluster_resource);
+            let kcps = Api::<KamajiControlPlane>::namespaced(env.client(), ns);
+            let found = kcps.list(&ListParams::default()).await?.items.len();
+            if found == 0 {
                 continue;
-            };
-            let dp = DeleteParams::default();
-            let _ = if kind == "Cluster" {
-                Api::<DynamicObject>::namespaced_with(env.client(), ns, &cluster_resource)
-                    .delete(name, &dp)
-                    .await
-                    .map(|_| ())
-            } else {
-                Api::<KamajiControlPlane>::namespaced(env.client(), ns)
-                    .delete(name, &dp)
-                    .await
-                    .map(|_| ())
-            };
-            with_pods.insert(ns);
-        }
-        for ns in with_pods {
+            }
+            left += found;
+            let all = ListParams::default();
+            let _ = clusters
+                .delete_collection(&DeleteParams::default(), &all)
+                .await;
+            let _ = kcps.delete_collection(&DeleteParams::default(), &all).await;
             force_delete_pods(env, ns).await;
         }
-        if left.is_empty() {
+        if left == 0 {
             return Ok(());
         }
         if tokio::time::Instant::now() > deadline {
-            bail!("{left:?} still exist {CLEAN_UP_TIMEOUT:?} after their deletion");
+            bail!(
+                "{left} KamajiControlPlanes still exist {CLEAN_UP_TIMEOUT:?} after their deletion"
+            );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

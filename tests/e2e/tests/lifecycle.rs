@@ -412,10 +412,10 @@ async fn b19_paused_cluster_or_control_plane_changes_nothing_until_resumed(env: 
     }
 }
 
-#[kamaji_e2e::test(shared)]
-async fn quickstart_sample_as_written_reaches_available_with_secrets_named_after_the_cluster(
-    env: &Env,
-) {
+#[kamaji_e2e::test]
+async fn quickstart_sample_as_written_reaches_available_with_secrets_named_after_the_cluster() {
+    let _serial = serial();
+    let env = Env::start().await.unwrap();
     let crd = kamaji_testenv::standins::openstack_cluster_crd().unwrap();
     env.cluster.apply_crds(&[crd]).await.unwrap();
     let sample = std::fs::read_to_string(
